@@ -1,0 +1,53 @@
+//! Top-level flags and subcommand dispatch. Each subcommand defines its flags, with their
+//! documentation, once, in its own module under `cmd/`.
+
+use clap::{Parser, Subcommand};
+
+use crate::cmd;
+use crate::error::{CliError, CliResult};
+
+/// volley: a measurement instrument for DNS transports.
+///
+/// A load generator (`run`), a responder that answers on every transport (`serve`), a one-shot
+/// query tool (`query`) and a quick comparison of transports (`bench`).
+#[derive(Parser, Debug)]
+#[command(name = "volley", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Generate load against a DNS server and measure it.
+    Run(cmd::run::RunArgs),
+    /// Answer DNS on every transport from one deterministic answer engine.
+    Serve(cmd::serve::ServeArgs),
+    /// Send one query and print the response, as dig and kdig do.
+    Query(cmd::query::QueryArgs),
+    /// Measure every transport for a few seconds and print one comparison table.
+    Bench(cmd::bench::BenchArgs),
+}
+
+pub fn run() -> CliResult {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return Ok(());
+            }
+            // clap's own message, reduced to its first line, exit code 2.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            return Err(CliError::usage(first));
+        }
+    };
+    match cli.command {
+        Command::Run(a) => cmd::run::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
+        Command::Query(a) => cmd::query::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
+    }
+}

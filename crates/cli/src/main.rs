@@ -1,0 +1,13 @@
+//! `volley`: the command line. Flags live in `cli.rs`; each subcommand in `cmd/`.
+
+mod cli;
+mod cmd;
+mod error;
+
+fn main() {
+    let code = match cli::run() {
+        Ok(()) => 0,
+        Err(e) => e.report(),
+    };
+    std::process::exit(code);
+}

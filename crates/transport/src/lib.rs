@@ -1,0 +1,1 @@
+//! volley-transport

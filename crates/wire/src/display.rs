@@ -1,0 +1,1 @@
+//! Whole-message decoding and dig-like presentation, for `volley query`.

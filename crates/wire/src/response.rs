@@ -1,0 +1,1 @@
+//! Building responses: owned by the responder work (see crates/responder).
