@@ -1,1 +1,25 @@
-//! volley-metrics
+//! Measurements: what happened to every query, in bounded memory.
+//!
+//! The load engine records into a [`Recorder`] per worker thread (no locks, no per-query
+//! storage); each worker sends one [`SecondSample`] per second to a [`Collector`], which
+//! merges them into the per-second series and the totals of a [`RunResult`], the one
+//! summary type every printer (text, JSON, later CSV/HTML) reads.
+//!
+//! Fates: every query the load model issues ends as exactly one of answered (by RCODE),
+//! timed out, failed (by [`ErrorKind`]) or in flight at the end. Responses that match no
+//! query in flight are counted apart, as [`Unexpected`].
+
+mod collector;
+mod counters;
+mod histogram;
+mod recorder;
+mod result;
+
+pub use collector::{Collected, Collector, Progress};
+pub use counters::{Counters, ErrorKind, Unexpected};
+pub use histogram::{Histogram, SparseHistogram};
+pub use recorder::{Recorder, SecondSample, WorkerFinal, WorkerMessage};
+pub use result::*;
+
+/// Version tag of the results file; bump on any incompatible change (docs/results-schema.md).
+pub const SCHEMA: &str = "volley.results/1";

@@ -1,0 +1,155 @@
+use std::collections::BTreeMap;
+
+use crate::recorder::WorkerMessage;
+use crate::{Counters, Histogram, SecondRow};
+
+/// A second that just became complete across all workers: what the live view prints.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    pub row: SecondRow,
+}
+
+/// Merges the workers' per-second samples into the series and the totals, on one thread.
+/// A second is final once every worker has moved past it.
+pub struct Collector {
+    watermarks: Vec<u32>,
+    pending: BTreeMap<u32, (Counters, Histogram)>,
+    next: u32,
+    series: Vec<SecondRow>,
+    totals: Counters,
+    latency: Histogram,
+    lateness: Histogram,
+    in_flight: u64,
+    cpu_ns: u64,
+    finals: usize,
+}
+
+/// What the collector hands over at the end of a run.
+pub struct Collected {
+    pub series: Vec<SecondRow>,
+    pub totals: Counters,
+    pub latency: Histogram,
+    pub lateness: Histogram,
+    pub in_flight: u64,
+    pub cpu_ns: u64,
+}
+
+impl Collector {
+    pub fn new(workers: usize) -> Collector {
+        Collector {
+            watermarks: vec![0; workers],
+            pending: BTreeMap::new(),
+            next: 0,
+            series: Vec::new(),
+            totals: Counters::default(),
+            latency: Histogram::new(3),
+            lateness: Histogram::new(3),
+            in_flight: 0,
+            cpu_ns: 0,
+            finals: 0,
+        }
+    }
+
+    /// True once every worker sent its final message.
+    pub fn done(&self) -> bool {
+        self.finals == self.watermarks.len()
+    }
+
+    /// Takes one worker message; returns the seconds that became complete.
+    pub fn absorb(&mut self, msg: WorkerMessage) -> Vec<Progress> {
+        match msg {
+            WorkerMessage::Second(s) => {
+                let e = self.pending.entry(s.second).or_insert_with(|| (Counters::default(), Histogram::new(2)));
+                e.0.merge(&s.counters);
+                e.1.merge(&s.latency);
+                self.totals.merge(&s.counters);
+                if let Some(w) = self.watermarks.get_mut(s.worker) {
+                    *w = (*w).max(s.watermark);
+                }
+            }
+            WorkerMessage::Final(f) => {
+                self.latency.merge(&f.latency);
+                self.lateness.merge(&f.lateness);
+                self.in_flight += f.in_flight;
+                self.cpu_ns += f.cpu_ns;
+                self.finals += 1;
+                if let Some(w) = self.watermarks.get_mut(f.worker) {
+                    *w = u32::MAX;
+                }
+            }
+        }
+        let through = self.watermarks.iter().copied().min().unwrap_or(0);
+        let mut out = Vec::new();
+        while self.next < through {
+            // Stop at the last second anyone reported once every worker is done.
+            if through == u32::MAX && self.pending.range(self.next..).next().is_none() {
+                break;
+            }
+            let (c, h) = self.pending.remove(&self.next).unwrap_or_else(|| (Counters::default(), Histogram::new(2)));
+            let row = SecondRow::of(self.next, &c, &h);
+            self.series.push(row.clone());
+            out.push(Progress { row });
+            self.next += 1;
+        }
+        out
+    }
+
+    /// Ends collection (every worker finished, or the run is torn down): remaining seconds
+    /// are emitted in order.
+    pub fn finish(mut self) -> Collected {
+        let last = self.pending.keys().next_back().copied();
+        if let Some(last) = last {
+            while self.next <= last {
+                let (c, h) =
+                    self.pending.remove(&self.next).unwrap_or_else(|| (Counters::default(), Histogram::new(2)));
+                self.series.push(SecondRow::of(self.next, &c, &h));
+                self.next += 1;
+            }
+        }
+        Collected {
+            series: self.series,
+            totals: self.totals,
+            latency: self.latency,
+            lateness: self.lateness,
+            in_flight: self.in_flight,
+            cpu_ns: self.cpu_ns,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Recorder;
+
+    #[test]
+    fn seconds_merge_in_order_and_sum_to_totals() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = 1_000_000_000u64;
+        let mut a = Recorder::new(0, 0, tx.clone());
+        let mut b = Recorder::new(1, 0, tx);
+        a.sent(10, 40);
+        a.answered(20, 1000, 0, false, 60);
+        b.sent(s + 5, 40);
+        b.timed_out(3 * s + 1);
+        a.sent(2 * s, 40);
+        a.answered(2 * s + 9, 2000, 3, false, 60);
+        a.finish(2 * s + 10, 0, 5);
+        b.finish(3 * s + 2, 0, 7);
+        let mut c = Collector::new(2);
+        let mut seen = Vec::new();
+        for m in rx.try_iter() {
+            seen.extend(c.absorb(m).into_iter().map(|p| p.row.second));
+        }
+        assert!(c.done());
+        let got = c.finish();
+        assert_eq!(got.series.iter().map(|r| r.second).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        assert_eq!(seen, vec![0, 1, 2, 3]);
+        assert_eq!(got.series.iter().map(|r| r.sent).sum::<u64>(), got.totals.sent);
+        assert_eq!(got.totals.sent, 3);
+        assert_eq!(got.totals.answered + got.totals.timed_out, 3);
+        assert_eq!(got.series[2].rcodes.get("NXDOMAIN"), Some(&1));
+        assert_eq!(got.latency.count(), 2);
+        assert_eq!(got.cpu_ns, 12);
+    }
+}

@@ -1,0 +1,194 @@
+use std::collections::BTreeMap;
+
+macro_rules! kinds {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum $name { $($(#[$vm])* $v,)* }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$v,)*];
+            pub const COUNT: usize = Self::ALL.len();
+            /// The name used in summaries and results files.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$v => $s,)* }
+            }
+            pub fn from_name(s: &str) -> Option<$name> {
+                Self::ALL.iter().copied().find(|k| k.as_str() == s)
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str(self.as_str()) }
+        }
+    };
+}
+
+kinds! {
+    /// Why a query failed (a fate, like answered or timed out). Transports map their errors here.
+    ErrorKind {
+        /// The target refused: TCP RST to the SYN, or ICMP port unreachable.
+        Refused = "refused",
+        /// The connection was reset (RST) while the query was outstanding.
+        Reset = "reset",
+        /// The peer closed the connection (FIN) while the query was outstanding.
+        Closed = "closed",
+        /// Connecting failed for another reason (unreachable, timed out, address in use).
+        Connect = "connect",
+        /// The response to this query could not be parsed past its header.
+        Malformed = "malformed",
+        /// A response carried this query's ID but another question.
+        Mismatch = "mismatch",
+        /// The generator had no capacity to send it (all IDs or streams in use).
+        Overload = "overload",
+        /// Any other I/O error on send or receive.
+        Io = "io",
+    }
+}
+
+kinds! {
+    /// Responses that matched no query in flight: counted, never taken as answers.
+    Unexpected {
+        /// Its query had already timed out.
+        Late = "late",
+        /// No query in flight had its ID (or it was already answered).
+        UnknownId = "unknown_id",
+        /// Not even a DNS header could be read, or a frame was too short.
+        Malformed = "malformed",
+    }
+}
+
+/// Event counts of one worker, one second, or a whole run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counters {
+    /// Queries issued by the load model (each gets exactly one fate).
+    pub sent: u64,
+    pub answered: u64,
+    pub timed_out: u64,
+    pub failed: u64,
+    /// Answered queries per header RCODE (0..=15).
+    pub rcodes: [u64; 16],
+    pub errors: [u64; ErrorKind::COUNT],
+    pub unexpected: [u64; Unexpected::COUNT],
+    /// Answers with TC=1 (also counted in `answered`).
+    pub truncated: u64,
+    /// DNS message bytes written and read (payload, without transport framing).
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+}
+
+impl Counters {
+    pub fn merge(&mut self, o: &Counters) {
+        self.sent += o.sent;
+        self.answered += o.answered;
+        self.timed_out += o.timed_out;
+        self.failed += o.failed;
+        for (a, b) in self.rcodes.iter_mut().zip(o.rcodes.iter()) {
+            *a += b;
+        }
+        for (a, b) in self.errors.iter_mut().zip(o.errors.iter()) {
+            *a += b;
+        }
+        for (a, b) in self.unexpected.iter_mut().zip(o.unexpected.iter()) {
+            *a += b;
+        }
+        self.truncated += o.truncated;
+        self.bytes_out += o.bytes_out;
+        self.bytes_in += o.bytes_in;
+    }
+
+    /// Fates so far; with `in_flight` it equals `sent` at the end of a run.
+    pub fn ended(&self) -> u64 {
+        self.answered + self.timed_out + self.failed
+    }
+
+    /// RCODE name → count, zero entries left out.
+    pub fn rcode_map(&self) -> BTreeMap<String, u64> {
+        self.rcodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, n)| (volley_rcode_name(i as u16), *n))
+            .collect()
+    }
+
+    pub fn error_map(&self) -> BTreeMap<String, u64> {
+        ErrorKind::ALL
+            .iter()
+            .filter(|k| self.errors[**k as usize] > 0)
+            .map(|k| (k.to_string(), self.errors[*k as usize]))
+            .collect()
+    }
+
+    pub fn unexpected_map(&self) -> BTreeMap<String, u64> {
+        Unexpected::ALL
+            .iter()
+            .filter(|k| self.unexpected[**k as usize] > 0)
+            .map(|k| (k.to_string(), self.unexpected[*k as usize]))
+            .collect()
+    }
+
+    /// Inverse of the maps above, for files read back (merge, compare).
+    pub fn set_from_maps(
+        &mut self,
+        rcodes: &BTreeMap<String, u64>,
+        errors: &BTreeMap<String, u64>,
+        unexpected: &BTreeMap<String, u64>,
+    ) {
+        for (name, n) in rcodes {
+            if let Some(i) = (0..16).find(|i| volley_rcode_name(*i) == *name) {
+                self.rcodes[i as usize] = *n;
+            }
+        }
+        for (name, n) in errors {
+            if let Some(k) = ErrorKind::from_name(name) {
+                self.errors[k as usize] = *n;
+            }
+        }
+        for (name, n) in unexpected {
+            if let Some(k) = Unexpected::from_name(name) {
+                self.unexpected[k as usize] = *n;
+            }
+        }
+    }
+}
+
+/// RCODE mnemonics (RFC 6895 registry), kept here so metrics does not depend on the wire layer.
+pub fn volley_rcode_name(r: u16) -> String {
+    let n = match r {
+        0 => "NOERROR",
+        1 => "FORMERR",
+        2 => "SERVFAIL",
+        3 => "NXDOMAIN",
+        4 => "NOTIMP",
+        5 => "REFUSED",
+        6 => "YXDOMAIN",
+        7 => "YXRRSET",
+        8 => "NXRRSET",
+        9 => "NOTAUTH",
+        10 => "NOTZONE",
+        11 => "DSOTYPENI",
+        v => return format!("RCODE{v}"),
+    };
+    n.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_round_trip() {
+        let mut c = Counters { answered: 5, ..Default::default() };
+        c.rcodes[0] = 3;
+        c.rcodes[3] = 2;
+        c.errors[ErrorKind::Reset as usize] = 7;
+        c.unexpected[Unexpected::Late as usize] = 1;
+        let mut d = Counters { answered: 5, ..Default::default() };
+        d.set_from_maps(&c.rcode_map(), &c.error_map(), &c.unexpected_map());
+        assert_eq!(c, d);
+        assert_eq!(c.rcode_map().get("NXDOMAIN"), Some(&2));
+        assert_eq!(c.error_map().len(), 1);
+    }
+}

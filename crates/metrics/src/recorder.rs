@@ -1,0 +1,156 @@
+use std::sync::mpsc::Sender;
+
+use crate::{Counters, ErrorKind, Histogram, Unexpected};
+
+const NS: u64 = 1_000_000_000;
+
+/// One worker's events of one second, sent to the [`crate::Collector`].
+#[derive(Debug, Clone)]
+pub struct SecondSample {
+    pub worker: usize,
+    pub second: u32,
+    /// Every second before this one is complete for this worker.
+    pub watermark: u32,
+    pub counters: Counters,
+    /// Latency of the answers of this second (2 significant figures).
+    pub latency: Histogram,
+}
+
+/// What a worker knows only at its end.
+#[derive(Debug, Clone)]
+pub struct WorkerFinal {
+    pub worker: usize,
+    /// Latency of every answer of the run (3 significant figures).
+    pub latency: Histogram,
+    /// How late each query left against its scheduled time (open loop; 3 significant figures).
+    pub lateness: Histogram,
+    /// Queries still without a fate when the run ended.
+    pub in_flight: u64,
+    /// CPU time the worker's thread used.
+    pub cpu_ns: u64,
+}
+
+/// A message from a worker to the collector.
+#[derive(Debug, Clone)]
+pub enum WorkerMessage {
+    Second(SecondSample),
+    Final(WorkerFinal),
+}
+
+/// Per-worker recording on the hot path: counters and histograms of the current second,
+/// flushed to the collector when the second changes. Memory is fixed, whatever the run length.
+pub struct Recorder {
+    worker: usize,
+    start_ns: u64,
+    second: u32,
+    cur: Counters,
+    cur_latency: Histogram,
+    latency: Histogram,
+    lateness: Histogram,
+    out: Sender<WorkerMessage>,
+}
+
+impl Recorder {
+    /// `start_ns` is the run's start on the engine's monotonic clock, the same for every worker.
+    pub fn new(worker: usize, start_ns: u64, out: Sender<WorkerMessage>) -> Recorder {
+        Recorder {
+            worker,
+            start_ns,
+            second: 0,
+            cur: Counters::default(),
+            cur_latency: Histogram::new(2),
+            latency: Histogram::new(3),
+            lateness: Histogram::new(3),
+            out,
+        }
+    }
+
+    /// Moves to the second containing `now_ns`, flushing the finished one. Call it at least
+    /// once a second even when idle so that the live view and the series advance.
+    #[inline]
+    pub fn tick(&mut self, now_ns: u64) {
+        let s = (now_ns.saturating_sub(self.start_ns) / NS) as u32;
+        if s > self.second {
+            self.flush(s);
+        }
+    }
+
+    fn flush(&mut self, next: u32) {
+        let sample = SecondSample {
+            worker: self.worker,
+            second: self.second,
+            watermark: next,
+            counters: std::mem::take(&mut self.cur),
+            latency: self.cur_latency.clone(),
+        };
+        self.cur_latency.reset();
+        self.second = next;
+        // The collector outlives the workers; a send error means the run is being torn down.
+        let _ = self.out.send(WorkerMessage::Second(sample));
+    }
+
+    #[inline]
+    pub fn sent(&mut self, now_ns: u64, bytes: usize) {
+        self.tick(now_ns);
+        self.cur.sent += 1;
+        self.cur.bytes_out += bytes as u64;
+    }
+
+    /// Records how late a query left against its scheduled time.
+    #[inline]
+    pub fn lateness(&mut self, late_ns: u64) {
+        self.lateness.record(late_ns);
+    }
+
+    /// Counts wire bytes of a message written again (a retransmission or a resend on a new
+    /// connection), without issuing a new query.
+    #[inline]
+    pub fn resent(&mut self, bytes: usize) {
+        self.cur.bytes_out += bytes as u64;
+    }
+
+    #[inline]
+    pub fn answered(&mut self, now_ns: u64, latency_ns: u64, rcode: u16, truncated: bool, bytes: usize) {
+        self.tick(now_ns);
+        self.cur.answered += 1;
+        self.cur.rcodes[(rcode & 0xF) as usize] += 1;
+        self.cur.truncated += truncated as u64;
+        self.cur.bytes_in += bytes as u64;
+        self.cur_latency.record(latency_ns);
+        self.latency.record(latency_ns);
+    }
+
+    #[inline]
+    pub fn timed_out(&mut self, now_ns: u64) {
+        self.tick(now_ns);
+        self.cur.timed_out += 1;
+    }
+
+    #[inline]
+    pub fn failed(&mut self, now_ns: u64, kind: ErrorKind) {
+        self.tick(now_ns);
+        self.cur.failed += 1;
+        self.cur.errors[kind as usize] += 1;
+    }
+
+    #[inline]
+    pub fn unexpected(&mut self, now_ns: u64, kind: Unexpected, bytes: usize) {
+        self.tick(now_ns);
+        self.cur.unexpected[kind as usize] += 1;
+        self.cur.bytes_in += bytes as u64;
+    }
+
+    /// Flushes the last second and reports the worker's end.
+    pub fn finish(mut self, now_ns: u64, in_flight: u64, cpu_ns: u64) {
+        self.tick(now_ns);
+        let next = self.second + 1;
+        self.flush(next);
+        let _ = self.out.send(WorkerMessage::Final(WorkerFinal {
+            worker: self.worker,
+            latency: self.latency,
+            lateness: self.lateness,
+            in_flight,
+            cpu_ns,
+        }));
+    }
+}

@@ -1,0 +1,220 @@
+//! The results file: one type, serialised as JSON (schema in docs/results-schema.md).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Counters, Histogram, SparseHistogram};
+
+/// How the run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Ran for its whole duration or count, then waited for the last answers.
+    Complete,
+    /// Stopped early (Ctrl-C / SIGTERM); queries without a fate are counted as in flight.
+    Interrupted,
+}
+
+/// Everything a run measured. Produced by the engine, read by every printer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunResult {
+    pub schema: String,
+    pub volley_version: String,
+    pub status: Status,
+    /// The command line that produced the run, to repeat it.
+    pub command: Vec<String>,
+    /// Wall-clock start, RFC 3339 UTC, and the same in Unix milliseconds (second 0 of `series`).
+    pub started_at: String,
+    pub started_unix_ms: u64,
+    /// Length of the sending phase, seconds.
+    pub duration_s: f64,
+    /// Sending plus waiting for the last answers, seconds.
+    pub elapsed_s: f64,
+    pub target: TargetInfo,
+    pub load: LoadInfo,
+    pub totals: Totals,
+    pub qps: Qps,
+    pub latency: LatencySummary,
+    /// Open loop only: how late queries left against their schedule.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub send_lateness: Option<LatencySummary>,
+    pub generator: GeneratorInfo,
+    pub series: Vec<SecondRow>,
+    /// Things the reader must know to trust the figures (e.g. the generator fell behind).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TargetInfo {
+    pub url: String,
+    pub transport: String,
+    pub address: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LoadInfo {
+    /// `closed` (fixed concurrency) or `open` (fixed rate).
+    pub model: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub concurrency: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub duration_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub count: Option<u64>,
+    pub timeout_ms: u64,
+    pub threads: usize,
+    pub connections: usize,
+    /// Where queries came from: `file:PATH`, `name:NAME TYPE`, `random:SUFFIX TYPE`.
+    pub queries: String,
+}
+
+/// Fates of every query and the events around them. `sent = answered + timed_out + failed + in_flight`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    pub sent: u64,
+    pub answered: u64,
+    pub timed_out: u64,
+    pub failed: u64,
+    pub in_flight: u64,
+    pub truncated: u64,
+    pub rcodes: BTreeMap<String, u64>,
+    pub errors: BTreeMap<String, u64>,
+    pub unexpected: BTreeMap<String, u64>,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+}
+
+impl Totals {
+    pub fn from_counters(c: &Counters, in_flight: u64) -> Totals {
+        Totals {
+            sent: c.sent,
+            answered: c.answered,
+            timed_out: c.timed_out,
+            failed: c.failed,
+            in_flight,
+            truncated: c.truncated,
+            rcodes: c.rcode_map(),
+            errors: c.error_map(),
+            unexpected: c.unexpected_map(),
+            bytes_out: c.bytes_out,
+            bytes_in: c.bytes_in,
+        }
+    }
+
+    /// True when every query has exactly one fate.
+    pub fn balanced(&self) -> bool {
+        self.sent == self.answered + self.timed_out + self.failed + self.in_flight
+    }
+
+    pub fn answered_ratio(&self) -> f64 {
+        if self.sent == 0 {
+            0.0
+        } else {
+            self.answered as f64 / self.sent as f64
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Qps {
+    /// Queries issued per second of the sending phase.
+    pub sent: f64,
+    /// Answers per second of the sending phase.
+    pub answered: f64,
+}
+
+/// Percentiles in nanoseconds, and the whole histogram for exact merging.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub min_ns: u64,
+    pub mean_ns: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+    pub histogram: SparseHistogram,
+}
+
+impl LatencySummary {
+    pub fn of(h: &Histogram) -> LatencySummary {
+        LatencySummary {
+            count: h.count(),
+            min_ns: h.min(),
+            mean_ns: h.mean().round() as u64,
+            p50_ns: h.quantile(0.5),
+            p90_ns: h.quantile(0.9),
+            p99_ns: h.quantile(0.99),
+            p999_ns: h.quantile(0.999),
+            max_ns: h.max(),
+            histogram: h.to_sparse(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GeneratorInfo {
+    /// CPU time (user + system) of the generator's worker threads.
+    pub cpu_s: f64,
+    /// That CPU time per answered query, microseconds.
+    pub cpu_us_per_answer: f64,
+    pub threads: usize,
+}
+
+/// One second of the run (second 0 starts at `started_unix_ms`). Fates are counted in the
+/// second they happened; `sent` in the second the query was issued.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SecondRow {
+    pub second: u32,
+    pub sent: u64,
+    pub answered: u64,
+    pub timed_out: u64,
+    pub failed: u64,
+    pub truncated: u64,
+    pub rcodes: BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub errors: BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub unexpected: BTreeMap<String, u64>,
+    pub latency: SecondLatency,
+}
+
+/// Latency of one second's answers (2 significant figures), with its histogram.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SecondLatency {
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+    pub histogram: SparseHistogram,
+}
+
+impl SecondRow {
+    pub fn of(second: u32, c: &Counters, h: &Histogram) -> SecondRow {
+        SecondRow {
+            second,
+            sent: c.sent,
+            answered: c.answered,
+            timed_out: c.timed_out,
+            failed: c.failed,
+            truncated: c.truncated,
+            rcodes: c.rcode_map(),
+            errors: c.error_map(),
+            unexpected: c.unexpected_map(),
+            latency: SecondLatency {
+                p50_ns: h.quantile(0.5),
+                p90_ns: h.quantile(0.9),
+                p99_ns: h.quantile(0.99),
+                p999_ns: h.quantile(0.999),
+                max_ns: h.max(),
+                histogram: h.to_sparse(),
+            },
+        }
+    }
+}
