@@ -1,5 +1,6 @@
 //! `volley`: the command line. Flags live in `cli.rs`; each subcommand in `cmd/`.
 
+mod args;
 mod cli;
 mod cmd;
 mod error;

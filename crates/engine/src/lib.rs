@@ -1,1 +1,248 @@
-//! volley-engine
+//! The load engine: turns a [`Plan`] (target, queries, load model, stop condition) into a
+//! [`RunResult`].
+//!
+//! Threads: one worker per thread, each with its own single-threaded runtime, its own
+//! lanes (sockets or connections) and its own recorder — nothing shared on the hot path.
+//! The calling thread collects one sample per worker per second and reports progress.
+//!
+//! Load models: closed loop (a fixed number of queries in flight; each fate starts the next)
+//! and open loop (queries scheduled at exact times; latency counts from the scheduled time,
+//! so a generator that falls behind shows it as latency and send lateness, never as a
+//! silently lower rate).
+
+pub mod clock;
+mod slab;
+pub mod source;
+mod timer;
+mod worker;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use thiserror::Error;
+use volley_metrics::{
+    Collector, GeneratorInfo, LatencySummary, LoadInfo, Progress, Qps, RunResult, Status, TargetInfo, Totals, SCHEMA,
+};
+use volley_transport::{LaneOptions, Target};
+
+pub use source::{QuerySet, SourceError};
+
+/// How load is applied.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Load {
+    /// Keep this many queries in flight.
+    Closed { concurrency: u64 },
+    /// Issue this many queries per second, on schedule.
+    Open { rate: f64 },
+}
+
+/// Everything a run needs.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub target: Target,
+    pub queries: QuerySet,
+    pub load: Load,
+    /// Stop issuing after this long...
+    pub duration: Option<Duration>,
+    /// ...or after this many queries, whichever comes first.
+    pub count: Option<u64>,
+    pub timeout: Duration,
+    pub threads: usize,
+    /// Lanes (UDP sockets, TCP connections) in total.
+    pub connections: usize,
+    pub lane: LaneOptions,
+}
+
+#[derive(Debug, Error)]
+pub enum EngineError {
+    #[error("{0}")]
+    Plan(String),
+    #[error("cannot start worker thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Splits `total` into `n` near-equal parts.
+fn split(total: u64, n: usize, i: usize) -> u64 {
+    total / n as u64 + u64::from((i as u64) < total % n as u64)
+}
+
+/// Runs the plan to its end (or until `interrupt` is set), calling `progress` once per
+/// completed second, on the calling thread.
+pub fn run(
+    plan: &Plan,
+    interrupt: Arc<AtomicBool>,
+    mut progress: impl FnMut(&Progress),
+) -> Result<RunResult, EngineError> {
+    let stop_by = plan.duration.is_some() || plan.count.is_some();
+    if !stop_by {
+        return Err(EngineError::Plan("a run needs a duration or a count".into()));
+    }
+    let mut threads = plan.threads.max(1);
+    match plan.load {
+        Load::Closed { concurrency } => {
+            if concurrency == 0 {
+                return Err(EngineError::Plan("concurrency must be at least 1".into()));
+            }
+            threads = threads.min(concurrency as usize);
+        }
+        Load::Open { rate } => {
+            if !(rate > 0.0 && rate.is_finite()) {
+                return Err(EngineError::Plan("rate must be a positive number of queries per second".into()));
+            }
+        }
+    }
+    if let Some(n) = plan.count {
+        threads = threads.min(n.max(1) as usize);
+    }
+    let connections = plan.connections.max(threads);
+    if let Load::Closed { concurrency } = plan.load {
+        let room = connections as u64 * plan.lane.max_in_flight as u64;
+        if concurrency > room {
+            return Err(EngineError::Plan(format!(
+                "concurrency {concurrency} exceeds {room} (= {connections} connections x {} queries each): add --connections",
+                plan.lane.max_in_flight
+            )));
+        }
+    }
+
+    let (tx, rx) = mpsc::channel();
+    let start_ns = clock::now_ns();
+    let started_unix_ms = clock::unix_ms();
+    let end_ns = plan.duration.map(|d| start_ns + d.as_nanos() as u64);
+    let common = worker::Common {
+        target: plan.target.clone(),
+        queries: plan.queries.clone(),
+        timeout: plan.timeout,
+        start_ns,
+        end_ns,
+        lane: plan.lane.clone(),
+        interrupt: interrupt.clone(),
+        out: tx,
+        workers: threads,
+    };
+    let mut handles = Vec::with_capacity(threads);
+    for i in 0..threads {
+        let share = worker::Share {
+            index: i,
+            concurrency: match plan.load {
+                Load::Closed { concurrency } => Some(split(concurrency, threads, i)),
+                Load::Open { .. } => None,
+            },
+            schedule: match plan.load {
+                Load::Open { rate } => {
+                    let interval = 1e9 * threads as f64 / rate;
+                    Some((start_ns + (1e9 * i as f64 / rate) as u64, interval))
+                }
+                Load::Closed { .. } => None,
+            },
+            quota: plan.count.map_or(u64::MAX, |n| split(n, threads, i)),
+            lanes: split(connections as u64, threads, i) as usize,
+        };
+        let c = common.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("volley-worker-{i}"))
+            .spawn(move || worker::run_worker(share, c))
+            .map_err(EngineError::Thread)?;
+        handles.push(h);
+    }
+    drop(common);
+
+    let mut collector = Collector::new(threads);
+    while !collector.done() {
+        match rx.recv_timeout(Duration::from_millis(250)) {
+            Ok(m) => {
+                for p in collector.absorb(m) {
+                    progress(&p);
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let mut events: BTreeMap<String, u64> = BTreeMap::new();
+    for h in handles {
+        if let Ok(end) = h.join() {
+            for (k, v) in end.events {
+                *events.entry(k.to_string()).or_insert(0) += v;
+            }
+        }
+    }
+    let elapsed_ns = clock::now_ns() - start_ns;
+    let got = collector.finish();
+    let interrupted = interrupt.load(Ordering::Relaxed);
+
+    // The sending phase: the planned duration, or until the last query was issued.
+    let sending_s = match (plan.duration, interrupted) {
+        (Some(d), false) => d.as_secs_f64(),
+        _ => {
+            let last = got.series.iter().rposition(|r| r.sent > 0).map_or(0, |i| i + 1);
+            // Whole seconds with sends, trimmed to the elapsed time.
+            (last as f64).min(elapsed_ns as f64 / 1e9).max(1e-3)
+        }
+    };
+    let totals = Totals::from_counters(&got.totals, got.in_flight);
+    let cpu_s = got.cpu_ns as f64 / 1e9;
+    let mut warnings = Vec::new();
+    let open = matches!(plan.load, Load::Open { .. });
+    let lateness = open.then(|| LatencySummary::of(&got.lateness));
+    if let Some(l) = &lateness {
+        if l.p99_ns > 1_000_000 {
+            warnings.push(format!(
+                "the generator fell behind its schedule: p99 send lateness {:.1} ms (latency includes it)",
+                l.p99_ns as f64 / 1e6
+            ));
+        }
+    }
+    if let Some(n) = events.get("udp_icmp_refused") {
+        warnings.push(format!("{n} ICMP port-unreachable errors: the target stopped listening during the run"));
+    }
+    if !totals.balanced() {
+        warnings.push("accounting does not balance: this is a bug in volley, please report it".into());
+    }
+    Ok(RunResult {
+        schema: SCHEMA.to_string(),
+        volley_version: env!("CARGO_PKG_VERSION").to_string(),
+        status: if interrupted { Status::Interrupted } else { Status::Complete },
+        command: Vec::new(),
+        started_at: clock::rfc3339(started_unix_ms),
+        started_unix_ms,
+        duration_s: sending_s,
+        elapsed_s: elapsed_ns as f64 / 1e9,
+        target: TargetInfo {
+            url: plan.target.url.clone(),
+            transport: plan.target.scheme.as_str().to_string(),
+            address: plan.target.addr.to_string(),
+        },
+        load: LoadInfo {
+            model: if open { "open" } else { "closed" }.to_string(),
+            concurrency: match plan.load {
+                Load::Closed { concurrency } => Some(concurrency),
+                _ => None,
+            },
+            rate: match plan.load {
+                Load::Open { rate } => Some(rate),
+                _ => None,
+            },
+            duration_s: plan.duration.map(|d| d.as_secs_f64()),
+            count: plan.count,
+            timeout_ms: plan.timeout.as_millis() as u64,
+            threads,
+            connections,
+            queries: plan.queries.description.clone(),
+        },
+        qps: Qps { sent: totals.sent as f64 / sending_s, answered: totals.answered as f64 / sending_s },
+        latency: LatencySummary::of(&got.latency),
+        send_lateness: lateness,
+        generator: GeneratorInfo {
+            cpu_s,
+            cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
+            threads,
+        },
+        totals,
+        series: got.series,
+        events,
+        warnings,
+    })
+}

@@ -128,11 +128,11 @@ mod tests {
         let s = 1_000_000_000u64;
         let mut a = Recorder::new(0, 0, tx.clone());
         let mut b = Recorder::new(1, 0, tx);
-        a.sent(10, 40);
+        a.sent(10);
         a.answered(20, 1000, 0, false, 60);
-        b.sent(s + 5, 40);
+        b.sent(s + 5);
         b.timed_out(3 * s + 1);
-        a.sent(2 * s, 40);
+        a.sent(2 * s);
         a.answered(2 * s + 9, 2000, 3, false, 60);
         a.finish(2 * s + 10, 0, 5);
         b.finish(3 * s + 2, 0, 7);

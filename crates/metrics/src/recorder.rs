@@ -89,11 +89,11 @@ impl Recorder {
         let _ = self.out.send(WorkerMessage::Second(sample));
     }
 
+    /// A query was issued by the load model (its fate comes later).
     #[inline]
-    pub fn sent(&mut self, now_ns: u64, bytes: usize) {
+    pub fn sent(&mut self, now_ns: u64) {
         self.tick(now_ns);
         self.cur.sent += 1;
-        self.cur.bytes_out += bytes as u64;
     }
 
     /// Records how late a query left against its scheduled time.
@@ -102,10 +102,9 @@ impl Recorder {
         self.lateness.record(late_ns);
     }
 
-    /// Counts wire bytes of a message written again (a retransmission or a resend on a new
-    /// connection), without issuing a new query.
+    /// Counts the bytes of a DNS message written to the transport (the query left).
     #[inline]
-    pub fn resent(&mut self, bytes: usize) {
+    pub fn wrote(&mut self, bytes: usize) {
         self.cur.bytes_out += bytes as u64;
     }
 

@@ -41,6 +41,10 @@ pub struct RunResult {
     pub send_lateness: Option<LatencySummary>,
     pub generator: GeneratorInfo,
     pub series: Vec<SecondRow>,
+    /// Transport events that are not fates of queries (connections opened, closed by the
+    /// server, ICMP unreachable...), by name.
+    #[serde(default)]
+    pub events: BTreeMap<String, u64>,
     /// Things the reader must know to trust the figures (e.g. the generator fell behind).
     #[serde(default)]
     pub warnings: Vec<String>,

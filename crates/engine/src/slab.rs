@@ -1,0 +1,97 @@
+//! The queries of one worker that still wait for a fate: a slab of fixed-size entries,
+//! addressed by tokens that carry a generation so that a stale token never matches.
+
+use volley_transport::Token;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Entry {
+    pub(crate) gen: u32,
+    pub(crate) live: bool,
+    /// Lane (socket or connection slot) the query was handed to.
+    pub lane: u32,
+    /// Query index in the query set, and the seed of its random label.
+    pub query: u32,
+    pub seed: u64,
+    /// Scheduled send time (open loop) or issue time (closed loop); latency counts from here.
+    pub scheduled: u64,
+    /// Question key to match the response against (0 until written, for random labels).
+    pub key: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Slab {
+    entries: Vec<Entry>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+impl Slab {
+    #[inline]
+    pub fn insert(&mut self, mut e: Entry) -> Token {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.entries.push(Entry::default());
+                (self.entries.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.entries[idx as usize];
+        e.gen = slot.gen.wrapping_add(1);
+        e.live = true;
+        *slot = e;
+        self.live += 1;
+        ((e.gen as u64) << 32) | (idx as u64 + 1)
+    }
+
+    #[inline]
+    fn index(&self, t: Token) -> Option<usize> {
+        let idx = (t as u32).checked_sub(1)? as usize;
+        let e = self.entries.get(idx)?;
+        (e.live && e.gen == (t >> 32) as u32).then_some(idx)
+    }
+
+    #[inline]
+    pub fn contains(&self, t: Token) -> bool {
+        self.index(t).is_some()
+    }
+
+    #[inline]
+    pub fn get_mut(&mut self, t: Token) -> Option<&mut Entry> {
+        let i = self.index(t)?;
+        Some(&mut self.entries[i])
+    }
+
+    #[inline]
+    pub fn remove(&mut self, t: Token) -> Option<Entry> {
+        let i = self.index(t)?;
+        let e = &mut self.entries[i];
+        e.live = false;
+        self.free.push(i as u32);
+        self.live -= 1;
+        Some(*e)
+    }
+
+    pub fn live(&self) -> usize {
+        self.live
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_tokens_never_match() {
+        let mut s = Slab::default();
+        let a = s.insert(Entry { lane: 1, ..Default::default() });
+        assert_ne!(a, 0);
+        assert!(s.contains(a));
+        assert_eq!(s.remove(a).map(|e| e.lane), Some(1));
+        assert!(!s.contains(a));
+        let b = s.insert(Entry::default());
+        assert_ne!(a, b, "same slot, new generation");
+        assert!(s.remove(a).is_none());
+        assert!(!s.contains(0));
+        assert_eq!(s.live(), 1);
+    }
+}

@@ -1,0 +1,56 @@
+use volley_metrics::{ErrorKind, Unexpected};
+
+/// A query in flight, as the engine names it: never 0 (0 marks an empty slot in tables).
+pub type Token = u64;
+
+/// What a transport may tell the load engine, and ask of it. Single-threaded: a worker's
+/// engine and its lanes share one thread, so calls are plain, cheap method calls.
+pub trait Exchange {
+    /// Monotonic clock of the run, nanoseconds.
+    fn now(&self) -> u64;
+    /// Writes query `token` with DNS `id` into `out` (cleared first). False when the query
+    /// has already ended (timed out before it could be sent): skip it.
+    fn encode(&self, token: Token, id: u16, out: &mut Vec<u8>) -> bool;
+    /// The query left, `bytes` long (the DNS message, without framing).
+    fn sent(&self, token: Token, bytes: usize, now: u64);
+    /// A response for `token` arrived; the engine checks its question and records the fate.
+    fn response(&self, token: Token, msg: &[u8], now: u64);
+    /// The query failed.
+    fn failed(&self, token: Token, kind: ErrorKind, now: u64);
+    /// A response matched nothing in flight.
+    fn unexpected(&self, kind: Unexpected, bytes: usize, now: u64);
+    /// Whether `token` still waits for a fate.
+    fn is_live(&self, token: Token) -> bool;
+    /// A transport-level event that is not a query's fate (e.g. ICMP unreachable on UDP).
+    fn event(&self, what: &'static str);
+}
+
+/// Hands one received message to the engine: finds its query by ID in `ids`, or counts it
+/// as unexpected. Shared by every transport that matches by DNS ID (UDP, TCP, DoT).
+#[inline]
+pub fn deliver<X: Exchange + ?Sized>(msg: &[u8], ids: &mut crate::IdTable, x: &X, now: u64) {
+    if msg.len() < volley_wire::HEADER_LEN {
+        x.unexpected(Unexpected::Malformed, msg.len(), now);
+        return;
+    }
+    let id = u16::from_be_bytes([msg[0], msg[1]]);
+    match ids.remove(id) {
+        Some(t) if x.is_live(t) => x.response(t, msg, now),
+        Some(_) => x.unexpected(Unexpected::Late, msg.len(), now),
+        None => x.unexpected(Unexpected::UnknownId, msg.len(), now),
+    }
+}
+
+/// The error kind of an I/O error on a socket.
+pub fn error_kind(e: &std::io::Error) -> ErrorKind {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::ConnectionRefused => ErrorKind::Refused,
+        K::ConnectionReset => ErrorKind::Reset,
+        K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof | K::NotConnected => ErrorKind::Closed,
+        K::AddrInUse | K::AddrNotAvailable | K::TimedOut | K::HostUnreachable | K::NetworkUnreachable => {
+            ErrorKind::Connect
+        }
+        _ => ErrorKind::Io,
+    }
+}

@@ -1,0 +1,105 @@
+//! Batched datagram I/O on a connected socket: `sendmmsg(2)` and `recvmmsg(2)`.
+
+use std::io;
+use std::os::fd::RawFd;
+
+/// Fixed buffers for up to `n` datagrams, reused for every batch: no allocation per query.
+pub struct Batch {
+    bufs: Vec<Vec<u8>>,
+    lens: Vec<usize>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+    /// Datagrams filled for sending.
+    pub count: usize,
+}
+
+impl Batch {
+    pub fn new(n: usize, size: usize) -> Batch {
+        let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| Vec::with_capacity(size)).collect();
+        let iovs = bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: size }).collect();
+        // SAFETY: mmsghdr is plain old data; all-zero is a valid empty header.
+        let hdrs = (0..n).map(|_| unsafe { std::mem::zeroed::<libc::mmsghdr>() }).collect();
+        Batch { bufs, lens: vec![0; n], iovs, hdrs, count: 0 }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.bufs.len()
+    }
+
+    /// The next send buffer, cleared; call [`Batch::commit`] once it holds a message.
+    pub fn next_buf(&mut self) -> &mut Vec<u8> {
+        let b = &mut self.bufs[self.count];
+        b.clear();
+        b
+    }
+
+    pub fn commit(&mut self) {
+        self.lens[self.count] = self.bufs[self.count].len();
+        self.count += 1;
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.count == self.bufs.len()
+    }
+
+    /// Length of datagram `i` (sent or received).
+    pub fn len_of(&self, i: usize) -> usize {
+        self.lens[i]
+    }
+
+    pub fn msg(&self, i: usize) -> &[u8] {
+        // SAFETY: recv wrote `lens[i]` bytes into the buffer's spare capacity; send buffers
+        // hold `lens[i]` initialised bytes.
+        unsafe { std::slice::from_raw_parts(self.bufs[i].as_ptr(), self.lens[i]) }
+    }
+
+    fn point(&mut self, from: usize, to: usize, recv: bool) {
+        for i in from..to {
+            let b = &mut self.bufs[i];
+            self.iovs[i] = libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: if recv { b.capacity() } else { self.lens[i] },
+            };
+            let h = &mut self.hdrs[i];
+            h.msg_hdr.msg_iov = &mut self.iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_name = std::ptr::null_mut();
+            h.msg_hdr.msg_namelen = 0;
+            h.msg_hdr.msg_control = std::ptr::null_mut();
+            h.msg_hdr.msg_controllen = 0;
+            h.msg_hdr.msg_flags = 0;
+            h.msg_len = 0;
+        }
+    }
+
+    /// Sends datagrams `from..count`; returns how many left (at least one) or the error.
+    pub fn send(&mut self, fd: RawFd, from: usize) -> io::Result<usize> {
+        self.point(from, self.count, false);
+        let n = (self.count - from) as libc::c_uint;
+        // SAFETY: headers point at live buffers owned by self for the duration of the call.
+        let r = unsafe { libc::sendmmsg(fd, self.hdrs[from..].as_mut_ptr(), n, libc::MSG_DONTWAIT) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+
+    /// Receives up to `capacity()` datagrams without blocking; returns how many.
+    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        let n = self.bufs.len();
+        self.point(0, n, true);
+        // SAFETY: as for send; the kernel writes at most iov_len bytes into each buffer.
+        let r = unsafe {
+            libc::recvmmsg(fd, self.hdrs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut())
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let r = r as usize;
+        for i in 0..r {
+            self.lens[i] = self.hdrs[i].msg_len as usize;
+        }
+        Ok(r)
+    }
+}

@@ -1,0 +1,144 @@
+//! DNS over UDP: a connected socket per lane, queries and answers in batches of datagrams.
+
+mod mmsg;
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::Interest;
+use tokio::net::UdpSocket;
+use volley_metrics::ErrorKind;
+
+use crate::{deliver, error_kind, Exchange, IdTable, Lane, LaneOptions, Token};
+
+pub use mmsg::Batch;
+
+/// Datagrams per system call.
+const BATCH: usize = 64;
+
+/// Opens a non-blocking UDP socket connected to `addr`, with large buffers.
+pub fn connect(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    let _ = s.set_recv_buffer_size(4 << 20);
+    let _ = s.set_send_buffer_size(4 << 20);
+    s.set_nonblocking(true)?;
+    s.connect(&addr.into())?;
+    Ok(s.into())
+}
+
+/// The driver of one UDP lane: sends what the engine queues, delivers what comes back.
+pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
+    let sock = match connect(addr).and_then(UdpSocket::from_std) {
+        Ok(s) => s,
+        Err(e) => {
+            let kind = error_kind(&e);
+            let now = x.now();
+            for t in lane.take_queued() {
+                x.failed(t, kind, now);
+            }
+            x.event("udp_socket_error");
+            return;
+        }
+    };
+    let fd = sock.as_raw_fd();
+    let mut ids = IdTable::with_capacity(1024);
+    let mut out = Batch::new(BATCH, 512.max(opts.udp_payload.min(65_535)));
+    let mut inb = Batch::new(BATCH, opts.udp_payload.clamp(512, 65_535));
+    let mut tokens: Vec<Token> = Vec::with_capacity(BATCH);
+    loop {
+        while lane.queued() > 0 {
+            send_batch(&sock, fd, &lane, &*x, &mut ids, &mut out, &mut tokens).await;
+        }
+        if lane.closing() {
+            return;
+        }
+        tokio::select! {
+            biased;
+            r = sock.readable() => {
+                if r.is_err() {
+                    return;
+                }
+                loop {
+                    match sock.try_io(Interest::READABLE, || inb.recv(fd)) {
+                        Ok(n) => {
+                            let now = x.now();
+                            for i in 0..n {
+                                deliver(inb.msg(i), &mut ids, &*x, now);
+                            }
+                            if n < inb.capacity() {
+                                break;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        // ICMP port unreachable for an earlier datagram: not tied to a query.
+                        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => x.event("udp_icmp_refused"),
+                        Err(_) => {
+                            x.event("udp_recv_error");
+                            break;
+                        }
+                    }
+                }
+            }
+            _ = lane.wait() => {}
+        }
+    }
+}
+
+/// Takes up to one batch of queued queries, stamps IDs, sends them with one system call
+/// (more if the kernel takes part of it).
+async fn send_batch<X: Exchange>(
+    sock: &UdpSocket,
+    fd: i32,
+    lane: &Lane,
+    x: &X,
+    ids: &mut IdTable,
+    out: &mut Batch,
+    tokens: &mut Vec<Token>,
+) {
+    out.count = 0;
+    tokens.clear();
+    while !out.is_full() {
+        let Some(t) = lane.pop() else { break };
+        let Some(id) = ids.insert(t, |o| x.is_live(o)) else {
+            x.failed(t, ErrorKind::Overload, x.now());
+            continue;
+        };
+        if !x.encode(t, id, out.next_buf()) {
+            ids.remove(id);
+            continue;
+        }
+        out.commit();
+        tokens.push(t);
+    }
+    let mut from = 0;
+    while from < out.count {
+        match sock.try_io(Interest::WRITABLE, || out.send(fd, from)) {
+            Ok(n) => {
+                let now = x.now();
+                for i in from..from + n {
+                    x.sent(tokens[i], out.len_of(i), now);
+                }
+                from += n;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let _ = sock.writable().await;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => x.event("udp_icmp_refused"),
+            Err(e) => {
+                // This datagram cannot leave: it fails; the rest are tried again.
+                let now = x.now();
+                let msg = out.msg(from);
+                if msg.len() >= 2 {
+                    ids.remove(u16::from_be_bytes([msg[0], msg[1]]));
+                }
+                x.failed(tokens[from], error_kind(&e), now);
+                from += 1;
+            }
+        }
+    }
+}
