@@ -1,0 +1,98 @@
+//! The `volley bench` table: one row per transport, built from a column model so that new
+//! columns are one entry in [`COLUMNS`] (and a field in [`BenchRow`]).
+
+use std::io::{self, Write};
+
+use serde::{Deserialize, Serialize};
+
+use crate::table::{Align, Table};
+use crate::units::{fmt_ns, fmt_rate, fmt_ratio_pct};
+
+/// One transport's figures in a bench.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchRow {
+    /// Transport name as the user wrote it (`udp`, `tcp`, `dot`, `doh2`, ...).
+    pub transport: String,
+    /// Answers per second.
+    pub qps: f64,
+    /// Answered queries over queries sent, 0..=1.
+    pub answered_ratio: f64,
+    /// Median latency, nanoseconds.
+    pub p50_ns: u64,
+    /// 99th percentile latency, nanoseconds.
+    pub p99_ns: u64,
+    /// Generator CPU time per answered query, microseconds.
+    pub cpu_us_per_answer: f64,
+    /// Free text printed after the columns (e.g. `connection refused`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// What every cell may look at besides its row.
+struct Context {
+    /// QPS of the `udp` row, the reference of the `vs udp` column.
+    udp_qps: Option<f64>,
+}
+
+/// A column of the bench table: header, alignment, whether it appears at all for these rows,
+/// and how one row's cell is written.
+struct Column {
+    header: &'static str,
+    align: Align,
+    shown: fn(&[BenchRow]) -> bool,
+    cell: fn(&BenchRow, &Context) -> String,
+}
+
+fn always(_: &[BenchRow]) -> bool {
+    true
+}
+
+/// The columns, in order. Optional columns (handshake time, bytes per query) go here with a
+/// `shown` that checks whether any row has the figure.
+const COLUMNS: &[Column] = &[
+    Column { header: "transport", align: Align::Left, shown: always, cell: |r, _| r.transport.clone() },
+    Column { header: "qps", align: Align::Right, shown: always, cell: |r, _| fmt_rate(r.qps) },
+    Column { header: "answered", align: Align::Right, shown: always, cell: |r, _| fmt_ratio_pct(r.answered_ratio) },
+    Column { header: "p50", align: Align::Right, shown: always, cell: |r, _| fmt_ns(r.p50_ns) },
+    Column { header: "p99", align: Align::Right, shown: always, cell: |r, _| fmt_ns(r.p99_ns) },
+    Column {
+        header: "gen CPU/query",
+        align: Align::Right,
+        shown: always,
+        cell: |r, _| {
+            if r.cpu_us_per_answer.is_finite() && r.cpu_us_per_answer >= 0.0 {
+                fmt_ns((r.cpu_us_per_answer * 1000.0).round() as u64)
+            } else {
+                "-".into()
+            }
+        },
+    },
+    Column { header: "vs udp", align: Align::Right, shown: always, cell: |r, c| vs_udp(r.qps, c.udp_qps) },
+    Column { header: "", align: Align::Left, shown: always, cell: |r, _| r.note.clone().unwrap_or_default() },
+];
+
+/// `qps / udp_qps` as `0.41x`; `-` without a usable udp row.
+fn vs_udp(qps: f64, udp_qps: Option<f64>) -> String {
+    match udp_qps {
+        Some(u) if u > 0.0 && u.is_finite() && qps.is_finite() => format!("{:.2}x", qps / u),
+        _ => "-".to_string(),
+    }
+}
+
+/// Writes the bench table: `transport  qps  answered  p50  p99  gen CPU/query  vs udp` and the
+/// note, columns aligned. `vs udp` is each row's qps over the qps of the row whose transport is
+/// `udp` (the first such row), `-` when there is none.
+pub fn write_bench_table(rows: &[BenchRow], w: &mut impl Write) -> io::Result<()> {
+    bench_table(rows).write(w)
+}
+
+/// The bench table as a [`Table`], for callers that embed it.
+pub fn bench_table(rows: &[BenchRow]) -> Table {
+    let ctx = Context { udp_qps: rows.iter().find(|r| r.transport.eq_ignore_ascii_case("udp")).map(|r| r.qps) };
+    let cols: Vec<&Column> = COLUMNS.iter().filter(|c| (c.shown)(rows)).collect();
+    let mut t = cols.iter().fold(Table::new(), |t, c| t.column(c.header, c.align));
+    for r in rows {
+        t.row(cols.iter().map(|c| (c.cell)(r, &ctx)));
+    }
+    t
+}

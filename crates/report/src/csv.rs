@@ -1,0 +1,96 @@
+//! The per-second series as CSV, for spreadsheets and plotting tools.
+
+use std::collections::BTreeSet;
+use std::io::{self, Write};
+
+use volley_metrics::{ErrorKind, RunResult, SecondRow, Unexpected};
+
+use crate::text::rcode_rank;
+
+/// Writes the per-second series as CSV with a header row. Columns: `second, sent, answered,
+/// timed_out, failed, truncated, p50_ns, p90_ns, p99_ns, p999_ns, max_ns`, then one column per
+/// RCODE seen in the run (its name, e.g. `NOERROR`, in registry order), one per error kind seen
+/// (`error_KIND`, e.g. `error_reset`) and one per kind of unexpected response seen
+/// (`unexpected_KIND`). Counts are of events in that second; latency cells are empty for a
+/// second without answers. Each count column sums to the matching total of the run.
+pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
+    let rcodes: Vec<String> = {
+        let mut seen: BTreeSet<(u16, String)> = BTreeSet::new();
+        let names = r.totals.rcodes.keys().chain(r.series.iter().flat_map(|s| s.rcodes.keys()));
+        seen.extend(names.map(|n| (rcode_rank(n), n.clone())));
+        seen.into_iter().map(|(_, n)| n).collect()
+    };
+    let errors = kinds_seen(r.totals.errors.keys().chain(r.series.iter().flat_map(|s| s.errors.keys())), |n| {
+        ErrorKind::from_name(n).map(|k| k as usize)
+    });
+    let unexpected =
+        kinds_seen(r.totals.unexpected.keys().chain(r.series.iter().flat_map(|s| s.unexpected.keys())), |n| {
+            Unexpected::from_name(n).map(|k| k as usize)
+        });
+
+    let mut header: Vec<String> = [
+        "second",
+        "sent",
+        "answered",
+        "timed_out",
+        "failed",
+        "truncated",
+        "p50_ns",
+        "p90_ns",
+        "p99_ns",
+        "p999_ns",
+        "max_ns",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    header.extend(rcodes.iter().cloned());
+    header.extend(errors.iter().map(|k| format!("error_{k}")));
+    header.extend(unexpected.iter().map(|k| format!("unexpected_{k}")));
+    write_record(w, &header)?;
+
+    for s in &r.series {
+        write_record(w, &row_cells(s, &rcodes, &errors, &unexpected))?;
+    }
+    Ok(())
+}
+
+fn row_cells(s: &SecondRow, rcodes: &[String], errors: &[String], unexpected: &[String]) -> Vec<String> {
+    let mut cells: Vec<String> =
+        [s.second as u64, s.sent, s.answered, s.timed_out, s.failed, s.truncated].iter().map(u64::to_string).collect();
+    let l = &s.latency;
+    for v in [l.p50_ns, l.p90_ns, l.p99_ns, l.p999_ns, l.max_ns] {
+        cells.push(if s.answered == 0 { String::new() } else { v.to_string() });
+    }
+    let get = |m: &std::collections::BTreeMap<String, u64>, k: &String| m.get(k).copied().unwrap_or(0).to_string();
+    cells.extend(rcodes.iter().map(|k| get(&s.rcodes, k)));
+    cells.extend(errors.iter().map(|k| get(&s.errors, k)));
+    cells.extend(unexpected.iter().map(|k| get(&s.unexpected, k)));
+    cells
+}
+
+/// Names seen, known kinds in their declared order, unknown names after them alphabetically.
+fn kinds_seen<'a>(names: impl Iterator<Item = &'a String>, rank: impl Fn(&str) -> Option<usize>) -> Vec<String> {
+    let mut seen: BTreeSet<(usize, String)> = BTreeSet::new();
+    seen.extend(names.map(|n| (rank(n).unwrap_or(usize::MAX), n.clone())));
+    seen.into_iter().map(|(_, n)| n).collect()
+}
+
+/// One CSV record (RFC 4180): cells with a comma, quote or line break are quoted.
+fn write_record(w: &mut impl Write, cells: &[String]) -> io::Result<()> {
+    let mut line = String::new();
+    for (i, c) in cells.iter().enumerate() {
+        if i > 0 {
+            line.push(',');
+        }
+        if c.contains([',', '"', '\n', '\r']) {
+            line.push('"');
+            line.push_str(&c.replace('"', "\"\""));
+            line.push('"');
+        } else {
+            line.push_str(c);
+        }
+    }
+    line.push('\n');
+    w.write_all(line.as_bytes())
+}

@@ -1,0 +1,34 @@
+//! The live line printed on stderr while a run goes.
+
+use volley_metrics::Progress;
+
+use crate::units::{fmt_ns, fmt_pct, fmt_secs};
+
+/// One status line for a terminal, from the last complete second, e.g.
+/// `[  3s/10s]  qps 48210  answered 99.98%  p99 412µs  timeouts 0  errors 0`.
+///
+/// `qps` is the queries issued in that second; `answered` is the share of answers among the
+/// fates that happened in that second (answered + timed out + failed), `-` when none did;
+/// `p99` is of that second's answers. `total_s` is the planned length, `None` for a run bounded
+/// by a count. No newline: the caller prints it after `\r` and clears the rest of the line.
+pub fn progress_line(p: &Progress, elapsed_s: f64, total_s: Option<f64>) -> String {
+    let row = &p.row;
+    let elapsed = format!("{}s", elapsed_s.max(0.0).floor() as u64);
+    let clock = match total_s {
+        Some(total) => {
+            let total = fmt_secs(total);
+            let w = total.chars().count().max(4);
+            format!("[{elapsed:>w$}/{total}]")
+        }
+        None => format!("[{elapsed:>4}]"),
+    };
+    let ended = row.answered + row.timed_out + row.failed;
+    let p99 = if row.answered == 0 { "-".to_string() } else { fmt_ns(row.latency.p99_ns) };
+    format!(
+        "{clock}  qps {}  answered {}  p99 {p99}  timeouts {}  errors {}",
+        row.sent,
+        fmt_pct(row.answered, ended),
+        row.timed_out,
+        row.failed
+    )
+}

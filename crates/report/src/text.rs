@@ -1,0 +1,292 @@
+//! The human summary of a run (`volley run` without `--format json`).
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use volley_metrics::{LatencySummary, RunResult, Status, Totals};
+
+use crate::table::{Align, Table};
+use crate::units::{fmt_bytes, fmt_ns, fmt_pct, fmt_rate, fmt_secs};
+
+/// Width of the label column ("unexpected" and one space).
+const LABEL: usize = 11;
+/// No line of the summary is wider than this, except for values that cannot be split (a URL).
+pub const MAX_COLUMNS: usize = 100;
+
+/// Writes the human summary: target, load, status, the fate of every query with the
+/// accounting equation checked (`✓`/`✗`), rates, RCODEs, errors, unexpected responses,
+/// transport events, latency percentiles, send lateness (open loop), generator CPU and warnings.
+pub fn write_text(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
+    for line in text_lines(r) {
+        writeln!(w, "{line}")?;
+    }
+    Ok(())
+}
+
+/// The summary as lines without newlines (what [`write_text`] prints).
+fn text_lines(r: &RunResult) -> Vec<String> {
+    let mut out = Vec::new();
+    let t = &r.totals;
+    let interrupted = r.status == Status::Interrupted;
+
+    if interrupted {
+        out.push("*** INTERRUPTED: the run was stopped before its end; the figures below are partial ***".into());
+    }
+    // The address only when the URL does not already show it (a name resolved to an address).
+    let target = if r.target.address.is_empty() || r.target.url.contains(&r.target.address) {
+        r.target.url.clone()
+    } else {
+        format!("{} (address {})", r.target.url, r.target.address)
+    };
+    push_labeled(&mut out, "target", &target);
+    push_labeled(&mut out, "load", &describe_load(r));
+    push_labeled(&mut out, "queries", &r.load.queries);
+    let status = match r.status {
+        Status::Complete => "complete".to_string(),
+        Status::Interrupted => "INTERRUPTED (stopped early; queries without a fate count as in flight)".to_string(),
+    };
+    push_labeled(&mut out, "status", &status);
+    if !r.started_at.is_empty() {
+        push_labeled(&mut out, "started", &r.started_at);
+    }
+    let wait = (r.elapsed_s - r.duration_s).max(0.0);
+    push_labeled(
+        &mut out,
+        "duration",
+        &format!("{:.2}s sending + {:.2}s waiting for answers = {:.2}s", r.duration_s, wait, r.elapsed_s),
+    );
+    out.push(String::new());
+
+    // Fates, one aligned block, then the equation that must hold.
+    let mut fates = Table::new().column("", Align::Right).column("", Align::Right).without_header();
+    fates.row([t.sent.to_string(), String::new()]);
+    for n in [t.answered, t.timed_out, t.failed, t.in_flight] {
+        fates.row([n.to_string(), fmt_pct(n, t.sent)]);
+    }
+    let labels = ["sent", "answered", "timed out", "failed", "in flight"];
+    for (label, line) in labels.iter().zip(fates.lines()) {
+        out.push(format!("{label:<LABEL$}{line}"));
+    }
+    push_equation(&mut out, t);
+    push_labeled(&mut out, "qps", &format!("{} sent/s, {} answered/s", fmt_rate(r.qps.sent), fmt_rate(r.qps.answered)));
+    out.push(String::new());
+
+    // Answers and the events around them: name, count, share, basis.
+    let mut tbl = Table::new()
+        .column("", Align::Left)
+        .column("", Align::Right)
+        .column("", Align::Right)
+        .column("", Align::Left)
+        .without_header();
+    let mut labels: Vec<&str> = Vec::new();
+    let group = |tbl: &mut Table, labels: &mut Vec<&'static str>, label: &'static str, rows: Vec<[String; 4]>| {
+        for (i, row) in rows.into_iter().enumerate() {
+            labels.push(if i == 0 { label } else { "" });
+            tbl.row(row);
+        }
+    };
+    let none = |why: &str| vec![[format!("none{why}"), String::new(), String::new(), String::new()]];
+    let rcodes = share_rows(&ordered_rcodes(&t.rcodes), t.answered, "of answers");
+    group(&mut tbl, &mut labels, "rcodes", if rcodes.is_empty() { none(" (no answers)") } else { rcodes });
+    group(
+        &mut tbl,
+        &mut labels,
+        "truncated",
+        vec![["TC=1".into(), t.truncated.to_string(), fmt_pct(t.truncated, t.answered), "of answers".into()]],
+    );
+    let errors = share_rows(&t.errors.iter().map(|(k, v)| (k.clone(), *v)).collect::<Vec<_>>(), t.sent, "of sent");
+    group(&mut tbl, &mut labels, "errors", if errors.is_empty() { none("") } else { errors });
+    let unexpected: Vec<[String; 4]> =
+        t.unexpected.iter().map(|(k, v)| [k.clone(), v.to_string(), String::new(), String::new()]).collect();
+    group(&mut tbl, &mut labels, "unexpected", if unexpected.is_empty() { none("") } else { unexpected });
+    if !r.events.is_empty() {
+        let events: Vec<[String; 4]> =
+            r.events.iter().map(|(k, v)| [k.clone(), v.to_string(), String::new(), String::new()]).collect();
+        group(&mut tbl, &mut labels, "events", events);
+    }
+    for (label, line) in labels.iter().zip(tbl.lines()) {
+        out.push(format!("{label:<LABEL$}{line}").trim_end().to_string());
+    }
+    if t.bytes_out > 0 || t.bytes_in > 0 {
+        let per = |b: u64, n: u64| if n == 0 { "-".to_string() } else { fmt_bytes(b as f64 / n as f64) };
+        push_labeled(
+            &mut out,
+            "bytes",
+            &format!(
+                "{} out ({}/query), {} in ({}/answer)",
+                fmt_bytes(t.bytes_out as f64),
+                per(t.bytes_out, t.sent),
+                fmt_bytes(t.bytes_in as f64),
+                per(t.bytes_in, t.answered)
+            ),
+        );
+    }
+    out.push(String::new());
+
+    // Latency percentiles, and send lateness for the open loop, in one table.
+    let mut lat = Table::new().column("", Align::Left);
+    for h in ["min", "mean", "p50", "p90", "p99", "p99.9", "max", ""] {
+        lat = lat.column(h, if h.is_empty() { Align::Left } else { Align::Right });
+    }
+    let pad = LABEL - 2;
+    let lat_row = |lat: &mut Table, label: &str, s: &LatencySummary, what: &str| {
+        let mut cells = vec![format!("{label:<pad$}")];
+        cells.extend([s.min_ns, s.mean_ns, s.p50_ns, s.p90_ns, s.p99_ns, s.p999_ns, s.max_ns].into_iter().map(fmt_ns));
+        cells.push(format!("({} {what})", s.count));
+        lat.row(cells);
+    };
+    if r.latency.count == 0 {
+        push_labeled(&mut out, "latency", "no answers");
+    } else {
+        lat_row(&mut lat, "latency", &r.latency, "answers");
+    }
+    if let Some(late) = r.send_lateness.as_ref().filter(|l| l.count > 0) {
+        lat_row(&mut lat, "lateness", late, "sends");
+    }
+    if !lat.is_empty() {
+        out.extend(lat.lines());
+        if r.send_lateness.as_ref().is_some_and(|l| l.count > 0) {
+            push_labeled(
+                &mut out,
+                "",
+                "lateness: how late queries left against their schedule; latency counts from the schedule",
+            );
+        }
+    }
+    out.push(String::new());
+
+    let per_answer = if t.answered > 0 && r.generator.cpu_us_per_answer.is_finite() {
+        format!(", {} per answer", fmt_ns((r.generator.cpu_us_per_answer * 1000.0).round() as u64))
+    } else {
+        String::new()
+    };
+    push_labeled(
+        &mut out,
+        "generator",
+        &format!("CPU {:.3}s{per_answer}, {} threads", r.generator.cpu_s, r.generator.threads),
+    );
+
+    if !r.warnings.is_empty() {
+        out.push(String::new());
+        for (i, warning) in r.warnings.iter().enumerate() {
+            push_labeled(&mut out, if i == 0 { "warnings" } else { "" }, &format!("! {warning}"));
+        }
+    }
+    out
+}
+
+/// Pushes `label` padded to the label column followed by `text`, wrapped at word boundaries so
+/// that lines stay within [`MAX_COLUMNS`]; continuation lines are indented under the text.
+fn push_labeled(out: &mut Vec<String>, label: &str, text: &str) {
+    let room = MAX_COLUMNS - LABEL;
+    let mut line = format!("{label:<LABEL$}");
+    let mut used = 0usize;
+    for word in text.split(' ') {
+        let n = word.chars().count();
+        if used > 0 && used + 1 + n > room {
+            out.push(line.trim_end().to_string());
+            line = " ".repeat(LABEL + 2);
+            used = 2;
+        } else if used > 0 {
+            line.push(' ');
+            used += 1;
+        }
+        line.push_str(word);
+        used += n;
+    }
+    out.push(line.trim_end().to_string());
+}
+
+/// `closed loop, concurrency 100, duration 10s, timeout 5s, 4 threads, 4 connections`.
+fn describe_load(r: &RunResult) -> String {
+    let l = &r.load;
+    let mut parts = vec![match l.model.as_str() {
+        "closed" | "open" => format!("{} loop", l.model),
+        m => m.to_string(),
+    }];
+    if let Some(c) = l.concurrency {
+        parts.push(format!("concurrency {c}"));
+    }
+    if let Some(q) = l.rate {
+        parts.push(format!("rate {} qps", fmt_rate(q)));
+    }
+    if let Some(d) = l.duration_s {
+        parts.push(format!("duration {}", fmt_secs(d)));
+    }
+    if let Some(n) = l.count {
+        parts.push(format!("count {n}"));
+    }
+    parts.push(format!("timeout {}", fmt_secs(l.timeout_ms as f64 / 1000.0)));
+    parts.push(format!("{} threads", l.threads));
+    parts.push(format!("{} connections", l.connections));
+    parts.join(", ")
+}
+
+/// The accounting equation with its numbers and a mark; a loud warning when it does not hold.
+fn push_equation(out: &mut Vec<String>, t: &Totals) {
+    let ok = t.balanced();
+    let mark = if ok { '✓' } else { '✗' };
+    let terms = [
+        format!("{} sent", t.sent),
+        format!("= {} answered", t.answered),
+        format!("+ {} timed out", t.timed_out),
+        format!("+ {} failed", t.failed),
+        format!("+ {} in flight  {mark}", t.in_flight),
+    ];
+    // One line when it fits (it does below a billion queries), else wrapped between terms.
+    let mut line = format!("{:<LABEL$}{}", "fates", terms[0]);
+    for term in &terms[1..] {
+        if line.chars().count() + 1 + term.chars().count() > MAX_COLUMNS {
+            out.push(line);
+            line = format!("{:<LABEL$}{term}", "");
+        } else {
+            line.push(' ');
+            line.push_str(term);
+        }
+    }
+    out.push(line);
+    if !ok {
+        let accounted = t.answered as u128 + t.timed_out as u128 + t.failed as u128 + t.in_flight as u128;
+        let diff = accounted as i128 - t.sent as i128;
+        let what = if diff < 0 { format!("{} queries have no fate", -diff) } else { format!("{diff} fates too many") };
+        push_labeled(
+            out,
+            "WARNING",
+            &format!("the fates do not add up to the queries sent ({what}); do not trust these figures"),
+        );
+    }
+}
+
+/// RCODE counts in registry order (NOERROR, FORMERR, SERVFAIL, NXDOMAIN, ...), unknown names last.
+pub(crate) fn ordered_rcodes(m: &BTreeMap<String, u64>) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = m.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    v.sort_by_key(|(k, _)| (rcode_rank(k), k.clone()));
+    v
+}
+
+/// Position of an RCODE name in the registry (`RCODEn` at n), 16 for names not known.
+pub(crate) fn rcode_rank(name: &str) -> u16 {
+    (0..16u16)
+        .find(|i| rcode_name(*i) == name)
+        .or_else(|| name.strip_prefix("RCODE").and_then(|n| n.parse().ok()))
+        .unwrap_or(16)
+}
+
+/// The metrics crate's name of RCODE `i` (0..=15), read through its counters so that both
+/// crates always agree.
+fn rcode_name(i: u16) -> String {
+    let mut c = volley_metrics::Counters::default();
+    c.rcodes[(i & 0xF) as usize] = 1;
+    c.rcode_map().into_keys().next().unwrap_or_default()
+}
+
+/// Rows `[name, count, share of basis, basis]`, the basis named on the first row only.
+fn share_rows(items: &[(String, u64)], of: u64, basis: &str) -> Vec<[String; 4]> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| {
+            [k.clone(), v.to_string(), fmt_pct(*v, of), if i == 0 { basis.to_string() } else { String::new() }]
+        })
+        .collect()
+}
