@@ -240,6 +240,8 @@ pub fn run(
             cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
             threads,
         },
+        connections: (plan.target.scheme != volley_transport::Scheme::Udp)
+            .then(|| volley_metrics::ConnectionSummary::of(&got.totals.conns, &got.conns)),
         totals,
         series: got.series,
         events,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use volley_metrics::{ErrorKind, Recorder, Unexpected};
+use volley_metrics::{Close, ErrorKind, Handshake, Recorder, Unexpected};
 use volley_transport::{spawn_lane, Exchange, Lane, LaneOptions, Target, Token};
 use volley_wire::{question_key, Header, Rcode};
 
@@ -195,6 +195,27 @@ impl Exchange for Worker {
     fn is_live(&self, token: Token) -> bool {
         let inn = self.inner.borrow();
         !inn.finished && inn.slab.contains(token)
+    }
+
+    fn conn_opened(&self, h: &Handshake, now: u64) {
+        let mut inn = self.inner.borrow_mut();
+        if !inn.finished {
+            inn.rec().conn_opened(now, h);
+        }
+    }
+
+    fn conn_failed(&self, kind: ErrorKind, now: u64) {
+        let mut inn = self.inner.borrow_mut();
+        if !inn.finished {
+            inn.rec().conn_failed(now, kind);
+        }
+    }
+
+    fn conn_closed(&self, how: Close, now: u64) {
+        let mut inn = self.inner.borrow_mut();
+        if !inn.finished {
+            inn.rec().conn_closed(now, how);
+        }
     }
 
     fn event(&self, what: &'static str) {

@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use crate::recorder::WorkerMessage;
+use crate::connections::ConnHistograms;
 use crate::{Counters, Histogram, SecondRow};
 
 /// A second that just became complete across all workers: what the live view prints.
@@ -21,6 +22,7 @@ pub struct Collector {
     lateness: Histogram,
     in_flight: u64,
     cpu_ns: u64,
+    conns: ConnHistograms,
     finals: usize,
 }
 
@@ -32,6 +34,7 @@ pub struct Collected {
     pub lateness: Histogram,
     pub in_flight: u64,
     pub cpu_ns: u64,
+    pub conns: ConnHistograms,
 }
 
 impl Collector {
@@ -46,6 +49,7 @@ impl Collector {
             lateness: Histogram::new(3),
             in_flight: 0,
             cpu_ns: 0,
+            conns: ConnHistograms::default(),
             finals: 0,
         }
     }
@@ -72,6 +76,7 @@ impl Collector {
                 self.lateness.merge(&f.lateness);
                 self.in_flight += f.in_flight;
                 self.cpu_ns += f.cpu_ns;
+                self.conns.merge(&f.conns);
                 self.finals += 1;
                 if let Some(w) = self.watermarks.get_mut(f.worker) {
                     *w = u32::MAX;
@@ -113,6 +118,7 @@ impl Collector {
             lateness: self.lateness,
             in_flight: self.in_flight,
             cpu_ns: self.cpu_ns,
+            conns: self.conns,
         }
     }
 }

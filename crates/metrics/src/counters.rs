@@ -1,5 +1,6 @@
 use std::collections::BTreeMap;
 
+/// Declares a closed set of named kinds with a stable text name each.
 macro_rules! kinds {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal,)* }) => {
         $(#[$m])*
@@ -76,6 +77,8 @@ pub struct Counters {
     /// DNS message bytes written and read (payload, without transport framing).
     pub bytes_out: u64,
     pub bytes_in: u64,
+    /// Connection events (connection-based transports).
+    pub conns: crate::ConnCounters,
 }
 
 impl Counters {
@@ -96,6 +99,7 @@ impl Counters {
         self.truncated += o.truncated;
         self.bytes_out += o.bytes_out;
         self.bytes_in += o.bytes_in;
+        self.conns.merge(&o.conns);
     }
 
     /// Fates so far; with `in_flight` it equals `sent` at the end of a run.

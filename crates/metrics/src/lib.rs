@@ -9,13 +9,17 @@
 //! timed out, failed (by [`ErrorKind`]) or in flight at the end. Responses that match no
 //! query in flight are counted apart, as [`Unexpected`].
 
-mod collector;
+#[macro_use]
 mod counters;
+mod collector;
+mod connections;
 mod histogram;
 mod recorder;
 mod result;
 
 pub use collector::{Collected, Collector, Progress};
+pub use connections::ConnHistograms;
+pub use connections::{Close, ConnCounters, ConnectionSummary, EarlyData, Handshake, SecondConnections};
 pub use counters::{Counters, ErrorKind, Unexpected};
 pub use histogram::{Histogram, SparseHistogram};
 pub use recorder::{Recorder, SecondSample, WorkerFinal, WorkerMessage};

@@ -1,6 +1,7 @@
 use std::sync::mpsc::Sender;
 
-use crate::{Counters, ErrorKind, Histogram, Unexpected};
+use crate::connections::ConnHistograms;
+use crate::{Close, Counters, EarlyData, ErrorKind, Handshake, Histogram, Unexpected};
 
 const NS: u64 = 1_000_000_000;
 
@@ -28,6 +29,8 @@ pub struct WorkerFinal {
     pub in_flight: u64,
     /// CPU time the worker's thread used.
     pub cpu_ns: u64,
+    /// Handshake histograms and negotiated parameters.
+    pub conns: ConnHistograms,
 }
 
 /// A message from a worker to the collector.
@@ -47,6 +50,7 @@ pub struct Recorder {
     cur_latency: Histogram,
     latency: Histogram,
     lateness: Histogram,
+    conns: ConnHistograms,
     out: Sender<WorkerMessage>,
 }
 
@@ -61,6 +65,7 @@ impl Recorder {
             cur_latency: Histogram::new(2),
             latency: Histogram::new(3),
             lateness: Histogram::new(3),
+            conns: ConnHistograms::default(),
             out,
         }
     }
@@ -139,6 +144,30 @@ impl Recorder {
         self.cur.bytes_in += bytes as u64;
     }
 
+    /// A connection came up.
+    pub fn conn_opened(&mut self, now_ns: u64, h: &Handshake) {
+        self.tick(now_ns);
+        let c = &mut self.cur.conns;
+        c.opened += 1;
+        c.resumed += h.resumed as u64;
+        c.early_offered += (h.early_data != EarlyData::NotOffered) as u64;
+        c.early_accepted += (h.early_data == EarlyData::Accepted) as u64;
+        self.conns.record(h);
+    }
+
+    /// A connection attempt failed.
+    pub fn conn_failed(&mut self, now_ns: u64, kind: ErrorKind) {
+        self.tick(now_ns);
+        self.cur.conns.failed += 1;
+        self.cur.conns.errors[kind as usize] += 1;
+    }
+
+    /// A connection ended.
+    pub fn conn_closed(&mut self, now_ns: u64, how: Close) {
+        self.tick(now_ns);
+        self.cur.conns.closed[how as usize] += 1;
+    }
+
     /// Flushes the last second and reports the worker's end.
     pub fn finish(mut self, now_ns: u64, in_flight: u64, cpu_ns: u64) {
         self.tick(now_ns);
@@ -150,6 +179,7 @@ impl Recorder {
             lateness: self.lateness,
             in_flight,
             cpu_ns,
+            conns: self.conns,
         }));
     }
 }

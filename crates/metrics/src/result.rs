@@ -40,6 +40,9 @@ pub struct RunResult {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub send_lateness: Option<LatencySummary>,
     pub generator: GeneratorInfo,
+    /// Connection-based transports only: handshakes, resumption, closes.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub connections: Option<crate::ConnectionSummary>,
     pub series: Vec<SecondRow>,
     /// Transport events that are not fates of queries (connections opened, closed by the
     /// server, ICMP unreachable...), by name.
@@ -186,6 +189,9 @@ pub struct SecondRow {
     #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
     pub unexpected: BTreeMap<String, u64>,
     pub latency: SecondLatency,
+    /// Connection events of this second (connection-based transports).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub connections: Option<crate::SecondConnections>,
 }
 
 /// Latency of one second's answers (2 significant figures), with its histogram.
@@ -219,6 +225,7 @@ impl SecondRow {
                 max_ns: h.max(),
                 histogram: h.to_sparse(),
             },
+            connections: crate::SecondConnections::of(&c.conns),
         }
     }
 }

@@ -107,6 +107,29 @@ fn text_lines(r: &RunResult) -> Vec<String> {
     for (label, line) in labels.iter().zip(tbl.lines()) {
         out.push(format!("{label:<LABEL$}{line}").trim_end().to_string());
     }
+    if let Some(c) = &r.connections {
+        let mut parts = vec![format!("{} opened", c.opened)];
+        if c.failed > 0 {
+            let kinds: Vec<String> = c.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            parts.push(format!("{} failed ({})", c.failed, kinds.join(", ")));
+        }
+        let closed: u64 = c.closed.values().sum();
+        if closed > 0 {
+            let how: Vec<String> = c.closed.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            parts.push(format!("{closed} closed ({})", how.join(", ")));
+        }
+        if c.resumed > 0 || c.early_data_offered > 0 {
+            parts.push(format!(
+                "{} resumed, 0-RTT {} offered / {} accepted",
+                c.resumed, c.early_data_offered, c.early_data_accepted
+            ));
+        }
+        push_labeled(&mut out, "conns", &parts.join(", "));
+        for (what, values) in &c.negotiated {
+            let v: Vec<String> = values.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            push_labeled(&mut out, "", &format!("{what}: {}", v.join(", ")));
+        }
+    }
     if t.bytes_out > 0 || t.bytes_in > 0 {
         let per = |b: u64, n: u64| if n == 0 { "-".to_string() } else { fmt_bytes(b as f64 / n as f64) };
         push_labeled(
@@ -142,6 +165,18 @@ fn text_lines(r: &RunResult) -> Vec<String> {
     }
     if let Some(late) = r.send_lateness.as_ref().filter(|l| l.count > 0) {
         lat_row(&mut lat, "lateness", late, "sends");
+    }
+    if let Some(c) = &r.connections {
+        for (label, h) in [
+            ("hs tcp", &c.handshake_tcp),
+            ("hs tls", &c.handshake_tls),
+            ("hs quic", &c.handshake_quic),
+            ("rtt", &c.rtt),
+        ] {
+            if let Some(h) = h.as_ref().filter(|h| h.count > 0) {
+                lat_row(&mut lat, label, h, "connections");
+            }
+        }
     }
     if !lat.is_empty() {
         out.extend(lat.lines());

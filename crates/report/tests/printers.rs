@@ -106,6 +106,7 @@ fn sample(plan: Plan) -> RunResult {
             cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
             threads: 2,
         },
+        connections: None,
         totals,
         series: got.series,
         events: [("connect".to_string(), 2u64), ("icmp_unreachable".to_string(), 1)].into_iter().collect(),

@@ -1,4 +1,4 @@
-use volley_metrics::{ErrorKind, Unexpected};
+use volley_metrics::{Close, ErrorKind, Handshake, Unexpected};
 
 /// A query in flight, as the engine names it: never 0 (0 marks an empty slot in tables).
 pub type Token = u64;
@@ -21,6 +21,12 @@ pub trait Exchange {
     fn unexpected(&self, kind: Unexpected, bytes: usize, now: u64);
     /// Whether `token` still waits for a fate.
     fn is_live(&self, token: Token) -> bool;
+    /// A connection came up.
+    fn conn_opened(&self, h: &Handshake, now: u64);
+    /// A connection attempt failed.
+    fn conn_failed(&self, kind: ErrorKind, now: u64);
+    /// A connection ended.
+    fn conn_closed(&self, how: Close, now: u64);
     /// A transport-level event that is not a query's fate (e.g. ICMP unreachable on UDP).
     fn event(&self, what: &'static str);
 }

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
-use volley_metrics::ErrorKind;
+use volley_metrics::{Close, ErrorKind, Handshake};
 
 use crate::{deliver, error_kind, Exchange, IdTable, Lane, LaneOptions};
 
@@ -31,13 +31,14 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
         if lane.closing() {
             return;
         }
+        let began = x.now();
         let stream = match connect(addr, opts.connect_timeout).await {
             Ok(s) => s,
             Err(e) => {
                 let kind = error_kind(&e);
                 let kind = if kind == ErrorKind::Io { ErrorKind::Connect } else { kind };
-                x.event("tcp_connect_failed");
                 let now = x.now();
+                x.conn_failed(kind, now);
                 for t in lane.take_queued() {
                     x.failed(t, kind, now);
                 }
@@ -50,7 +51,8 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
             }
         };
         backoff = Duration::from_millis(20);
-        x.event("tcp_connected");
+        let h = Handshake { tcp_ns: Some(x.now() - began), rtt_ns: rtt_ns(&stream), ..Handshake::default() };
+        x.conn_opened(&h, x.now());
         let kind = serve(&stream, &lane, &*x, &mut ids).await;
         let now = x.now();
         for t in ids.drain() {
@@ -60,13 +62,31 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
         }
         if lane.closing() {
             // Graceful end: FIN after the last query's fate.
+            x.conn_closed(Close::ClientEnd, now);
             return;
         }
-        x.event(match kind {
-            ErrorKind::Reset => "tcp_reset_by_server",
-            _ => "tcp_closed_by_server",
-        });
+        x.conn_closed(close_of(kind), now);
     }
+}
+
+/// How a connection ended, from the error its queries got.
+pub fn close_of(kind: ErrorKind) -> Close {
+    match kind {
+        ErrorKind::Closed => Close::ServerFin,
+        ErrorKind::Reset => Close::ServerReset,
+        _ => Close::Error,
+    }
+}
+
+/// Smoothed RTT of a TCP connection from TCP_INFO.
+pub fn rtt_ns(s: &impl std::os::fd::AsRawFd) -> Option<u64> {
+    // SAFETY: getsockopt writes at most `len` bytes into the tcp_info we own.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let r = unsafe {
+        libc::getsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, (&mut info as *mut libc::tcp_info).cast(), &mut len)
+    };
+    (r == 0 && info.tcpi_rtt > 0).then(|| info.tcpi_rtt as u64 * 1000)
 }
 
 async fn closed(lane: &Lane) {

@@ -1,0 +1,264 @@
+//! Connections: how they came up (handshake times, resumption, early data, what was
+//! negotiated), how they failed, and who closed them and how.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ErrorKind, Histogram, LatencySummary};
+
+kinds! {
+    /// Who ended a connection, and how.
+    Close {
+        /// The server closed it (TCP FIN, TLS close_notify then FIN).
+        ServerFin = "server_fin",
+        /// The server reset it (TCP RST).
+        ServerReset = "server_reset",
+        /// The server sent HTTP/2 or HTTP/3 GOAWAY.
+        ServerGoaway = "server_goaway",
+        /// The server closed the QUIC connection (CONNECTION_CLOSE).
+        ServerQuicClose = "server_quic_close",
+        /// The QUIC idle timeout expired.
+        IdleTimeout = "idle_timeout",
+        /// The client closed it because the run ended.
+        ClientEnd = "client_end",
+        /// The client closed it at the end of its lifetime (time or queries).
+        ClientLifetime = "client_lifetime",
+        /// The client closed it after idling.
+        ClientIdle = "client_idle",
+        /// It broke on an error (see the connection errors).
+        Error = "error",
+    }
+}
+
+/// Whether TLS 1.3 or QUIC early data (0-RTT) was used on a connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EarlyData {
+    #[default]
+    NotOffered,
+    /// Offered, but the server refused it (queries were sent again after the handshake).
+    Rejected,
+    Accepted,
+}
+
+/// How one connection came up.
+#[derive(Debug, Clone, Default)]
+pub struct Handshake {
+    /// TCP connect: SYN to established.
+    pub tcp_ns: Option<u64>,
+    /// TLS handshake after the TCP connect.
+    pub tls_ns: Option<u64>,
+    /// QUIC handshake (includes TLS).
+    pub quic_ns: Option<u64>,
+    /// Round-trip time seen by the transport (TCP_INFO or QUIC path statistics).
+    pub rtt_ns: Option<u64>,
+    pub resumed: bool,
+    pub early_data: EarlyData,
+    /// `TLSv1.3`, `TLSv1.2`.
+    pub tls_version: Option<&'static str>,
+    /// ALPN protocol agreed, e.g. `dot`, `h2`, `h3`, `doq`.
+    pub alpn: Option<String>,
+    pub cipher: Option<&'static str>,
+}
+
+impl Handshake {
+    /// The whole handshake: TCP + TLS, or QUIC.
+    pub fn total_ns(&self) -> Option<u64> {
+        match (self.tcp_ns, self.tls_ns, self.quic_ns) {
+            (_, _, Some(q)) => Some(q),
+            (Some(a), Some(b), None) => Some(a + b),
+            (a, b, None) => a.or(b),
+        }
+    }
+}
+
+/// Connection event counts, per second and in total.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConnCounters {
+    pub opened: u64,
+    pub failed: u64,
+    pub resumed: u64,
+    pub early_offered: u64,
+    pub early_accepted: u64,
+    pub closed: [u64; Close::COUNT],
+    pub errors: [u64; ErrorKind::COUNT],
+}
+
+impl ConnCounters {
+    pub fn merge(&mut self, o: &ConnCounters) {
+        self.opened += o.opened;
+        self.failed += o.failed;
+        self.resumed += o.resumed;
+        self.early_offered += o.early_offered;
+        self.early_accepted += o.early_accepted;
+        for (a, b) in self.closed.iter_mut().zip(o.closed.iter()) {
+            *a += b;
+        }
+        for (a, b) in self.errors.iter_mut().zip(o.errors.iter()) {
+            *a += b;
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == ConnCounters::default()
+    }
+
+    pub fn closed_total(&self) -> u64 {
+        self.closed.iter().sum()
+    }
+
+    pub fn close_map(&self) -> BTreeMap<String, u64> {
+        Close::ALL.iter().filter(|k| self.closed[**k as usize] > 0).map(|k| (k.to_string(), self.closed[*k as usize])).collect()
+    }
+
+    pub fn error_map(&self) -> BTreeMap<String, u64> {
+        ErrorKind::ALL.iter().filter(|k| self.errors[**k as usize] > 0).map(|k| (k.to_string(), self.errors[*k as usize])).collect()
+    }
+}
+
+/// Handshake histograms and negotiated parameters of a run (3 significant figures).
+#[derive(Debug, Clone)]
+pub struct ConnHistograms {
+    pub tcp: Histogram,
+    pub tls: Histogram,
+    pub quic: Histogram,
+    pub total: Histogram,
+    pub rtt: Histogram,
+    /// Handshake time divided by RTT, in thousandths (1000 = one round trip).
+    pub ratio_milli: Histogram,
+    /// ("tls_version" | "alpn" | "cipher", value) → connections.
+    pub negotiated: BTreeMap<(&'static str, String), u64>,
+}
+
+impl Default for ConnHistograms {
+    fn default() -> Self {
+        ConnHistograms {
+            tcp: Histogram::new(3),
+            tls: Histogram::new(3),
+            quic: Histogram::new(3),
+            total: Histogram::new(3),
+            rtt: Histogram::new(3),
+            ratio_milli: Histogram::new(3),
+            negotiated: BTreeMap::new(),
+        }
+    }
+}
+
+impl ConnHistograms {
+    pub fn record(&mut self, h: &Handshake) {
+        if let Some(v) = h.tcp_ns {
+            self.tcp.record(v);
+        }
+        if let Some(v) = h.tls_ns {
+            self.tls.record(v);
+        }
+        if let Some(v) = h.quic_ns {
+            self.quic.record(v);
+        }
+        if let Some(v) = h.total_ns() {
+            self.total.record(v);
+            if let Some(rtt) = h.rtt_ns.filter(|r| *r > 0) {
+                self.ratio_milli.record(v.saturating_mul(1000) / rtt);
+            }
+        }
+        if let Some(v) = h.rtt_ns {
+            self.rtt.record(v);
+        }
+        for (k, v) in [("tls_version", h.tls_version.map(str::to_string)), ("alpn", h.alpn.clone()), ("cipher", h.cipher.map(str::to_string))] {
+            if let Some(v) = v {
+                *self.negotiated.entry((k, v)).or_insert(0) += 1;
+            }
+        }
+    }
+
+    pub fn merge(&mut self, o: &ConnHistograms) {
+        self.tcp.merge(&o.tcp);
+        self.tls.merge(&o.tls);
+        self.quic.merge(&o.quic);
+        self.total.merge(&o.total);
+        self.rtt.merge(&o.rtt);
+        self.ratio_milli.merge(&o.ratio_milli);
+        for (k, v) in &o.negotiated {
+            *self.negotiated.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+}
+
+/// Connections of a run, in the results file (absent for UDP).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ConnectionSummary {
+    pub opened: u64,
+    /// Attempts that did not come up, by error kind in `errors`.
+    pub failed: u64,
+    pub errors: BTreeMap<String, u64>,
+    /// Closed connections by who closed them and how.
+    pub closed: BTreeMap<String, u64>,
+    /// TLS sessions resumed (abbreviated handshakes).
+    pub resumed: u64,
+    /// Connections that offered early data (0-RTT), and those whose early data was accepted.
+    pub early_data_offered: u64,
+    pub early_data_accepted: u64,
+    /// Handshake times: TCP connect, TLS handshake, QUIC handshake, and the whole.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub handshake_tcp: Option<LatencySummary>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub handshake_tls: Option<LatencySummary>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub handshake_quic: Option<LatencySummary>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub handshake_total: Option<LatencySummary>,
+    /// Round-trip time seen by the transport when the connection came up.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rtt: Option<LatencySummary>,
+    /// Handshake time over RTT, in thousandths (the `_ns` fields hold ratio x 1000).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub handshake_rtt_ratio_milli: Option<LatencySummary>,
+    /// What was negotiated: `tls_version`, `alpn`, `cipher` → value → connections.
+    pub negotiated: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+impl ConnectionSummary {
+    pub fn of(c: &ConnCounters, h: &ConnHistograms) -> ConnectionSummary {
+        let opt = |h: &Histogram| (!h.is_empty()).then(|| LatencySummary::of(h));
+        let mut negotiated: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for ((k, v), n) in &h.negotiated {
+            negotiated.entry(k.to_string()).or_default().insert(v.clone(), *n);
+        }
+        ConnectionSummary {
+            opened: c.opened,
+            failed: c.failed,
+            errors: c.error_map(),
+            closed: c.close_map(),
+            resumed: c.resumed,
+            early_data_offered: c.early_offered,
+            early_data_accepted: c.early_accepted,
+            handshake_tcp: opt(&h.tcp),
+            handshake_tls: opt(&h.tls),
+            handshake_quic: opt(&h.quic),
+            handshake_total: opt(&h.total),
+            rtt: opt(&h.rtt),
+            handshake_rtt_ratio_milli: opt(&h.ratio_milli),
+            negotiated,
+        }
+    }
+}
+
+/// Connection events of one second in the series.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SecondConnections {
+    pub opened: u64,
+    pub closed: u64,
+    pub failed: u64,
+    pub resumed: u64,
+}
+
+impl SecondConnections {
+    pub fn of(c: &ConnCounters) -> Option<SecondConnections> {
+        (!c.is_empty()).then(|| SecondConnections {
+            opened: c.opened,
+            closed: c.closed_total(),
+            failed: c.failed,
+            resumed: c.resumed,
+        })
+    }
+}
