@@ -6,6 +6,7 @@ mod cmd;
 mod error;
 
 fn main() {
+    volley_transport::tls::install_crypto_provider();
     let code = match cli::run() {
         Ok(()) => 0,
         Err(e) => e.report(),

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
-use crate::recorder::WorkerMessage;
 use crate::connections::ConnHistograms;
+use crate::recorder::WorkerMessage;
 use crate::{Counters, Histogram, SecondRow};
 
 /// A second that just became complete across all workers: what the live view prints.

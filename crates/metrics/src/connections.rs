@@ -108,11 +108,19 @@ impl ConnCounters {
     }
 
     pub fn close_map(&self) -> BTreeMap<String, u64> {
-        Close::ALL.iter().filter(|k| self.closed[**k as usize] > 0).map(|k| (k.to_string(), self.closed[*k as usize])).collect()
+        Close::ALL
+            .iter()
+            .filter(|k| self.closed[**k as usize] > 0)
+            .map(|k| (k.to_string(), self.closed[*k as usize]))
+            .collect()
     }
 
     pub fn error_map(&self) -> BTreeMap<String, u64> {
-        ErrorKind::ALL.iter().filter(|k| self.errors[**k as usize] > 0).map(|k| (k.to_string(), self.errors[*k as usize])).collect()
+        ErrorKind::ALL
+            .iter()
+            .filter(|k| self.errors[**k as usize] > 0)
+            .map(|k| (k.to_string(), self.errors[*k as usize]))
+            .collect()
     }
 }
 
@@ -164,7 +172,11 @@ impl ConnHistograms {
         if let Some(v) = h.rtt_ns {
             self.rtt.record(v);
         }
-        for (k, v) in [("tls_version", h.tls_version.map(str::to_string)), ("alpn", h.alpn.clone()), ("cipher", h.cipher.map(str::to_string))] {
+        for (k, v) in [
+            ("tls_version", h.tls_version.map(str::to_string)),
+            ("alpn", h.alpn.clone()),
+            ("cipher", h.cipher.map(str::to_string)),
+        ] {
             if let Some(v) = v {
                 *self.negotiated.entry((k, v)).or_insert(0) += 1;
             }

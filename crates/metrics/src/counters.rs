@@ -45,6 +45,25 @@ kinds! {
         Overload = "overload",
         /// Any other I/O error on send or receive.
         Io = "io",
+        /// The TLS handshake failed (certificate not verified, no common version or cipher),
+        /// or a TLS record could not be read.
+        Tls = "tls",
+        /// The server agreed on no ALPN protocol we offered, or on another one.
+        Alpn = "alpn",
+        /// The DoH server answered with an HTTP status other than 200.
+        HttpStatus = "http_status",
+        /// The DoH response was not `application/dns-message`.
+        ContentType = "content_type",
+        /// The HTTP/2 or HTTP/3 server sent GOAWAY before answering this query.
+        Goaway = "goaway",
+        /// The HTTP/2 server reset this query's stream (RST_STREAM).
+        StreamReset = "stream_reset",
+        /// The QUIC server reset this query's stream (RESET_STREAM or STOP_SENDING).
+        QuicStreamReset = "quic_stream_reset",
+        /// The QUIC connection was closed or lost (CONNECTION_CLOSE, stateless reset).
+        QuicClosed = "quic_closed",
+        /// The QUIC idle timeout expired.
+        IdleTimeout = "idle_timeout",
     }
 }
 

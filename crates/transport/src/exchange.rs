@@ -25,6 +25,12 @@ pub trait Exchange {
     fn conn_opened(&self, h: &Handshake, now: u64);
     /// A connection attempt failed.
     fn conn_failed(&self, kind: ErrorKind, now: u64);
+    /// A connection attempt failed, with the reason in words (e.g. `invalid peer
+    /// certificate: UnknownIssuer`). By default the reason is dropped.
+    fn conn_failed_why(&self, kind: ErrorKind, why: &str, now: u64) {
+        let _ = why;
+        self.conn_failed(kind, now);
+    }
     /// A connection ended.
     fn conn_closed(&self, how: Close, now: u64);
     /// A transport-level event that is not a query's fate (e.g. ICMP unreachable on UDP).

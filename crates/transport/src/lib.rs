@@ -1,17 +1,25 @@
 //! Client transports: how queries reach a server and answers come back.
 //!
-//! One folder per transport (`udp/`, `tcp/`; DoT, DoH and DoQ join the same way). A
-//! transport knows sockets, framing and connections, and nothing of load models or
-//! statistics: the load engine hands it queries through a [`Lane`] and learns their fate
-//! through the [`Exchange`] trait it implements. A lane is one socket or connection slot;
-//! its driver task reconnects when the server closes.
+//! One folder per transport (`udp/`, `tcp/`, `dot/`, `https/` for DoH over HTTP/1.1 and
+//! HTTP/2, `h3/` for DoH over HTTP/3, `quic/` for DoQ), with `tls/` the client TLS they
+//! share and `stream` the RFC 7766 framing TCP and DoT share. A transport knows sockets,
+//! framing and connections, and nothing of load models or statistics: the load engine hands
+//! it queries through a [`Lane`] and learns their fate through the [`Exchange`] trait it
+//! implements. A lane is one socket or connection slot; its driver task reconnects when the
+//! server closes.
 
+pub mod dot;
 mod exchange;
+pub mod h3;
+pub mod https;
 mod idtable;
 mod lane;
 pub mod probe;
+pub mod quic;
+mod stream;
 pub mod target;
 pub mod tcp;
+pub mod tls;
 pub mod udp;
 
 use std::rc::Rc;
@@ -20,6 +28,30 @@ pub use exchange::{deliver, error_kind, Exchange, Token};
 pub use idtable::IdTable;
 pub use lane::Lane;
 pub use target::{Scheme, Target, TargetError};
+pub use tls::{TlsSettings, TlsVersion};
+
+/// HTTP version of DNS over HTTPS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HttpVersion {
+    /// HTTP/1.1: keep-alive, one request in flight per connection.
+    Http1,
+    /// HTTP/2: requests multiplexed on streams, up to the server's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS.
+    #[default]
+    Http2,
+    /// HTTP/3 over QUIC.
+    Http3,
+}
+
+/// HTTP method of DNS over HTTPS (RFC 8484 section 4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DohMethod {
+    /// `GET /dns-query?dns=BASE64URL` (no padding).
+    Get,
+    /// `POST` with the message as an `application/dns-message` body.
+    #[default]
+    Post,
+}
 
 /// Settings every transport's lanes share.
 #[derive(Debug, Clone)]
@@ -28,13 +60,41 @@ pub struct LaneOptions {
     pub udp_payload: usize,
     /// Most queries outstanding on one lane (DNS IDs are 16 bits).
     pub max_in_flight: u32,
-    /// How long a connection attempt may take.
+    /// How long a connection attempt may take (TCP connect plus TLS, or QUIC handshake).
     pub connect_timeout: std::time::Duration,
+    /// TLS settings for DoT, DoH and DoQ.
+    pub tls: TlsSettings,
+    /// HTTP version for `https://` targets (`h3://` is always HTTP/3).
+    pub http: HttpVersion,
+    /// HTTP method for DoH.
+    pub doh_method: DohMethod,
+    /// The run's query timeout: DoH and DoQ give up a request's stream after it (the engine
+    /// has counted the query as timed out by then), so silent streams do not pile up.
+    pub query_timeout: std::time::Duration,
 }
 
 impl Default for LaneOptions {
     fn default() -> Self {
-        LaneOptions { udp_payload: 4096, max_in_flight: 65_000, connect_timeout: std::time::Duration::from_secs(5) }
+        LaneOptions {
+            udp_payload: 4096,
+            max_in_flight: 65_000,
+            connect_timeout: std::time::Duration::from_secs(5),
+            tls: TlsSettings::default(),
+            http: HttpVersion::default(),
+            doh_method: DohMethod::default(),
+            query_timeout: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
+impl LaneOptions {
+    /// The HTTP version a DoH target is spoken with (`h3://` forces HTTP/3).
+    pub fn http_for(&self, scheme: Scheme) -> HttpVersion {
+        if scheme == Scheme::H3 {
+            HttpVersion::Http3
+        } else {
+            self.http
+        }
     }
 }
 
@@ -47,6 +107,24 @@ pub fn spawn_lane<X: Exchange + 'static>(target: &Target, lane: Rc<Lane>, x: Rc<
         }
         Scheme::Tcp => {
             tokio::task::spawn_local(tcp::drive(target.addr, lane, x, opts.clone()));
+        }
+        Scheme::Tls => {
+            tokio::task::spawn_local(dot::drive(target.clone(), lane, x, opts.clone()));
+        }
+        Scheme::Https | Scheme::H3 => match opts.http_for(target.scheme) {
+            HttpVersion::Http1 => {
+                lane.set_capacity(1);
+                tokio::task::spawn_local(https::drive_h1(target.clone(), lane, x, opts.clone()));
+            }
+            HttpVersion::Http2 => {
+                tokio::task::spawn_local(https::drive_h2(target.clone(), lane, x, opts.clone()));
+            }
+            HttpVersion::Http3 => {
+                tokio::task::spawn_local(h3::drive(target.clone(), lane, x, opts.clone()));
+            }
+        },
+        Scheme::Quic => {
+            tokio::task::spawn_local(quic::drive(target.clone(), lane, x, opts.clone()));
         }
     }
 }

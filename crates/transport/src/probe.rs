@@ -1,11 +1,15 @@
 //! One query, one answer, blocking: for `volley query` and for the check before a run that
 //! something is listening at the target (saves a user a run of timeouts on a typo'd port).
 
+use std::cell::{Cell, RefCell};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use crate::{Scheme, Target};
+use volley_metrics::{Close, ErrorKind, Handshake, Unexpected};
+
+use crate::{spawn_lane, Exchange, Lane, LaneOptions, Scheme, Target, Token};
 
 /// Why a one-shot exchange got no answer.
 #[derive(Debug)]
@@ -25,13 +29,36 @@ impl std::fmt::Display for OneShotError {
 }
 
 /// Sends `query` (a whole DNS message) to `target` over `scheme` and waits up to `timeout`
-/// for the response whose ID matches. Returns the response and the time it took.
-pub fn exchange(target: &Target, scheme: Scheme, query: &[u8], timeout: Duration) -> Result<(Vec<u8>, Duration), OneShotError> {
+/// for the response whose ID matches. Returns the response and the time it took. Encrypted
+/// transports use the default TLS settings (see [`exchange_with`]).
+pub fn exchange(
+    target: &Target,
+    scheme: Scheme,
+    query: &[u8],
+    timeout: Duration,
+) -> Result<(Vec<u8>, Duration), OneShotError> {
+    exchange_with(target, scheme, query, timeout, &LaneOptions::default())
+}
+
+/// As [`exchange`], with the lane options (TLS, HTTP version and method) of a run. DoT,
+/// DoH and DoQ run the load generator's own drivers for the one query (DoH and DoQ send it
+/// with ID 0, as RFC 8484 and 9250 ask). The time includes connecting.
+pub fn exchange_with(
+    target: &Target,
+    scheme: Scheme,
+    query: &[u8],
+    timeout: Duration,
+    opts: &LaneOptions,
+) -> Result<(Vec<u8>, Duration), OneShotError> {
     let t = timeout.max(Duration::from_millis(10));
+    if scheme.is_encrypted() {
+        return one_query(target, scheme, query, t, opts);
+    }
     let unreachable = |e: io::Error| match e.kind() {
-        io::ErrorKind::ConnectionRefused => {
-            OneShotError::Unreachable(format!("nothing is listening at {scheme}://{} (connection refused)", target.addr))
-        }
+        io::ErrorKind::ConnectionRefused => OneShotError::Unreachable(format!(
+            "nothing is listening at {scheme}://{} (connection refused)",
+            target.addr
+        )),
         _ => OneShotError::Unreachable(format!("cannot reach {scheme}://{}: {e}", target.addr)),
     };
     let silent = || OneShotError::NoAnswer(format!("no answer from {scheme}://{} within {t:?}", target.addr));
@@ -56,7 +83,7 @@ pub fn exchange(target: &Target, scheme: Scheme, query: &[u8], timeout: Duration
                 }
             }
         }
-        Scheme::Tcp => {
+        _ => {
             let mut s = TcpStream::connect_timeout(&target.addr, t).map_err(unreachable)?;
             let _ = s.set_nodelay(true);
             let mut framed = (query.len() as u16).to_be_bytes().to_vec();
@@ -89,9 +116,137 @@ pub enum Probe {
 /// Sends `query` once; an error means nothing listens at the target (refused) or it cannot
 /// be reached.
 pub fn probe(target: &Target, query: &[u8], timeout: Duration) -> Result<Probe, String> {
-    match exchange(target, target.scheme, query, timeout) {
+    probe_with(target, query, timeout, &LaneOptions::default())
+}
+
+/// As [`probe`], with the run's lane options (TLS settings: a certificate that does not
+/// verify is an error that says why).
+pub fn probe_with(target: &Target, query: &[u8], timeout: Duration, opts: &LaneOptions) -> Result<Probe, String> {
+    match exchange_with(target, target.scheme, query, timeout, opts) {
         Ok(_) => Ok(Probe::Answered),
         Err(OneShotError::NoAnswer(_)) => Ok(Probe::Silent),
         Err(OneShotError::Unreachable(e)) => Err(e),
+    }
+}
+
+/// The engine side of a one-query run: holds the query, takes its fate.
+struct One {
+    query: Vec<u8>,
+    start: Instant,
+    fate: RefCell<Option<Result<Vec<u8>, ErrorKind>>>,
+    why: RefCell<Option<String>>,
+    done: tokio::sync::Notify,
+    live: Cell<bool>,
+}
+
+impl One {
+    fn end(&self, r: Result<Vec<u8>, ErrorKind>) {
+        if self.live.replace(false) {
+            *self.fate.borrow_mut() = Some(r);
+            self.done.notify_one();
+        }
+    }
+}
+
+impl Exchange for One {
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64 + 1
+    }
+    fn encode(&self, _: Token, id: u16, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        out.extend_from_slice(&self.query);
+        if out.len() >= 2 {
+            out[..2].copy_from_slice(&id.to_be_bytes());
+        }
+        self.live.get()
+    }
+    fn sent(&self, _: Token, _: usize, _: u64) {}
+    fn response(&self, _: Token, msg: &[u8], _: u64) {
+        self.end(Ok(msg.to_vec()));
+    }
+    fn failed(&self, _: Token, kind: ErrorKind, _: u64) {
+        self.end(Err(kind));
+    }
+    fn unexpected(&self, _: Unexpected, _: usize, _: u64) {}
+    fn is_live(&self, _: Token) -> bool {
+        self.live.get()
+    }
+    fn conn_opened(&self, _: &Handshake, _: u64) {}
+    fn conn_failed(&self, _: ErrorKind, _: u64) {}
+    fn conn_failed_why(&self, _: ErrorKind, why: &str, _: u64) {
+        self.why.borrow_mut().get_or_insert_with(|| why.to_string());
+    }
+    fn conn_closed(&self, _: Close, _: u64) {}
+    fn event(&self, _: &'static str) {}
+}
+
+/// One query over an encrypted transport, by the load generator's driver for it.
+fn one_query(
+    target: &Target,
+    scheme: Scheme,
+    query: &[u8],
+    t: Duration,
+    opts: &LaneOptions,
+) -> Result<(Vec<u8>, Duration), OneShotError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| OneShotError::Unreachable(format!("cannot start a runtime: {e}")))?;
+    let target = Target { scheme, ..target.clone() };
+    let x = Rc::new(One {
+        query: query.to_vec(),
+        start: Instant::now(),
+        fate: RefCell::new(None),
+        why: RefCell::new(None),
+        done: tokio::sync::Notify::new(),
+        live: Cell::new(true),
+    });
+    let mut opts = opts.clone();
+    opts.connect_timeout = opts.connect_timeout.min(t);
+    opts.query_timeout = t;
+    let local = tokio::task::LocalSet::new();
+    let fate = local.block_on(&rt, async {
+        let lane = Rc::new(Lane::new());
+        spawn_lane(&target, lane.clone(), x.clone(), &opts);
+        lane.push(1);
+        let r = tokio::time::timeout(t, async {
+            while x.live.get() {
+                x.done.notified().await;
+            }
+        })
+        .await;
+        lane.close();
+        tokio::task::yield_now().await;
+        r.ok().and_then(|_| x.fate.borrow_mut().take())
+    });
+    let took = x.start.elapsed();
+    let why = x.why.borrow_mut().take();
+    match fate {
+        Some(Ok(msg)) => Ok((msg, took)),
+        None => Err(OneShotError::NoAnswer(match why {
+            Some(w) => format!("no answer from {target} within {t:?}: {w}"),
+            None => format!("no answer from {target} within {t:?}"),
+        })),
+        Some(Err(kind)) => {
+            let text = match (why, kind) {
+                (Some(w), _) => w,
+                (None, ErrorKind::HttpStatus) => {
+                    format!("{target} answered with an HTTP status other than 200 (is the path right?)")
+                }
+                (None, ErrorKind::ContentType) => {
+                    format!("{target} answered with a content type other than application/dns-message")
+                }
+                (None, k) => format!("query to {target} failed: {k}"),
+            };
+            match kind {
+                ErrorKind::Refused
+                | ErrorKind::Connect
+                | ErrorKind::Tls
+                | ErrorKind::Alpn
+                | ErrorKind::HttpStatus
+                | ErrorKind::ContentType => Err(OneShotError::Unreachable(text)),
+                _ => Err(OneShotError::NoAnswer(text)),
+            }
+        }
     }
 }

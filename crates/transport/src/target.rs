@@ -1,4 +1,6 @@
-//! Targets as URLs whose scheme picks the transport: `udp://127.0.0.1:5353`, `tcp://[::1]:53`.
+//! Targets as URLs whose scheme picks the transport: `udp://127.0.0.1:5353`, `tcp://[::1]:53`,
+//! `tls://127.0.0.1:853` (DoT), `https://dns.example/dns-query` (DoH), `h3://dns.example`
+//! (DoH over HTTP/3), `quic://127.0.0.1:853` (DoQ).
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -13,6 +15,14 @@ pub enum Scheme {
     Udp,
     /// DNS over TCP (RFC 1035 4.2.2, RFC 7766): 2-byte length prefix, pipelined.
     Tcp,
+    /// DNS over TLS (RFC 7858): TCP framing inside TLS, pipelined.
+    Tls,
+    /// DNS over HTTPS (RFC 8484): HTTP/1.1, HTTP/2 or HTTP/3 as `LaneOptions::http` says.
+    Https,
+    /// DNS over HTTPS over HTTP/3 (`h3://`, shorthand for `https://` with `--http 3`).
+    H3,
+    /// DNS over QUIC (RFC 9250): one bidirectional stream per query.
+    Quic,
 }
 
 impl Scheme {
@@ -20,15 +30,35 @@ impl Scheme {
         match self {
             Scheme::Udp => "udp",
             Scheme::Tcp => "tcp",
+            Scheme::Tls => "tls",
+            Scheme::Https => "https",
+            Scheme::H3 => "h3",
+            Scheme::Quic => "quic",
         }
     }
 
+    /// The port used when the URL names none.
     pub fn default_port(self) -> u16 {
-        53
+        match self {
+            Scheme::Udp | Scheme::Tcp => 53,
+            Scheme::Tls | Scheme::Quic => 853,
+            Scheme::Https | Scheme::H3 => 443,
+        }
+    }
+
+    /// Whether the transport is encrypted (TLS or QUIC): TLS settings apply.
+    pub fn is_encrypted(self) -> bool {
+        !matches!(self, Scheme::Udp | Scheme::Tcp)
+    }
+
+    /// Whether this is DNS over HTTPS (any HTTP version).
+    pub fn is_https(self) -> bool {
+        matches!(self, Scheme::Https | Scheme::H3)
     }
 
     /// Every scheme this build understands, for messages.
-    pub const ALL: &'static [Scheme] = &[Scheme::Udp, Scheme::Tcp];
+    pub const ALL: &'static [Scheme] =
+        &[Scheme::Udp, Scheme::Tcp, Scheme::Tls, Scheme::Https, Scheme::H3, Scheme::Quic];
 }
 
 impl fmt::Display for Scheme {
@@ -46,6 +76,9 @@ pub struct Target {
     pub port: u16,
     /// The address connected to (the first the host resolves to).
     pub addr: SocketAddr,
+    /// DoH: the path and query of the URL (`/dns-query` when the URL has none); empty for
+    /// the other schemes.
+    pub path: String,
     /// The URL as given, for results.
     pub url: String,
 }
@@ -73,9 +106,29 @@ impl FromStr for Target {
         let scheme = match scheme.to_ascii_lowercase().as_str() {
             "udp" => Scheme::Udp,
             "tcp" => Scheme::Tcp,
+            "tls" | "dot" => Scheme::Tls,
+            "https" | "doh" => Scheme::Https,
+            "h3" => Scheme::H3,
+            "quic" | "doq" => Scheme::Quic,
             other => return Err(bad(&format!("unknown scheme '{other}' (known: {})", schemes()))),
         };
-        let hostport = rest.split(['/', '?']).next().unwrap_or("");
+        let hostport = rest.split(['/', '?', '#']).next().unwrap_or("");
+        let tail = rest[hostport.len()..].split('#').next().unwrap_or("");
+        let path = if scheme.is_https() {
+            match tail {
+                "" | "/" => "/dns-query".to_string(),
+                t if t.starts_with('?') => format!("/dns-query{t}"),
+                t => t.to_string(),
+            }
+        } else {
+            if !matches!(tail, "" | "/") {
+                return Err(bad(&format!("a {scheme}:// target has no path ('{tail}')")));
+            }
+            String::new()
+        };
+        if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+            return Err(bad("the path contains spaces or control characters"));
+        }
         if hostport.is_empty() {
             return Err(bad("missing host"));
         }
@@ -115,13 +168,30 @@ impl FromStr for Target {
                 .and_then(|mut a| a.next())
                 .ok_or_else(|| TargetError::Resolve(url.to_string(), host.clone()))?,
         };
-        Ok(Target { scheme, host, port, addr, url: url.to_string() })
+        Ok(Target { scheme, host, port, addr, path, url: url.to_string() })
     }
 }
 
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://{}", self.scheme, self.addr)
+        write!(f, "{}://{}{}", self.scheme, self.addr, self.path)
+    }
+}
+
+impl Target {
+    /// Whether the host was written as an IP address (no SNI is sent then).
+    pub fn host_is_ip(&self) -> bool {
+        self.host.parse::<IpAddr>().is_ok()
+    }
+
+    /// The HTTP authority: host (IPv6 in brackets) and the port when it is not 443.
+    pub fn authority(&self) -> String {
+        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
+        if self.port == 443 {
+            host
+        } else {
+            format!("{host}:{}", self.port)
+        }
     }
 }
 
@@ -151,5 +221,29 @@ mod tests {
         }
         let e = "foo://x".parse::<Target>().unwrap_err().to_string();
         assert!(e.contains("unknown scheme 'foo'"), "{e}");
+    }
+
+    #[test]
+    fn encrypted_schemes() {
+        let t: Target = "tls://127.0.0.1".parse().unwrap();
+        assert_eq!((t.scheme, t.port, t.path.as_str()), (Scheme::Tls, 853, ""));
+        let t: Target = "quic://[::1]".parse().unwrap();
+        assert_eq!((t.scheme, t.addr), (Scheme::Quic, "[::1]:853".parse().unwrap()));
+        let t: Target = "https://127.0.0.1".parse().unwrap();
+        assert_eq!((t.scheme, t.port, t.path.as_str()), (Scheme::Https, 443, "/dns-query"));
+        assert_eq!(t.authority(), "127.0.0.1");
+        let t: Target = "https://127.0.0.1:4431/resolve?x=1#frag".parse().unwrap();
+        assert_eq!((t.port, t.path.as_str()), (4431, "/resolve?x=1"));
+        assert_eq!(t.authority(), "127.0.0.1:4431");
+        assert_eq!(t.to_string(), "https://127.0.0.1:4431/resolve?x=1");
+        let t: Target = "h3://[::1]:8443".parse().unwrap();
+        assert_eq!((t.scheme, t.path.as_str(), t.authority().as_str()), (Scheme::H3, "/dns-query", "[::1]:8443"));
+        assert!(t.host_is_ip());
+        let t: Target = "https://localhost/".parse().unwrap();
+        assert_eq!(t.path, "/dns-query");
+        assert!(!t.host_is_ip());
+        assert!("tls://127.0.0.1/x".parse::<Target>().is_err());
+        assert!("https://127.0.0.1/a b".parse::<Target>().is_err());
+        assert!(Scheme::Quic.is_encrypted() && !Scheme::Tcp.is_encrypted() && Scheme::H3.is_https());
     }
 }

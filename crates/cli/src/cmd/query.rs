@@ -1,10 +1,104 @@
-use clap::Args;
+//! `volley query`: one query, the response printed as dig and kdig print it.
 
-use crate::error::CliResult;
+use std::time::Duration;
+
+use clap::Args;
+use volley_transport::probe::{exchange, OneShotError};
+use volley_transport::{Scheme, Target};
+use volley_wire::{Edns, Header, Name, QType, QueryOptions, QueryTemplate};
+
+use crate::args::parse_duration;
+use crate::error::{CliError, CliResult};
+
+const EXAMPLES: &str = "\
+Examples:
+  volley query udp://127.0.0.1:5353 www.example.test
+  volley query tcp://[::1]:53 example.test AAAA --dnssec
+  volley query udp://127.0.0.1:5353 size-3000.test TXT      (truncated over UDP: retried over TCP)
+
+Exit status: 0 a response came (whatever its RCODE); 1 no response in time; 2 bad input or
+nothing listening at the target.";
 
 #[derive(Args, Debug)]
-pub struct QueryArgs {}
+#[command(after_long_help = EXAMPLES)]
+pub struct QueryArgs {
+    /// Server to ask: udp://HOST[:PORT] or tcp://HOST[:PORT].
+    #[arg(value_name = "TARGET")]
+    pub target: String,
 
-pub fn run(_args: QueryArgs) -> CliResult {
-    Err(crate::error::CliError::failure("not implemented yet"))
+    /// Name to look up.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+
+    /// Query type (A, AAAA, TXT, MX, ... or TYPE123).
+    #[arg(value_name = "TYPE", default_value = "A")]
+    pub qtype: String,
+
+    /// Wait this long for the response.
+    #[arg(short = 't', long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub timeout: Duration,
+
+    /// Send no EDNS(0) OPT record.
+    #[arg(long)]
+    pub no_edns: bool,
+
+    /// EDNS(0) UDP payload size to advertise.
+    #[arg(long, value_name = "BYTES", default_value_t = 1232)]
+    pub edns_size: u16,
+
+    /// Set the DNSSEC OK (DO) bit.
+    #[arg(long)]
+    pub dnssec: bool,
+
+    /// Clear the Recursion Desired (RD) bit.
+    #[arg(long)]
+    pub no_rd: bool,
+
+    /// Print a truncated UDP answer as it is instead of retrying over TCP.
+    #[arg(long)]
+    pub ignore_tc: bool,
+
+    /// Message ID to use.
+    #[arg(long, value_name = "ID", default_value_t = 0x5eed)]
+    pub id: u16,
+}
+
+pub fn run(a: QueryArgs) -> CliResult {
+    let target: Target = a.target.parse().map_err(CliError::usage)?;
+    let name: Name = a.name.parse().map_err(|e| CliError::usage(format!("invalid name '{}': {e}", a.name)))?;
+    let qtype: QType = a.qtype.parse().map_err(|_| CliError::usage(format!("unknown query type '{}'", a.qtype)))?;
+    let opts = QueryOptions {
+        recursion_desired: !a.no_rd,
+        checking_disabled: false,
+        edns: (!a.no_edns).then_some(Edns { udp_size: a.edns_size, dnssec_ok: a.dnssec, version: 0 }),
+    };
+    let mut wire = Vec::new();
+    QueryTemplate::new(&name, qtype, opts).write(a.id, &mut wire);
+
+    let ask = |scheme: Scheme| {
+        exchange(&target, scheme, &wire, a.timeout).map_err(|e| match e {
+            OneShotError::Unreachable(m) => CliError::usage(m),
+            OneShotError::NoAnswer(m) => CliError::failure(m),
+        })
+    };
+    let mut scheme = target.scheme;
+    let (mut msg, mut took) = ask(scheme)?;
+    let truncated = Header::parse(&msg).is_ok_and(|h| h.truncated());
+    if truncated && scheme == Scheme::Udp && !a.ignore_tc {
+        println!(";; Truncated, retrying over TCP");
+        scheme = Scheme::Tcp;
+        (msg, took) = ask(scheme)?;
+    }
+    match volley_wire::display::format_message(&msg) {
+        Ok(text) => print!("{text}"),
+        Err(e) => println!(";; malformed response ({e}), {} bytes: {}", msg.len(), hex(&msg)),
+    }
+    println!(";; Query time: {:.3} ms", took.as_secs_f64() * 1e3);
+    println!(";; SERVER: {}#{}({scheme})", target.addr.ip(), target.addr.port());
+    println!(";; MSG SIZE  rcvd: {}", msg.len());
+    Ok(())
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }

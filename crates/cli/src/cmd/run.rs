@@ -9,7 +9,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use volley_engine::{Load, Plan, QuerySet};
 use volley_metrics::{RunResult, Status};
-use volley_transport::{probe::probe, LaneOptions, Target};
+use volley_transport::{
+    probe::probe_with, DohMethod, HttpVersion, LaneOptions, Scheme, Target, TlsSettings, TlsVersion,
+};
 use volley_wire::{Edns, QType, QueryOptions};
 
 use crate::args::parse_duration;
@@ -39,8 +41,10 @@ nothing listening at the target; 130 interrupted (results are still written, mar
 #[derive(Args, Debug)]
 #[command(after_long_help = EXAMPLES)]
 pub struct RunArgs {
-    /// Server to measure: udp://HOST[:PORT] or tcp://HOST[:PORT] (port 53 by default; IPv6 in
-    /// brackets, e.g. udp://[::1]:53).
+    /// Server to measure: udp://HOST[:PORT] or tcp://HOST[:PORT] (port 53), tls://HOST[:PORT]
+    /// (DoT, port 853), https://HOST[:PORT][/PATH] (DoH, port 443, path /dns-query),
+    /// h3://HOST[:PORT][/PATH] (DoH over HTTP/3), quic://HOST[:PORT] (DoQ, port 853). IPv6 in
+    /// brackets, e.g. udp://[::1]:53.
     #[arg(value_name = "TARGET")]
     pub target: String,
 
@@ -104,6 +108,44 @@ pub struct RunArgs {
     /// UDP sockets or TCP connections in total [default: one per thread].
     #[arg(long, value_name = "N", help_heading = "Load")]
     pub connections: Option<usize>,
+
+    /// DoH: HTTP version: 1.1 (one request in flight per connection; --connections defaults
+    /// to the concurrency), 2 (multiplexed, up to the server's stream limit) or 3 (QUIC).
+    #[arg(long = "http", value_name = "VERSION", default_value = "2", help_heading = "TLS and HTTP")]
+    pub http: String,
+
+    /// DoH: HTTP method: post (message as the body) or get (base64url in ?dns=). Both send
+    /// message ID 0 and application/dns-message.
+    #[arg(long = "doh-method", value_name = "METHOD", default_value = "post", help_heading = "TLS and HTTP")]
+    pub doh_method: String,
+
+    /// Server name to send (SNI) and verify the certificate against [default: the target's
+    /// host when it is a name; for an IP address no SNI is sent and the certificate must
+    /// hold that address].
+    #[arg(long, value_name = "NAME", help_heading = "TLS and HTTP")]
+    pub sni: Option<String>,
+
+    /// Trust the PEM certificates in FILE instead of the system roots (/etc/ssl/certs).
+    #[arg(long = "ca", value_name = "FILE", help_heading = "TLS and HTTP")]
+    pub ca: Option<PathBuf>,
+
+    /// Do not verify the server's certificate (INSECURE; the results say so).
+    #[arg(long, help_heading = "TLS and HTTP")]
+    pub insecure: bool,
+
+    /// Offer only this TLS version: 1.2 or 1.3 [default: both, 1.3 preferred; QUIC is
+    /// always 1.3].
+    #[arg(long = "tls-version", value_name = "VERSION", help_heading = "TLS and HTTP")]
+    pub tls_version: Option<String>,
+
+    /// TLS session resumption on reconnects: on or off.
+    #[arg(long = "tls-resume", value_name = "on|off", default_value = "on", help_heading = "TLS and HTTP")]
+    pub tls_resume: String,
+
+    /// Send queries as 0-RTT early data when a resumed session allows it (TLS 1.3 for DoT,
+    /// QUIC 0-RTT for DoQ and DoH/3). Needs --tls-resume on.
+    #[arg(long = "zero-rtt", help_heading = "TLS and HTTP")]
+    pub zero_rtt: bool,
 
     /// Write the results as JSON to FILE (atomically; schema in docs/results-schema.md).
     #[arg(short = 'o', long, value_name = "FILE", help_heading = "Output")]
@@ -179,17 +221,76 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         (d, _) => d,
     };
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let lane = LaneOptions { udp_payload: (a.edns_size as usize).max(4096), ..LaneOptions::default() };
-    Ok(Plan {
-        target,
-        queries,
-        load,
-        duration,
-        count: a.count,
-        timeout: a.timeout,
-        threads,
-        connections: a.connections.unwrap_or(threads),
-        lane,
+    let lane = lane_options(a, &target)?;
+    let h1 = target.scheme.is_https() && lane.http_for(target.scheme) == HttpVersion::Http1;
+    let connections = match (a.connections, &load) {
+        // HTTP/1.1 carries one request at a time per connection.
+        (None, Load::Closed { concurrency }) if h1 => (*concurrency as usize).max(threads),
+        (c, _) => c.unwrap_or(threads),
+    };
+    Ok(Plan { target, queries, load, duration, count: a.count, timeout: a.timeout, threads, connections, lane })
+}
+
+/// The transport settings of the flags (TLS, HTTP), checked.
+fn lane_options(a: &RunArgs, target: &Target) -> CliResult<LaneOptions> {
+    let http = match a.http.as_str() {
+        "1.1" | "1" => HttpVersion::Http1,
+        "2" => HttpVersion::Http2,
+        "3" => HttpVersion::Http3,
+        v => return Err(CliError::usage(format!("invalid --http '{v}': expected 1.1, 2 or 3"))),
+    };
+    let doh_method = match a.doh_method.to_ascii_lowercase().as_str() {
+        "get" => DohMethod::Get,
+        "post" => DohMethod::Post,
+        _ => return Err(CliError::usage(format!("invalid --doh-method '{}': expected get or post", a.doh_method))),
+    };
+    let version = match a.tls_version.as_deref() {
+        None => None,
+        Some("1.2") => Some(TlsVersion::Tls12),
+        Some("1.3") => Some(TlsVersion::Tls13),
+        Some(v) => return Err(CliError::usage(format!("invalid --tls-version '{v}': expected 1.2 or 1.3"))),
+    };
+    let resume = match a.tls_resume.as_str() {
+        "on" => true,
+        "off" => false,
+        v => return Err(CliError::usage(format!("invalid --tls-resume '{v}': expected on or off"))),
+    };
+    if a.zero_rtt && !resume {
+        return Err(CliError::usage("--zero-rtt needs --tls-resume on (0-RTT data rides on a resumed session)"));
+    }
+    if let Some(n) = &a.sni {
+        if n.is_empty() {
+            return Err(CliError::usage("invalid --sni '': expected a server name"));
+        }
+    }
+    let tls = TlsSettings {
+        sni: a.sni.clone(),
+        ca_file: a.ca.clone(),
+        insecure: a.insecure,
+        version,
+        resume,
+        zero_rtt: a.zero_rtt,
+    };
+    let opts = LaneOptions {
+        udp_payload: (a.edns_size as usize).max(4096),
+        tls,
+        http,
+        doh_method,
+        query_timeout: a.timeout,
+        ..LaneOptions::default()
+    };
+    if target.scheme.is_encrypted() {
+        let quic = target.scheme == Scheme::Quic || opts.http_for(target.scheme) == HttpVersion::Http3;
+        volley_transport::tls::check(&opts.tls, quic).map_err(CliError::usage)?;
+        volley_transport::tls::server_name(&opts.tls, target).map_err(CliError::usage)?;
+    }
+    Ok(opts)
+}
+
+/// The warning a run with `--insecure` carries in its results.
+pub fn insecure_warning(plan: &Plan) -> Option<String> {
+    (plan.lane.tls.insecure && plan.target.scheme.is_encrypted()).then(|| {
+        "--insecure: the server's certificate was NOT verified; these results may come from any server".to_string()
     })
 }
 
@@ -214,7 +315,7 @@ pub fn check_output(path: &Option<PathBuf>) -> CliResult {
 /// Checks that something answers at the target before load starts.
 pub fn check_target(plan: &Plan) -> CliResult<Option<String>> {
     let q = plan.queries.first_wire();
-    match probe(&plan.target, &q, plan.timeout.min(Duration::from_secs(2))) {
+    match probe_with(&plan.target, &q, plan.timeout.min(Duration::from_secs(2)), &plan.lane) {
         Ok(volley_transport::probe::Probe::Answered) => Ok(None),
         Ok(volley_transport::probe::Probe::Silent) => {
             Ok(Some(format!("{} did not answer a first probe query; measuring anyway", plan.target)))
@@ -267,6 +368,9 @@ pub fn run(a: RunArgs) -> CliResult {
     let mut result = execute(&plan, a.progress, interrupt)?;
     result.command = std::env::args().collect();
     if let Some(w) = warning {
+        result.warnings.insert(0, w);
+    }
+    if let Some(w) = insecure_warning(&plan) {
         result.warnings.insert(0, w);
     }
     if let Some(path) = &a.output {

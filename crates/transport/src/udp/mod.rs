@@ -119,8 +119,8 @@ async fn send_batch<X: Exchange>(
         match sock.try_io(Interest::WRITABLE, || out.send(fd, from)) {
             Ok(n) => {
                 let now = x.now();
-                for i in from..from + n {
-                    x.sent(tokens[i], out.len_of(i), now);
+                for (i, &t) in tokens.iter().enumerate().skip(from).take(n) {
+                    x.sent(t, out.len_of(i), now);
                 }
                 from += n;
             }

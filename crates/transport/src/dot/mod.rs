@@ -1,0 +1,166 @@
+//! DNS over TLS (RFC 7858): the TCP framing and pipelining of `stream`, inside TLS. ALPN
+//! `dot` is offered; a server that agrees on none is accepted (many do not send ALPN).
+//! With 0-RTT on and a ticket that allows it, the queries waiting when the connection
+//! starts go out as TLS 1.3 early data.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::ServerName;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+use volley_metrics::{EarlyData, ErrorKind, Handshake};
+
+use crate::stream::{self, Buffers};
+use crate::tls::{self, TlsSettings};
+use crate::{tcp, Exchange, IdTable, Lane, LaneOptions, Target};
+
+/// ALPN protocol of DoT (RFC 7858 registered `dot`).
+pub const ALPN: &[u8] = b"dot";
+
+/// The driver of one DoT lane.
+pub async fn drive<X: Exchange>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
+    let (cfg, name) = match setup(&opts.tls, &target, &[ALPN]) {
+        Ok(v) => v,
+        Err(why) => {
+            x.conn_failed_why(ErrorKind::Tls, &why, x.now());
+            return stream::fail_forever(&lane, &*x, ErrorKind::Tls).await;
+        }
+    };
+    let mut backoff = stream::BACKOFF;
+    let mut ids = IdTable::default();
+    let mut bufs = Buffers::new();
+    loop {
+        if lane.closing() {
+            return;
+        }
+        let mut tls = match connect(&target, &cfg, &name, &opts, &lane, &*x, &mut ids, &mut bufs, None).await {
+            Ok(s) => s,
+            Err((kind, why)) => {
+                x.conn_failed_why(kind, &why, x.now());
+                // Queries sent as early data on the failed attempt fail with it.
+                let now = x.now();
+                for t in ids.drain() {
+                    x.failed(t, kind, now);
+                }
+                bufs.clear();
+                if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        backoff = stream::BACKOFF;
+        let kind = {
+            let (rd, wr) = tokio::io::split(&mut tls);
+            stream::serve(rd, wr, &lane, &*x, &mut ids, &mut bufs, tls::io_error_kind).await
+        };
+        bufs.clear();
+        if stream::end_connection(&lane, &*x, &mut ids, kind) {
+            // close_notify, without waiting for the peer.
+            let _ = tokio::time::timeout(Duration::from_millis(10), tls.shutdown()).await;
+            return;
+        }
+    }
+}
+
+/// The shared client config and the server name of a target.
+pub(crate) fn setup(
+    s: &TlsSettings,
+    target: &Target,
+    alpn: &[&[u8]],
+) -> Result<(Arc<rustls::ClientConfig>, ServerName<'static>), String> {
+    let cfg = tls::client_config(s, alpn, false).map_err(|e| e.to_string())?;
+    let name = tls::server_name(s, target).map_err(|e| e.to_string())?;
+    Ok((cfg, name))
+}
+
+/// Opens TCP then TLS and reports the connection (`conn_opened`). With early data allowed,
+/// the lane's waiting queries are framed (IDs from `ids`) and sent as 0-RTT data.
+/// `want_alpn`: the ALPN protocol the server must agree on (None: any or none).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn connect<X: Exchange + ?Sized>(
+    target: &Target,
+    cfg: &Arc<rustls::ClientConfig>,
+    name: &ServerName<'static>,
+    opts: &LaneOptions,
+    lane: &Lane,
+    x: &X,
+    ids: &mut IdTable,
+    bufs: &mut Buffers,
+    want_alpn: Option<&[u8]>,
+) -> Result<TlsStream<TcpStream>, (ErrorKind, String)> {
+    let began = x.now();
+    let tcp = tcp::connect(target.addr, opts.connect_timeout)
+        .await
+        .map_err(|e| (tcp::connect_error_kind(&e), format!("cannot connect to {}: {e}", target.addr)))?;
+    let tcp_done = x.now();
+    let tcp_ns = tcp_done - began;
+    let left = opts.connect_timeout.saturating_sub(Duration::from_nanos(tcp_ns)).max(Duration::from_millis(1));
+    let early = cfg.enable_early_data && want_alpn.is_none();
+    let connector = TlsConnector::from(cfg.clone()).early_data(early);
+    let handshake = async {
+        let mut s = connector.connect(name.clone(), tcp).await?;
+        let mut offered = false;
+        if s.get_ref().1.is_handshaking() {
+            // Early data state: what is written now goes as 0-RTT data; flush completes
+            // the handshake (and sends it again if the server refused it).
+            if bufs.frame_queued(lane, x, ids) > 0 {
+                offered = true;
+                s.write_all(bufs.pending()).await?;
+                bufs.clear();
+            }
+            s.flush().await?;
+        }
+        Ok::<_, std::io::Error>((s, offered))
+    };
+    let (s, offered) = match tokio::time::timeout(left, handshake).await {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            let kind = match tls::io_error_kind(&e) {
+                k @ (ErrorKind::Tls | ErrorKind::Alpn) => k,
+                // The server closed or reset during the handshake: a TLS failure too.
+                _ => ErrorKind::Tls,
+            };
+            return Err((kind, format!("TLS handshake with {} failed: {}", target, tls::describe(&e))));
+        }
+        Err(_) => return Err((ErrorKind::Tls, format!("TLS handshake with {} timed out", target))),
+    };
+    let tls_ns = x.now() - tcp_done;
+    let (io, conn) = s.get_ref();
+    let n = tls::negotiated(conn);
+    if let Some(want) = want_alpn {
+        if conn.alpn_protocol() != Some(want) {
+            return Err((
+                ErrorKind::Alpn,
+                format!(
+                    "ALPN with {}: offered {}, server agreed on {}",
+                    target,
+                    String::from_utf8_lossy(want),
+                    n.alpn.as_deref().unwrap_or("none")
+                ),
+            ));
+        }
+    }
+    let early_data = match (offered, conn.is_early_data_accepted()) {
+        (false, _) => EarlyData::NotOffered,
+        (true, true) => EarlyData::Accepted,
+        (true, false) => EarlyData::Rejected,
+    };
+    let h = Handshake {
+        tcp_ns: Some(tcp_ns),
+        tls_ns: Some(tls_ns),
+        rtt_ns: tcp::rtt_ns(io),
+        resumed: n.resumed,
+        early_data,
+        tls_version: n.version,
+        alpn: n.alpn,
+        cipher: n.cipher,
+        ..Handshake::default()
+    };
+    x.conn_opened(&h, x.now());
+    Ok(s)
+}

@@ -1,0 +1,167 @@
+//! DNS over HTTPS over HTTP/3 (RFC 8484 on RFC 9114), with h3 and h3-quinn: one QUIC
+//! connection per lane, one request stream per query, awaited by its own local task.
+//! Requests are written as for HTTP/2 (`https::RequestTemplate`).
+
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use volley_metrics::{Close, ErrorKind};
+
+use crate::https::{check_head, RequestTemplate};
+use crate::quic;
+use crate::{stream, Exchange, Lane, LaneOptions, Target, Token};
+
+/// ALPN protocol of HTTP/3.
+pub const ALPN: &[u8] = b"h3";
+
+type Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
+
+/// The error kind of an HTTP/3 stream error.
+fn stream_kind(e: &h3::error::StreamError) -> ErrorKind {
+    use h3::error::StreamError as S;
+    match e {
+        S::RemoteTerminate { .. } => ErrorKind::QuicStreamReset,
+        S::ConnectionError { 0: c, .. } => conn_kind(c),
+        S::RemoteClosing { .. } => ErrorKind::Goaway,
+        S::HeaderTooBig { .. } => ErrorKind::Malformed,
+        _ => ErrorKind::Io,
+    }
+}
+
+/// The error kind of an HTTP/3 connection error.
+fn conn_kind(e: &h3::error::ConnectionError) -> ErrorKind {
+    use h3::error::ConnectionError as C;
+    match e {
+        C::Timeout { .. } => ErrorKind::IdleTimeout,
+        C::Remote { 0: h3::quic::ConnectionErrorIncoming::Timeout, .. } => ErrorKind::IdleTimeout,
+        _ => ErrorKind::QuicClosed,
+    }
+}
+
+/// The driver of one DoH lane over HTTP/3.
+pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
+    let mut tpl = match RequestTemplate::new(&target, opts.doh_method, false) {
+        Ok(t) => t,
+        Err(why) => {
+            x.conn_failed_why(ErrorKind::Io, &why, x.now());
+            return stream::fail_forever(&lane, &*x, ErrorKind::Io).await;
+        }
+    };
+    let Some((cfg, ep)) = quic::lane_setup(&target, &lane, &*x, &opts, ALPN).await else { return };
+    let mut backoff = stream::BACKOFF;
+    let mut msg = Vec::with_capacity(512);
+    loop {
+        let Some(conn) = quic::open(&ep, &target, &cfg, &opts, &lane, &x, true, &mut backoff).await else { return };
+        let end = quic::watch(&conn);
+        let (mut driver, send) = match h3::client::new(h3_quinn::Connection::new(conn.clone())).await {
+            Ok(v) => v,
+            Err(e) => {
+                conn.close(0u32.into(), b"");
+                x.conn_closed(Close::Error, x.now());
+                if stream::after_failure(&lane, &*x, conn_kind(&e), &mut backoff).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        {
+            let end = end.clone();
+            tokio::task::spawn_local(async move {
+                let e = poll_fn(|cx| driver.poll_close(cx)).await;
+                // The QUIC watcher usually tells first, with the precise reason.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let kind = conn_kind(&e);
+                end.end(if e.is_h3_no_error() { Close::ServerGoaway } else { stream::close_of(kind) }, kind);
+            });
+        }
+        loop {
+            while end.ended().is_none() {
+                let Some(t) = lane.pop() else { break };
+                if !x.encode(t, 0, &mut msg) {
+                    continue;
+                }
+                let (req, body) = tpl.request(&msg);
+                tokio::task::spawn_local(request(x.clone(), send.clone(), t, req, body, msg.len(), opts.query_timeout));
+            }
+            if lane.closing() {
+                // H3_NO_ERROR
+                conn.close(0x100u32.into(), b"");
+                x.conn_closed(Close::ClientEnd, x.now());
+                return;
+            }
+            if end.ended().is_some() {
+                break;
+            }
+            tokio::select! {
+                _ = lane.wait() => {}
+                _ = end.wait() => break,
+            }
+        }
+        x.conn_closed(end.ended().unwrap_or(Close::Error), x.now());
+    }
+}
+
+/// One DoH/3 request on its own stream; reports its fate.
+async fn request<X: Exchange>(
+    x: Rc<X>,
+    mut send: Sender,
+    t: Token,
+    req: http::Request<()>,
+    body: Option<Bytes>,
+    len: usize,
+    limit: Duration,
+) {
+    let r = tokio::time::timeout(limit, async {
+        let mut s = send.send_request(req).await.map_err(|e| stream_kind(&e))?;
+        if let Some(b) = body {
+            s.send_data(b).await.map_err(|e| stream_kind(&e))?;
+        }
+        s.finish().await.map_err(|e| stream_kind(&e))?;
+        x.sent(t, len, x.now());
+        let resp = s.recv_response().await.map_err(|e| stream_kind(&e))?;
+        check_head(resp.status(), resp.headers())?;
+        let mut out: Option<BytesMut> = None;
+        let mut first: Option<Bytes> = None;
+        while let Some(mut chunk) = s.recv_data().await.map_err(|e| stream_kind(&e))? {
+            let n = chunk.remaining();
+            match (&mut first, &mut out) {
+                (None, None) => first = Some(chunk.copy_to_bytes(n)),
+                (Some(f), None) => {
+                    let mut m = BytesMut::with_capacity(f.len() + n);
+                    m.extend_from_slice(f);
+                    while chunk.has_remaining() {
+                        let c = chunk.chunk();
+                        let l = c.len();
+                        m.extend_from_slice(c);
+                        chunk.advance(l);
+                    }
+                    out = Some(m);
+                }
+                (_, Some(m)) => {
+                    while chunk.has_remaining() {
+                        let c = chunk.chunk();
+                        let l = c.len();
+                        m.extend_from_slice(c);
+                        chunk.advance(l);
+                    }
+                }
+            }
+            if out.as_ref().map_or(0, |m| m.len()) > 65_535 {
+                return Err(ErrorKind::Malformed);
+            }
+        }
+        Ok(match out {
+            Some(m) => m.freeze(),
+            None => first.unwrap_or_default(),
+        })
+    })
+    .await;
+    let now = x.now();
+    match r {
+        Ok(Ok(msg)) => x.response(t, &msg, now),
+        Ok(Err(kind)) => x.failed(t, kind, now),
+        Err(_) => {}
+    }
+}

@@ -1,0 +1,527 @@
+//! DNS over HTTPS (RFC 8484) over HTTP/1.1 and HTTP/2 on TLS. Queries carry ID 0 and are
+//! matched by request, not by ID. GET sends the message base64url-encoded without padding
+//! in `?dns=`, POST as an `application/dns-message` body.
+//!
+//! HTTP/2 (the h2 crate): one connection per lane, one stream per query, each awaited by its
+//! own local task; the lane's capacity follows the server's SETTINGS_MAX_CONCURRENT_STREAMS.
+//! HTTP/1.1 (hyper): keep-alive, one request in flight per connection (lane capacity 1).
+
+use std::cell::Cell;
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST};
+use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use tokio::sync::Notify;
+use volley_metrics::{Close, ErrorKind};
+
+use crate::stream::{self, Buffers};
+use crate::{dot, tls, DohMethod, Exchange, IdTable, Lane, LaneOptions, Target, Token};
+
+/// The media type of DNS messages over HTTP.
+pub const DNS_MESSAGE: &str = "application/dns-message";
+/// Largest DNS message accepted in a response body.
+const MAX_MESSAGE: usize = 65_535;
+
+/// Appends `data` base64url-encoded without padding (RFC 4648 section 5, as RFC 8484 asks).
+pub fn base64url(data: &[u8], out: &mut String) {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    out.reserve(data.len().div_ceil(3) * 4);
+    let mut chunks = data.chunks_exact(3);
+    for c in &mut chunks {
+        let n = (c[0] as u32) << 16 | (c[1] as u32) << 8 | c[2] as u32;
+        for s in [18, 12, 6, 0] {
+            out.push(A[(n >> s & 63) as usize] as char);
+        }
+    }
+    match *chunks.remainder() {
+        [a] => {
+            let n = (a as u32) << 16;
+            out.push(A[(n >> 18 & 63) as usize] as char);
+            out.push(A[(n >> 12 & 63) as usize] as char);
+        }
+        [a, b] => {
+            let n = (a as u32) << 16 | (b as u32) << 8;
+            for s in [18, 12, 6] {
+                out.push(A[(n >> s & 63) as usize] as char);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// How requests of a lane are written: the URI prefix and headers, built once.
+pub(crate) struct RequestTemplate {
+    method: DohMethod,
+    /// Full URI (HTTP/2 and HTTP/3 need scheme and authority) or path only (HTTP/1.1).
+    post_uri: Uri,
+    /// The URI text GET requests append `dns=` to (with `?` or `&`).
+    get_prefix: String,
+    authority: HeaderValue,
+    h1: bool,
+    uri_buf: String,
+}
+
+impl RequestTemplate {
+    pub(crate) fn new(target: &Target, method: DohMethod, h1: bool) -> Result<RequestTemplate, String> {
+        let base = if h1 { target.path.clone() } else { format!("https://{}{}", target.authority(), target.path) };
+        let post_uri: Uri = base.parse().map_err(|e| format!("invalid DoH URL '{}': {e}", target.url))?;
+        let sep = if target.path.contains('?') { '&' } else { '?' };
+        let authority =
+            HeaderValue::from_str(&target.authority()).map_err(|e| format!("invalid host in '{}': {e}", target.url))?;
+        Ok(RequestTemplate {
+            method,
+            post_uri,
+            get_prefix: format!("{base}{sep}dns="),
+            authority,
+            h1,
+            uri_buf: String::new(),
+        })
+    }
+
+    /// The request for one DNS message; the body (POST) is returned apart.
+    pub(crate) fn request(&mut self, msg: &[u8]) -> (Request<()>, Option<Bytes>) {
+        let (uri, body) = match self.method {
+            DohMethod::Post => (self.post_uri.clone(), Some(Bytes::copy_from_slice(msg))),
+            DohMethod::Get => {
+                self.uri_buf.clear();
+                self.uri_buf.push_str(&self.get_prefix);
+                base64url(msg, &mut self.uri_buf);
+                // base64url and a parsed prefix always make a valid URI.
+                (Uri::try_from(self.uri_buf.as_str()).unwrap_or_else(|_| self.post_uri.clone()), None)
+            }
+        };
+        let mut req = Request::new(());
+        *req.uri_mut() = uri;
+        if body.is_some() {
+            *req.method_mut() = Method::POST;
+        }
+        let h = req.headers_mut();
+        h.insert(ACCEPT, HeaderValue::from_static(DNS_MESSAGE));
+        if self.h1 {
+            h.insert(HOST, self.authority.clone());
+        }
+        if let Some(b) = &body {
+            h.insert(CONTENT_TYPE, HeaderValue::from_static(DNS_MESSAGE));
+            h.insert(CONTENT_LENGTH, HeaderValue::from(b.len()));
+        }
+        (req, body)
+    }
+}
+
+/// Checks a response's status and content type (RFC 8484 section 4.2).
+pub(crate) fn check_head(status: StatusCode, headers: &HeaderMap) -> Result<(), ErrorKind> {
+    if status != StatusCode::OK {
+        return Err(ErrorKind::HttpStatus);
+    }
+    let ok = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(DNS_MESSAGE));
+    if ok {
+        Ok(())
+    } else {
+        Err(ErrorKind::ContentType)
+    }
+}
+
+/// The error kind of an HTTP/2 error.
+pub(crate) fn h2_kind(e: &h2::Error) -> ErrorKind {
+    if e.is_go_away() {
+        ErrorKind::Goaway
+    } else if e.is_reset() {
+        ErrorKind::StreamReset
+    } else if let Some(io) = e.get_io() {
+        tls::io_error_kind(io)
+    } else {
+        ErrorKind::Io
+    }
+}
+
+/// How a connection ended, told by its connection task to the lane's driver.
+#[derive(Default)]
+pub(crate) struct ConnEnd {
+    ended: Cell<Option<Close>>,
+    kind: Cell<Option<ErrorKind>>,
+    wake: Notify,
+}
+
+impl ConnEnd {
+    pub(crate) fn end(&self, how: Close, kind: ErrorKind) {
+        if self.ended.get().is_none() {
+            self.ended.set(Some(how));
+            self.kind.set(Some(kind));
+        }
+        self.wake.notify_one();
+    }
+
+    pub(crate) fn ended(&self) -> Option<Close> {
+        self.ended.get()
+    }
+
+    pub(crate) async fn wait(&self) {
+        while self.ended.get().is_none() {
+            self.wake.notified().await;
+        }
+    }
+}
+
+/// Sets the lane's capacity from a connection's stream limit.
+pub(crate) fn follow_limit(lane: &Lane, opts: &LaneOptions, streams: u64) {
+    lane.set_capacity(streams.min(opts.max_in_flight as u64) as u32);
+}
+
+/// Opens TCP and TLS with ALPN `alpn` (the server must agree on it) and reports the
+/// connection; on failure reports it and waits the backoff. None: the lane is closing.
+#[allow(clippy::too_many_arguments)]
+async fn open<X: Exchange + ?Sized>(
+    target: &Target,
+    cfg: &std::sync::Arc<rustls::ClientConfig>,
+    name: &rustls::pki_types::ServerName<'static>,
+    opts: &LaneOptions,
+    lane: &Lane,
+    x: &X,
+    alpn: &[u8],
+    backoff: &mut Duration,
+) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let mut ids = IdTable::with_capacity(1);
+    let mut bufs = Buffers::default();
+    loop {
+        if lane.closing() {
+            return None;
+        }
+        match dot::connect(target, cfg, name, opts, lane, x, &mut ids, &mut bufs, Some(alpn)).await {
+            Ok(s) => {
+                *backoff = stream::BACKOFF;
+                return Some(s);
+            }
+            Err((kind, why)) => {
+                x.conn_failed_why(kind, &why, x.now());
+                if stream::after_failure(lane, x, kind, backoff).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// The driver of one DoH lane over HTTP/2.
+pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
+    let setup = dot::setup(&opts.tls, &target, &[b"h2"])
+        .and_then(|(c, n)| Ok((c, n, RequestTemplate::new(&target, opts.doh_method, false)?)));
+    let (cfg, name, mut tpl) = match setup {
+        Ok(v) => v,
+        Err(why) => {
+            x.conn_failed_why(ErrorKind::Tls, &why, x.now());
+            return stream::fail_forever(&lane, &*x, ErrorKind::Tls).await;
+        }
+    };
+    let mut backoff = stream::BACKOFF;
+    let mut msg = Vec::with_capacity(512);
+    loop {
+        let Some(tls) = open(&target, &cfg, &name, &opts, &lane, &*x, b"h2", &mut backoff).await else { return };
+        let mut b = h2::client::Builder::new();
+        b.initial_window_size(1 << 20).initial_connection_window_size(4 << 20).max_concurrent_reset_streams(1 << 16);
+        let (mut send, conn) = match b.handshake::<_, Bytes>(tls).await {
+            Ok(v) => v,
+            Err(e) => {
+                let kind = h2_kind(&e);
+                x.conn_closed(Close::Error, x.now());
+                if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        let end = Rc::new(ConnEnd::default());
+        {
+            let end = end.clone();
+            tokio::task::spawn_local(async move {
+                let (how, kind) = match conn.await {
+                    Ok(()) => (Close::ServerFin, ErrorKind::Closed),
+                    Err(e) if e.is_go_away() && e.is_remote() => (Close::ServerGoaway, ErrorKind::Goaway),
+                    Err(e) => {
+                        let k = h2_kind(&e);
+                        (stream::close_of(k), k)
+                    }
+                };
+                end.end(how, kind);
+            });
+        }
+        // Serve until the connection ends or the lane closes.
+        'conn: loop {
+            follow_limit(&lane, &opts, send.current_max_send_streams() as u64);
+            while lane.queued() > 0 && end.ended().is_none() {
+                // Wait for a free stream (the server's limit) before taking a query.
+                let ready = tokio::select! {
+                    r = poll_fn(|cx| send.poll_ready(cx)) => r,
+                    _ = end.wait() => break 'conn,
+                };
+                if ready.is_err() {
+                    break 'conn;
+                }
+                let Some(t) = lane.pop() else { break };
+                if !x.encode(t, 0, &mut msg) {
+                    continue;
+                }
+                let (req, body) = tpl.request(&msg);
+                match send.send_request(req, body.is_none()) {
+                    Ok((resp, mut out)) => {
+                        if let Some(body) = body {
+                            let _ = out.send_data(body, true);
+                        }
+                        x.sent(t, msg.len(), x.now());
+                        tokio::task::spawn_local(h2_request(x.clone(), t, resp, opts.query_timeout));
+                    }
+                    Err(e) => {
+                        x.failed(t, h2_kind(&e), x.now());
+                        break 'conn;
+                    }
+                }
+            }
+            if lane.closing() || end.ended().is_some() {
+                break;
+            }
+            tokio::select! {
+                _ = lane.wait() => {}
+                _ = end.wait() => break,
+            }
+        }
+        let now = x.now();
+        if lane.closing() {
+            x.conn_closed(Close::ClientEnd, now);
+            return;
+        }
+        // The connection task ends (and reports) once its streams are done or dead.
+        drop(send);
+        end.wait().await;
+        x.conn_closed(end.ended().unwrap_or(Close::Error), now);
+    }
+}
+
+/// Awaits one HTTP/2 response and reports the query's fate.
+async fn h2_request<X: Exchange>(x: Rc<X>, t: Token, resp: h2::client::ResponseFuture, limit: Duration) {
+    let r = tokio::time::timeout(limit, async {
+        let resp = resp.await.map_err(|e| h2_kind(&e))?;
+        check_head(resp.status(), resp.headers())?;
+        let mut body = resp.into_body();
+        let mut first: Option<Bytes> = None;
+        let mut more: Option<BytesMut> = None;
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.map_err(|e| h2_kind(&e))?;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            match (&mut first, &mut more) {
+                (None, _) => first = Some(chunk),
+                (Some(f), None) => {
+                    let mut m = BytesMut::with_capacity(f.len() + chunk.len());
+                    m.extend_from_slice(f);
+                    m.extend_from_slice(&chunk);
+                    more = Some(m);
+                }
+                (Some(_), Some(m)) => m.extend_from_slice(&chunk),
+            }
+            if more.as_ref().map_or(0, |m| m.len()) > MAX_MESSAGE {
+                return Err(ErrorKind::Malformed);
+            }
+        }
+        Ok(match more {
+            Some(m) => m.freeze(),
+            None => first.unwrap_or_default(),
+        })
+    })
+    .await;
+    let now = x.now();
+    match r {
+        Ok(Ok(msg)) => x.response(t, &msg, now),
+        Ok(Err(kind)) => x.failed(t, kind, now),
+        // The engine has timed the query out already; dropping the stream resets it.
+        Err(_) => {}
+    }
+}
+
+/// The driver of one DoH lane over HTTP/1.1: one request at a time on a keep-alive
+/// connection.
+pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
+    lane.set_capacity(1);
+    let setup = dot::setup(&opts.tls, &target, &[b"http/1.1"])
+        .and_then(|(c, n)| Ok((c, n, RequestTemplate::new(&target, opts.doh_method, true)?)));
+    let (cfg, name, mut tpl) = match setup {
+        Ok(v) => v,
+        Err(why) => {
+            x.conn_failed_why(ErrorKind::Tls, &why, x.now());
+            return stream::fail_forever(&lane, &*x, ErrorKind::Tls).await;
+        }
+    };
+    let mut backoff = stream::BACKOFF;
+    let mut msg = Vec::with_capacity(512);
+    loop {
+        let Some(tls) = open(&target, &cfg, &name, &opts, &lane, &*x, b"http/1.1", &mut backoff).await else { return };
+        let io = hyper_util::rt::TokioIo::new(tls);
+        let (mut send, conn) = match hyper::client::conn::http1::Builder::new().handshake::<_, Full<Bytes>>(io).await {
+            Ok(v) => v,
+            Err(_) => {
+                x.conn_closed(Close::Error, x.now());
+                if stream::after_failure(&lane, &*x, ErrorKind::Io, &mut backoff).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        let end = Rc::new(ConnEnd::default());
+        {
+            let end = end.clone();
+            tokio::task::spawn_local(async move {
+                match conn.await {
+                    Ok(()) => end.end(Close::ServerFin, ErrorKind::Closed),
+                    Err(e) => {
+                        let k = hyper_kind(&e);
+                        end.end(stream::close_of(k), k)
+                    }
+                }
+            });
+        }
+        let mut client_close = None;
+        loop {
+            if lane.closing() {
+                client_close = Some(Close::ClientEnd);
+                break;
+            }
+            if end.ended().is_some() {
+                break;
+            }
+            if lane.queued() == 0 {
+                tokio::select! {
+                    _ = lane.wait() => {}
+                    _ = end.wait() => {}
+                }
+                continue;
+            }
+            if send.ready().await.is_err() {
+                // The server closed the connection: reconnect; the query stays queued.
+                end.wait().await;
+                break;
+            }
+            let Some(t) = lane.pop() else { continue };
+            if !x.encode(t, 0, &mut msg) {
+                continue;
+            }
+            let (req, body) = tpl.request(&msg);
+            let (parts, ()) = req.into_parts();
+            let req = Request::from_parts(parts, Full::new(body.unwrap_or_default()));
+            let fut = send.send_request(req);
+            x.sent(t, msg.len(), x.now());
+            let r = tokio::time::timeout(opts.query_timeout, async {
+                let resp = fut.await.map_err(|e| hyper_kind(&e))?;
+                check_head(resp.status(), resp.headers())?;
+                let body = resp.into_body().collect().await.map_err(|e| hyper_kind(&e))?.to_bytes();
+                Ok::<_, ErrorKind>(body)
+            })
+            .await;
+            let now = x.now();
+            match r {
+                Ok(Ok(body)) => x.response(t, &body, now),
+                Ok(Err(kind)) => {
+                    x.failed(t, kind, now);
+                    if kind != ErrorKind::HttpStatus && kind != ErrorKind::ContentType {
+                        break;
+                    }
+                }
+                Err(_) => {
+                    // No answer within the timeout: HTTP/1.1 cannot cancel a request
+                    // but by closing the connection.
+                    client_close = Some(Close::Error);
+                    break;
+                }
+            }
+        }
+        drop(send);
+        let now = x.now();
+        match client_close {
+            Some(Close::ClientEnd) => {
+                x.conn_closed(Close::ClientEnd, now);
+                return;
+            }
+            Some(how) => x.conn_closed(how, now),
+            None => {
+                end.wait().await;
+                x.conn_closed(end.ended().unwrap_or(Close::Error), now);
+            }
+        }
+    }
+}
+
+/// The error kind of a hyper error.
+fn hyper_kind(e: &hyper::Error) -> ErrorKind {
+    use std::error::Error as _;
+    let mut src = e.source();
+    while let Some(s) = src {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return tls::io_error_kind(io);
+        }
+        src = s.source();
+    }
+    if e.is_incomplete_message() || e.is_closed() || e.is_canceled() {
+        ErrorKind::Closed
+    } else {
+        ErrorKind::Io
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64url_no_padding() {
+        let enc = |d: &[u8]| {
+            let mut s = String::new();
+            base64url(d, &mut s);
+            s
+        };
+        assert_eq!(enc(b""), "");
+        assert_eq!(enc(b"f"), "Zg");
+        assert_eq!(enc(b"fo"), "Zm8");
+        assert_eq!(enc(b"foo"), "Zm9v");
+        assert_eq!(enc(b"foob"), "Zm9vYg");
+        assert_eq!(enc(&[0xfb, 0xff, 0xfe]), "-__-");
+        // RFC 8484 section 4.1.1 example: www.example.com A, ID 0, RD.
+        let q = [
+            0x00, 0x00, 0x01, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0x77, 0x77, 0x77, 0x07, 0x65,
+            0x78, 0x61, 0x6d, 0x70, 0x6c, 0x65, 0x03, 0x63, 0x6f, 0x6d, 0x00, 0x00, 0x01, 0x00, 0x01,
+        ];
+        assert_eq!(enc(&q), "AAABAAABAAAAAAAAA3d3dwdleGFtcGxlA2NvbQAAAQAB");
+    }
+
+    #[test]
+    fn requests() {
+        let t: Target = "https://127.0.0.1:4431/dns-query".parse().unwrap();
+        let mut get = RequestTemplate::new(&t, DohMethod::Get, false).unwrap();
+        let (r, b) = get.request(b"foo");
+        assert!(b.is_none());
+        assert_eq!(r.method(), Method::GET);
+        assert_eq!(r.uri().to_string(), "https://127.0.0.1:4431/dns-query?dns=Zm9v");
+        let t: Target = "https://localhost/q?ct=1".parse().unwrap();
+        let mut get = RequestTemplate::new(&t, DohMethod::Get, true).unwrap();
+        let (r, _) = get.request(b"foo");
+        assert_eq!(r.uri().to_string(), "/q?ct=1&dns=Zm9v");
+        assert_eq!(r.headers()[HOST], "localhost");
+        let mut post = RequestTemplate::new(&t, DohMethod::Post, false).unwrap();
+        let (r, b) = post.request(b"foo");
+        assert_eq!((r.method(), b.as_deref()), (&Method::POST, Some(&b"foo"[..])));
+        assert_eq!(r.headers()[CONTENT_TYPE], DNS_MESSAGE);
+        assert_eq!(r.headers()[CONTENT_LENGTH], "3");
+    }
+
+    #[test]
+    fn heads() {
+        let mut h = HeaderMap::new();
+        assert_eq!(check_head(StatusCode::OK, &h), Err(ErrorKind::ContentType));
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("Application/DNS-Message; charset=x"));
+        assert_eq!(check_head(StatusCode::OK, &h), Ok(()));
+        assert_eq!(check_head(StatusCode::BAD_REQUEST, &h), Err(ErrorKind::HttpStatus));
+    }
+}

@@ -1,0 +1,241 @@
+//! DNS over a byte stream (RFC 7766 framing): the part TCP and DoT share. Queries are
+//! framed with a 2-byte length into one write buffer and pipelined; answers are parsed from
+//! one read buffer in any order and matched by DNS ID. Generic over the two halves of a
+//! stream: plain TCP passes `TcpStream::split()` halves (no locking), TLS passes
+//! `tokio::io::split` halves.
+
+use std::io;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use volley_metrics::{Close, ErrorKind};
+
+use crate::{deliver, Exchange, IdTable, Lane};
+
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Buffers of one lane, kept across its connections.
+#[derive(Debug, Default)]
+pub(crate) struct Buffers {
+    wbuf: Vec<u8>,
+    rbuf: Vec<u8>,
+    msg: Vec<u8>,
+}
+
+impl Buffers {
+    pub(crate) fn new() -> Buffers {
+        Buffers { wbuf: Vec::with_capacity(4096), rbuf: Vec::with_capacity(READ_CHUNK), msg: Vec::with_capacity(512) }
+    }
+
+    /// Frames every queued query into the write buffer (IDs from `ids`); returns how many.
+    pub(crate) fn frame_queued<X: Exchange + ?Sized>(&mut self, lane: &Lane, x: &X, ids: &mut IdTable) -> usize {
+        let mut n = 0;
+        while let Some(t) = lane.pop() {
+            let Some(id) = ids.insert(t, |o| x.is_live(o)) else {
+                x.failed(t, ErrorKind::Overload, x.now());
+                continue;
+            };
+            if !x.encode(t, id, &mut self.msg) {
+                ids.remove(id);
+                continue;
+            }
+            frame(&self.msg, &mut self.wbuf);
+            x.sent(t, self.msg.len(), x.now());
+            n += 1;
+        }
+        n
+    }
+
+    /// The framed bytes not yet written.
+    pub(crate) fn pending(&self) -> &[u8] {
+        &self.wbuf
+    }
+
+    /// Forgets what was framed (written elsewhere, or the connection died).
+    pub(crate) fn clear(&mut self) {
+        self.wbuf.clear();
+        self.rbuf.clear();
+    }
+}
+
+/// Appends `msg` with its 2-byte length prefix.
+#[inline]
+pub(crate) fn frame(msg: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+    out.extend_from_slice(msg);
+}
+
+/// Hands every complete frame in `buf` to `each`; returns the bytes consumed.
+#[inline]
+pub(crate) fn split_frames(buf: &[u8], mut each: impl FnMut(&[u8])) -> usize {
+    let mut at = 0;
+    while buf.len() - at >= 2 {
+        let len = u16::from_be_bytes([buf[at], buf[at + 1]]) as usize;
+        if buf.len() - at - 2 < len {
+            break;
+        }
+        each(&buf[at + 2..at + 2 + len]);
+        at += 2 + len;
+    }
+    at
+}
+
+/// Runs one connection until it ends; returns the error kind its outstanding queries get.
+/// `kind_of` maps the stream's I/O errors (TLS streams wrap TLS errors in them).
+pub(crate) async fn serve<R, W, X>(
+    mut rd: R,
+    mut wr: W,
+    lane: &Lane,
+    x: &X,
+    ids: &mut IdTable,
+    b: &mut Buffers,
+    kind_of: fn(&io::Error) -> ErrorKind,
+) -> ErrorKind
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+    X: Exchange + ?Sized,
+{
+    let mut woff = 0;
+    // Bytes handed to the writer that may still sit in its buffer (TLS records).
+    let mut unflushed = !b.wbuf.is_empty();
+    loop {
+        b.frame_queued(lane, x, ids);
+        if lane.closing() {
+            return ErrorKind::Closed;
+        }
+        let pending = woff < b.wbuf.len();
+        if b.rbuf.capacity() - b.rbuf.len() < READ_CHUNK / 2 {
+            b.rbuf.reserve(READ_CHUNK);
+        }
+        tokio::select! {
+            biased;
+            r = rd.read_buf(&mut b.rbuf) => match r {
+                Ok(0) => return ErrorKind::Closed,
+                Ok(_) => {
+                    let now = x.now();
+                    let used = split_frames(&b.rbuf, |m| deliver(m, ids, x, now));
+                    b.rbuf.drain(..used);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return kind_of(&e),
+            },
+            // Write what is framed, then flush (TLS records may wait in the writer).
+            r = async {
+                if pending {
+                    wr.write(&b.wbuf[woff..]).await.map(Some)
+                } else {
+                    wr.flush().await.map(|()| None)
+                }
+            }, if pending || unflushed => match r {
+                Ok(Some(0)) => return ErrorKind::Closed,
+                Ok(Some(n)) => {
+                    woff += n;
+                    unflushed = true;
+                    if woff == b.wbuf.len() {
+                        b.wbuf.clear();
+                        woff = 0;
+                    }
+                }
+                Ok(None) => unflushed = false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return kind_of(&e),
+            },
+            _ = lane.wait(), if !pending && !unflushed => {}
+        }
+    }
+}
+
+/// How a connection ended, from the error its queries got.
+pub fn close_of(kind: ErrorKind) -> Close {
+    match kind {
+        ErrorKind::Closed => Close::ServerFin,
+        ErrorKind::Reset => Close::ServerReset,
+        ErrorKind::Goaway => Close::ServerGoaway,
+        ErrorKind::IdleTimeout => Close::IdleTimeout,
+        _ => Close::Error,
+    }
+}
+
+/// Fails every query waiting in the lane with `kind`.
+pub(crate) fn fail_queued<X: Exchange + ?Sized>(lane: &Lane, x: &X, kind: ErrorKind) {
+    let now = x.now();
+    for t in lane.take_queued() {
+        x.failed(t, kind, now);
+    }
+}
+
+/// Ends the outstanding queries of a dead connection and reports its close. Returns true
+/// when the lane is closing (the driver ends).
+pub(crate) fn end_connection<X: Exchange + ?Sized>(lane: &Lane, x: &X, ids: &mut IdTable, kind: ErrorKind) -> bool {
+    let now = x.now();
+    for t in ids.drain() {
+        if x.is_live(t) {
+            x.failed(t, kind, now);
+        }
+    }
+    if lane.closing() {
+        x.conn_closed(Close::ClientEnd, now);
+        return true;
+    }
+    x.conn_closed(close_of(kind), now);
+    false
+}
+
+/// Resolves when the lane is told to close.
+pub(crate) async fn closed(lane: &Lane) {
+    while !lane.closing() {
+        lane.wait().await;
+    }
+}
+
+/// After a failed connection attempt: fails what waits, then sleeps `backoff` (doubling it,
+/// up to 1 s). Returns true when the lane closed meanwhile.
+pub(crate) async fn after_failure<X: Exchange + ?Sized>(
+    lane: &Lane,
+    x: &X,
+    kind: ErrorKind,
+    backoff: &mut Duration,
+) -> bool {
+    fail_queued(lane, x, kind);
+    let closing = tokio::select! {
+        _ = tokio::time::sleep(*backoff) => false,
+        _ = closed(lane) => true,
+    };
+    *backoff = (*backoff * 2).min(Duration::from_secs(1));
+    closing
+}
+
+/// The first backoff after a failure.
+pub(crate) const BACKOFF: Duration = Duration::from_millis(20);
+
+/// Fails every query the lane gets until it closes (the transport cannot work at all,
+/// e.g. its TLS configuration could not be built).
+pub(crate) async fn fail_forever<X: Exchange + ?Sized>(lane: &Lane, x: &X, kind: ErrorKind) {
+    loop {
+        fail_queued(lane, x, kind);
+        if lane.closing() {
+            return;
+        }
+        lane.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let mut out = Vec::new();
+        frame(b"abc", &mut out);
+        frame(b"", &mut out);
+        frame(&[7u8; 300], &mut out);
+        out.extend_from_slice(&[0, 5, 1, 2]); // incomplete
+        let mut got = Vec::new();
+        let used = split_frames(&out, |m| got.push(m.to_vec()));
+        assert_eq!(used, out.len() - 4);
+        assert_eq!(got, vec![b"abc".to_vec(), vec![], vec![7u8; 300]]);
+        assert_eq!(split_frames(&[0], |_| panic!()), 0);
+    }
+}
