@@ -67,7 +67,7 @@ impl Header {
     /// The header's 4-bit RCODE (EDNS extended bits live in the OPT record).
     #[inline]
     pub fn rcode(&self) -> Rcode {
-        Rcode((self.flags & 0xF) as u16)
+        Rcode(self.flags & 0xF)
     }
     #[inline]
     pub fn set_rcode(&mut self, rcode: Rcode) {

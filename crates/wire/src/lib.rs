@@ -13,10 +13,12 @@ pub mod query;
 pub mod response;
 mod types;
 
+pub use display::format_message;
 pub use error::WireError;
 pub use header::{Header, HEADER_LEN};
 pub use name::{parse_name, skip_name, Name};
 pub use query::{parse_query, push_opt, question_key, Edns, ParsedQuery, QueryError, QueryOptions, QueryTemplate};
+pub use response::QueryView;
 pub use types::{Class, Opcode, QType, Rcode};
 
 /// The largest DNS message (a TCP frame's 16-bit length).

@@ -90,7 +90,7 @@ impl FromStr for Name {
         let mut out = Vec::with_capacity(b.len() + 2);
         let mut label: Vec<u8> = Vec::with_capacity(63);
         let mut i = 0;
-        let mut finish = |label: &mut Vec<u8>, out: &mut Vec<u8>| -> Result<(), WireError> {
+        let finish = |label: &mut Vec<u8>, out: &mut Vec<u8>| -> Result<(), WireError> {
             if label.is_empty() {
                 return Err(WireError::BadNameText("empty label"));
             }

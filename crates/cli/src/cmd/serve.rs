@@ -1,10 +1,153 @@
+//! `volley serve`: the responder, a deterministic DNS server to measure transports against.
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::time::Duration;
+
 use clap::Args;
+use volley_responder::{parse_duration, AnswerConfig, DelayRule, Ratio, ResponderConfig};
 
-use crate::error::CliResult;
+use crate::error::{CliError, CliResult};
 
+const EXAMPLES: &str = "\
+What it answers (any name, deterministic):
+  A 192.0.2.1, AAAA 2001:db8::1, TXT \"volley\" (ANY: the TXT), other types NODATA; TTL --ttl.
+  Special labels anywhere in the name, any case, combinable:
+    nx          NXDOMAIN              fail        SERVFAIL
+    drop        never answered        size-N      TXT answer with exactly N octets of RDATA (0..65000)
+    delay-DUR   answered DUR late (200ms, 1s, 1500us)
+  UDP answers that do not fit 512 octets (or the query's EDNS buffer size) come back with TC=1.
+
+Output:
+  One line per listener on stdout, then nothing until SIGINT/SIGTERM, then one stats line
+  on stderr:
+    listening udp 127.0.0.1:5353
+    listening tcp 127.0.0.1:5353
+    stats queries=.. answered=.. dropped=.. delayed=.. truncated=.. formerr=.. tcp_connections=..
+
+Examples:
+  Serve on 127.0.0.1:5353, UDP and TCP, one thread per core:
+    volley serve
+  Any free ports (read them from the 'listening' lines):
+    volley serve -p 0
+  Every 25th query answered 1 s late, 1 in 100 dropped, 2 threads:
+    volley serve --delay 1s:1/25 --drop 1/100 -T 2
+  Try it with kdig:
+    kdig @127.0.0.1 -p 5353 www.example.test A
+    kdig @127.0.0.1 -p 5353 size-3000.x.test TXT +bufsize=1232     (TC=1)
+    kdig @127.0.0.1 -p 5353 size-3000.x.test TXT +tcp              (full answer)
+    kdig @127.0.0.1 -p 5353 delay-200ms.nx.test A                  (NXDOMAIN, 200 ms late)";
+
+/// Answer DNS over UDP and TCP from one deterministic answer engine.
 #[derive(Args, Debug)]
-pub struct ServeArgs {}
+#[command(after_long_help = EXAMPLES)]
+pub struct ServeArgs {
+    /// Address to listen on (IPv4 or IPv6, e.g. 127.0.0.1, ::1, 0.0.0.0).
+    #[arg(short = 'l', long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub listen: String,
 
-pub fn run(_args: ServeArgs) -> CliResult {
-    Err(crate::error::CliError::failure("not implemented yet"))
+    /// Port for UDP and TCP; 0 picks a free port for each.
+    #[arg(short = 'p', long, value_name = "PORT", default_value_t = 5353)]
+    pub port: u16,
+
+    /// UDP port, overriding --port (0: any free port).
+    #[arg(long, value_name = "PORT")]
+    pub udp_port: Option<u16>,
+
+    /// TCP port, overriding --port (0: any free port).
+    #[arg(long, value_name = "PORT")]
+    pub tcp_port: Option<u16>,
+
+    /// Do not serve UDP.
+    #[arg(long)]
+    pub no_udp: bool,
+
+    /// Do not serve TCP.
+    #[arg(long)]
+    pub no_tcp: bool,
+
+    /// I/O threads per transport, each with its own SO_REUSEPORT socket [default: one per core].
+    #[arg(short = 'T', long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
+
+    /// TTL of the synthesised records, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub ttl: u32,
+
+    /// Answer N of every M queries DUR late: the last N of each block of M queries
+    /// (1s:1/25 delays queries 25, 50, 75, ...). Repeatable; the longest matching delay wins.
+    #[arg(long, value_name = "DUR:N/M")]
+    pub delay: Vec<String>,
+
+    /// Never answer N of every M queries (the last N of each block of M).
+    #[arg(long, value_name = "N/M")]
+    pub drop: Option<String>,
+
+    /// Close a TCP connection after this long without a query (e.g. 10s, 500ms).
+    #[arg(long, value_name = "DUR", default_value = "10s")]
+    pub idle_timeout: String,
+
+    /// UDP payload size advertised in the OPT record of responses to EDNS queries.
+    #[arg(long, value_name = "N", default_value_t = 1232, value_parser = clap::value_parser!(u16).range(512..))]
+    pub edns_size: u16,
+}
+
+/// Turns the flags into the library's configuration; bad values give a one-line usage error.
+fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
+    let listen: IpAddr = args.listen.trim_start_matches('[').trim_end_matches(']').parse().map_err(|_| {
+        CliError::usage(format!("invalid --listen '{}': expected an IP address such as 127.0.0.1 or ::1", args.listen))
+    })?;
+    let mut delays = Vec::with_capacity(args.delay.len());
+    for d in &args.delay {
+        let rule: DelayRule = d.parse().map_err(|e: String| CliError::usage(format!("invalid --delay {e}")))?;
+        delays.push(rule);
+    }
+    let drop = match &args.drop {
+        None => None,
+        Some(s) => Some(s.parse::<Ratio>().map_err(|e| CliError::usage(format!("invalid --drop {e}")))?),
+    };
+    let idle_timeout: Duration = parse_duration(&args.idle_timeout).map_err(|_| {
+        CliError::usage(format!(
+            "invalid --idle-timeout '{}': expected a duration such as 10s or 500ms",
+            args.idle_timeout
+        ))
+    })?;
+    if idle_timeout.is_zero() {
+        return Err(CliError::usage("invalid --idle-timeout '0': must be greater than zero"));
+    }
+    if args.no_udp && args.no_tcp {
+        return Err(CliError::usage("--no-udp and --no-tcp together leave nothing to serve"));
+    }
+    Ok(ResponderConfig {
+        listen,
+        udp_port: (!args.no_udp).then(|| args.udp_port.unwrap_or(args.port)),
+        tcp_port: (!args.no_tcp).then(|| args.tcp_port.unwrap_or(args.port)),
+        threads: args.threads.map_or(0, usize::from),
+        idle_timeout,
+        answer: AnswerConfig { ttl: args.ttl, edns_size: args.edns_size, delays, drop },
+    })
+}
+
+pub fn run(args: ServeArgs) -> CliResult {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let config = config(&args)?;
+    // Signals first, so a SIGTERM sent right after the 'listening' lines is not lost.
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| CliError::failure(format!("cannot install signal handlers: {e}")))?;
+    let responder = volley_responder::start(config).map_err(|e| match e {
+        volley_responder::ResponderError::Io(e) => CliError::failure(e),
+        e => CliError::usage(e),
+    })?;
+    {
+        let mut out = std::io::stdout().lock();
+        for (transport, addr) in responder.addresses() {
+            let _ = writeln!(out, "listening {transport} {addr}");
+        }
+        let _ = out.flush();
+    }
+    let _ = signals.forever().next();
+    let stats = responder.stats();
+    responder.stop();
+    eprintln!("{stats}");
+    Ok(())
 }

@@ -1,0 +1,265 @@
+//! The answer engine: bytes in, bytes out, no I/O, no clock, no allocation per query.
+//!
+//! Every transport calls [`Answerer::answer`] and carries out the [`Verdict`] (send now, send
+//! after a delay, or never). What is answered:
+//!
+//! * A → `192.0.2.1`, AAAA → `2001:db8::1`, TXT and ANY → one TXT record `"volley"`; other
+//!   types → NOERROR with no answer (NODATA). Owner is the question name as asked (a
+//!   compression pointer to it), class IN, TTL [`AnswerConfig::ttl`]; AA=1, RA=0.
+//! * Special labels, anywhere in the name, any case: `nx` → NXDOMAIN, `fail` → SERVFAIL,
+//!   `drop` → no answer, `size-N` → TXT/ANY answer whose RDATA is exactly N octets,
+//!   `delay-DUR` → answered DUR late. Precedence: drop, then fail, then nx.
+//! * FORMERR (header only) for malformed queries, NOTIMP for opcodes other than QUERY,
+//!   REFUSED for classes other than IN/ANY, BADVERS for EDNS versions other than 0; messages
+//!   with no header or with QR=1 are dropped.
+
+mod rules;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use volley_wire::response::{
+    begin_answer, end_record, header_only, push_answer, push_response_opt, response_flags, start_response,
+    truncate_to_question, QueryView,
+};
+use volley_wire::{Class, Header, Opcode, QType, QueryError, Rcode, CLASSIC_UDP, MAX_MESSAGE};
+
+pub use rules::{DelayRule, Ratio};
+
+/// The transport a query came in on: decides the size limit of the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Transport {
+    /// DNS over UDP: answers limited to 512 octets, or the requester's EDNS buffer size.
+    Udp,
+    /// DNS over TCP (RFC 7766): answers up to 65535 octets.
+    Tcp,
+}
+
+impl Transport {
+    /// Lower-case name used in `listening` lines and results: `udp`, `tcp`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the transport must do with a query after [`Answerer::answer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Send the bytes written to `out`, now or after `delay` (without blocking other answers).
+    Reply {
+        /// How long to hold the answer back; `None` means send now.
+        delay: Option<Duration>,
+    },
+    /// Send nothing.
+    Drop,
+}
+
+/// Settings of the answer engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnswerConfig {
+    /// TTL of synthesised records, seconds (default 300).
+    pub ttl: u32,
+    /// UDP payload size advertised in the response's OPT record (default 1232).
+    pub edns_size: u16,
+    /// Delay rules: N of every M queries answered late (see [`Ratio`]).
+    pub delays: Vec<DelayRule>,
+    /// Drop rule: N of every M queries never answered.
+    pub drop: Option<Ratio>,
+}
+
+impl Default for AnswerConfig {
+    fn default() -> Self {
+        AnswerConfig { ttl: 300, edns_size: 1232, delays: Vec::new(), drop: None }
+    }
+}
+
+/// Longest `delay-DUR` a label may ask for; longer ones are not special.
+pub const MAX_LABEL_DELAY: Duration = Duration::from_secs(3600);
+/// Largest N of a `size-N` label.
+pub const MAX_TXT_SIZE: usize = 65_000;
+
+const A_RDATA: [u8; 4] = [192, 0, 2, 1];
+const AAAA_RDATA: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+const TXT_RDATA: &[u8] = b"\x06volley";
+/// Filler of `size-N` TXT strings.
+const FILL: u8 = b'x';
+
+/// The answer engine, shared by every transport and thread (`&self`, `Sync`).
+#[derive(Debug)]
+pub struct Answerer {
+    config: AnswerConfig,
+    /// Global query sequence for the N/M rules; touched only when a rule exists.
+    seq: AtomicU64,
+    has_rules: bool,
+}
+
+/// What the special labels of a name ask for.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Specials {
+    nx: bool,
+    fail: bool,
+    drop: bool,
+    size: Option<usize>,
+    delay: Option<Duration>,
+}
+
+impl Specials {
+    fn scan<'a>(labels: impl Iterator<Item = &'a [u8]>) -> Specials {
+        let mut s = Specials::default();
+        for l in labels {
+            match l.len() {
+                2 if l.eq_ignore_ascii_case(b"nx") => s.nx = true,
+                4 if l.eq_ignore_ascii_case(b"fail") => s.fail = true,
+                4 if l.eq_ignore_ascii_case(b"drop") => s.drop = true,
+                6.. if s.size.is_none() && l[..5].eq_ignore_ascii_case(b"size-") => s.size = parse_size(&l[5..]),
+                7.. if s.delay.is_none() && l[..6].eq_ignore_ascii_case(b"delay-") => {
+                    s.delay = crate::duration::parse_bytes(&l[6..]).filter(|d| *d <= MAX_LABEL_DELAY);
+                }
+                _ => {}
+            }
+        }
+        s
+    }
+}
+
+fn parse_size(digits: &[u8]) -> Option<usize> {
+    if digits.is_empty() || digits.len() > 5 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = digits.iter().fold(0usize, |n, &c| n * 10 + (c - b'0') as usize);
+    (n <= MAX_TXT_SIZE).then_some(n)
+}
+
+impl Answerer {
+    /// An engine with these settings.
+    pub fn new(config: AnswerConfig) -> Answerer {
+        let has_rules = !config.delays.is_empty() || config.drop.is_some();
+        Answerer { config, seq: AtomicU64::new(0), has_rules }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &AnswerConfig {
+        &self.config
+    }
+
+    /// Answers one query: clears `out`, writes the response into it (unless the verdict is
+    /// [`Verdict::Drop`]). Never panics, whatever `query` holds; allocates only if `out` has
+    /// less capacity than the response needs.
+    pub fn answer(&self, query: &[u8], transport: Transport, out: &mut Vec<u8>) -> Verdict {
+        out.clear();
+        let Ok(header) = Header::parse(query) else {
+            return Verdict::Drop;
+        };
+        if header.is_response() {
+            return Verdict::Drop;
+        }
+        if header.opcode() != Opcode::QUERY {
+            header_only(out, &header, Rcode::NOTIMP);
+            return Verdict::Reply { delay: None };
+        }
+        let view = match QueryView::parse(query) {
+            Ok(v) => v,
+            Err(QueryError::NoHeader) => return Verdict::Drop,
+            Err(QueryError::Malformed(h, _)) => {
+                header_only(out, &h, Rcode::FORMERR);
+                return Verdict::Reply { delay: None };
+            }
+        };
+        let specials = Specials::scan(view.labels());
+        if specials.drop {
+            return Verdict::Drop;
+        }
+        let mut delay = specials.delay;
+        if self.has_rules {
+            let k = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+            if self.config.drop.is_some_and(|r| r.selects(k)) {
+                return Verdict::Drop;
+            }
+            for rule in &self.config.delays {
+                if rule.ratio.selects(k) {
+                    delay = delay.max(Some(rule.delay));
+                }
+            }
+        }
+        self.respond(&view, &specials, transport, out);
+        Verdict::Reply { delay: delay.filter(|d| !d.is_zero()) }
+    }
+
+    fn respond(&self, view: &QueryView<'_>, sp: &Specials, transport: Transport, out: &mut Vec<u8>) {
+        let rcode = if view.edns.is_some_and(|e| e.version != 0) {
+            Rcode(16) // BADVERS
+        } else if view.qclass != Class::IN && view.qclass != Class::ANY {
+            Rcode::REFUSED
+        } else if sp.fail {
+            Rcode::SERVFAIL
+        } else if sp.nx {
+            Rcode::NXDOMAIN
+        } else {
+            Rcode::NOERROR
+        };
+        let authoritative = matches!(rcode, Rcode::NOERROR | Rcode::NXDOMAIN);
+        start_response(out, view, response_flags(&view.header, authoritative, rcode));
+        if rcode == Rcode::NOERROR {
+            let ttl = self.config.ttl;
+            match view.qtype {
+                QType::A => push_answer(out, QType::A, Class::IN, ttl, &A_RDATA),
+                QType::AAAA => push_answer(out, QType::AAAA, Class::IN, ttl, &AAAA_RDATA),
+                QType::TXT | QType::ANY => match sp.size {
+                    None => push_answer(out, QType::TXT, Class::IN, ttl, TXT_RDATA),
+                    Some(n) => {
+                        let at = begin_answer(out, QType::TXT, Class::IN, ttl);
+                        push_txt_of_size(out, n);
+                        end_record(out, at);
+                    }
+                },
+                _ => {}
+            }
+        }
+        let limit = match (transport, view.edns) {
+            (Transport::Udp, Some(e)) => (e.udp_size as usize).max(CLASSIC_UDP),
+            (Transport::Udp, None) => CLASSIC_UDP,
+            (Transport::Tcp, _) => MAX_MESSAGE,
+        };
+        let opt_len = if view.edns.is_some() { 11 } else { 0 };
+        if out.len() + opt_len > limit {
+            truncate_to_question(out, view.question_end);
+        }
+        if let Some(e) = view.edns {
+            push_response_opt(out, self.config.edns_size, rcode, e.dnssec_ok);
+        }
+    }
+}
+
+/// Appends TXT RDATA of exactly `n` octets: character-strings of at most 255 octets each
+/// (one length octet + up to 254 octets of `x`); the last one may be shorter (a lone length
+/// octet 0 when one octet remains).
+fn push_txt_of_size(out: &mut Vec<u8>, mut n: usize) {
+    while n > 0 {
+        let chunk = n.min(255);
+        out.push((chunk - 1) as u8);
+        out.resize(out.len() + chunk - 1, FILL);
+        n -= chunk;
+    }
+}
+
+/// Rejects a config that cannot work (used by `start`).
+pub(crate) fn validate(config: &AnswerConfig) -> Result<(), String> {
+    for r in config.delays.iter().map(|d| &d.ratio).chain(config.drop.iter()) {
+        r.validate()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
