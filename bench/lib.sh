@@ -1,0 +1,246 @@
+# Shared by the bench scripts; source it, do not run it.
+#
+# Conventions: the server under test runs pinned to $SERVER_CORE (default 1), the generator to
+# $CLIENT_CORE (default 0). All traffic stays on 127.0.0.1. Every process started here is
+# stopped by its PID on exit. Every wait is bounded.
+
+set -euo pipefail
+
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_DIR="$(cd "$BENCH_DIR/.." && pwd)"
+OUT_DIR="${OUT_DIR:-$BENCH_DIR/out}"
+SERVER_CORE="${SERVER_CORE:-1}"
+CLIENT_CORE="${CLIENT_CORE:-0}"
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/volley-bench.XXXXXX")"
+PIDS=()
+
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]:-}"; do
+        [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]:-}"; do
+        [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+die() { printf '%s: error: %s\n' "$(basename "$0")" "$*" >&2; exit 1; }
+log() { printf '%s: %s\n' "$(basename "$0")" "$*" >&2; }
+
+need() {
+    local bin
+    for bin in "$@"; do
+        command -v "$bin" >/dev/null 2>&1 || die "$bin not installed: run scripts/install-deps.sh"
+    done
+}
+
+check_cores() {
+    local n
+    n="$(nproc)"
+    if [ "$SERVER_CORE" -ge "$n" ] || [ "$CLIENT_CORE" -ge "$n" ]; then
+        die "needs cores $CLIENT_CORE and $SERVER_CORE; this machine has $n (set CLIENT_CORE/SERVER_CORE)"
+    fi
+    [ "$SERVER_CORE" != "$CLIENT_CORE" ] || log "warning: server and client share core $SERVER_CORE"
+}
+
+# The release binary: $VOLLEY if set, else built with cargo (unless VOLLEY_NO_BUILD=1).
+volley_bin() {
+    if [ -n "${VOLLEY:-}" ]; then
+        [ -x "$VOLLEY" ] || die "VOLLEY=$VOLLEY is not executable"
+        echo "$VOLLEY"
+        return
+    fi
+    if [ "${VOLLEY_NO_BUILD:-0}" != "1" ]; then
+        (cd "$REPO_DIR" && cargo build --release -p volley >&2) || die "cargo build --release failed"
+    fi
+    local bin="${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/volley"
+    [ -x "$bin" ] || die "no $bin: run cargo build --release -p volley"
+    echo "$bin"
+}
+
+# Polls (bounded) until a DNS server answers NAME over UDP (and TCP if $3 = tcp).
+wait_answers() {
+    local port="$1" name="$2" transport="${3:-udp}" i flag
+    flag="+notcp"
+    [ "$transport" = "tcp" ] && flag="+tcp"
+    for i in $(seq 1 100); do
+        if kdig @127.0.0.1 -p "$port" "$flag" +retry=0 +time=1 "$name" A 2>/dev/null | grep -q "status: NOERROR"; then
+            return 0
+        fi
+        sleep 0.2
+    done
+    die "nothing answers $name on 127.0.0.1:$port over $transport after 20 s"
+}
+
+# Starts `volley serve` pinned to the server core with one thread; sets SERVE_PID, SERVE_UDP,
+# SERVE_TCP (ports). Extra arguments go to `volley serve`.
+start_responder() {
+    local bin="$1"
+    shift
+    local log="$WORK/serve.out"
+    taskset -c "$SERVER_CORE" "$bin" serve -p 0 -T 1 "$@" >"$log" 2>"$WORK/serve.err" &
+    SERVE_PID=$!
+    PIDS+=("$SERVE_PID")
+    local i
+    SERVE_UDP=""
+    SERVE_TCP=""
+    for i in $(seq 1 200); do
+        SERVE_UDP="$(awk '$1 == "listening" && $2 == "udp" { n = split($3, a, ":"); print a[n]; exit }' "$log")"
+        SERVE_TCP="$(awk '$1 == "listening" && $2 == "tcp" { n = split($3, a, ":"); print a[n]; exit }' "$log")"
+        [ -n "$SERVE_UDP" ] && [ -n "$SERVE_TCP" ] && return 0
+        kill -0 "$SERVE_PID" 2>/dev/null || die "volley serve exited: $(cat "$WORK/serve.err")"
+        sleep 0.1
+    done
+    die "volley serve printed no listening lines in 20 s: $(cat "$WORK/serve.err")"
+}
+
+stop_pid() {
+    local pid="$1"
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+# A free port on 127.0.0.1 (bound then released by the kernel's choice).
+free_port() {
+    local p
+    for p in $(shuf -i 20000-60000 -n 50); do
+        if ! command -v ss >/dev/null 2>&1; then
+            echo "$p"
+            return
+        fi
+        if ! (ss -Hltun 2>/dev/null | awk '{print $5}' | grep -q ":$p\$"); then
+            echo "$p"
+            return
+        fi
+    done
+    die "no free port found"
+}
+
+# CPU seconds (user+sys) a process has used so far, from /proc/PID/stat.
+proc_cpu_s() {
+    local pid="$1" tck
+    tck="$(getconf CLK_TCK)"
+    awk -v t="$tck" '{ sub(/.*\) /, ""); print ($12 + $13) / t }' "/proc/$pid/stat"
+}
+
+# Runs a command under /usr/bin/time; the user+sys seconds go to the file named by $1.
+timed() {
+    local out="$1"
+    shift
+    /usr/bin/time -f '%U %S' -o "$out.time" "$@"
+    awk '{ print $1 + $2 }' "$out.time" >"$out"
+}
+
+# dnsperf's statistics: prints "completed runtime_s".
+dnsperf_stats() {
+    awk '/Queries completed:/ { c = $3 } /Run time \(s\):/ { r = $4 } END { print c + 0, r + 0 }' "$1"
+}
+
+# volley's results file: prints "answered duration_s" (duration from the answered qps).
+volley_stats() {
+    jq -r '[.totals.answered, (if .qps.answered > 0 then .totals.answered / .qps.answered else 0 end)] | @tsv' "$1"
+}
+
+div() { awk -v a="$1" -v b="$2" -v f="${3:-%.2f}" 'BEGIN { if (b == 0) print "n/a"; else printf f "\n", a / b }'; }
+
+# Writes the markdown fragment given on stdin to $OUT_DIR/NAME.md and prints it.
+write_fragment() {
+    mkdir -p "$OUT_DIR"
+    cat >"$OUT_DIR/$1.md"
+    echo
+    cat "$OUT_DIR/$1.md"
+    log "wrote $OUT_DIR/$1.md"
+}
+
+# One line describing the machine, for the fragments.
+machine_line() {
+    local cpu
+    cpu="$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)"
+    echo "$(nproc) cores ($cpu), $(uname -r), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+}
+
+# The queries every bench uses: names the responder (and the peers' configs) answer.
+write_queries() {
+    local f="$WORK/queries.txt"
+    printf 'www.example.test A\nwww.example.test AAAA\nwww.example.test TXT\n' >"$f"
+    echo "$f"
+}
+
+# volley run versus dnsperf against `volley serve`, over $1 (udp or tcp):
+#  1. fixed rate: both at RATE qps for DURATION s; answered qps and client CPU µs per answer;
+#  2. closed loop: both as fast as they go with many queries in flight; answered qps.
+vs_dnsperf() {
+    local transport="$1"
+    local rate="${RATE:-20000}" duration="${DURATION:-10}" inflight="${INFLIGHT:-200}"
+    local conns="${CONNECTIONS:-1}"
+    need kdig dnsperf taskset jq /usr/bin/time
+    check_cores
+    local volley
+    volley="$(volley_bin)"
+    local queries
+    queries="$(write_queries)"
+    start_responder "$volley"
+    local port="$SERVE_UDP"
+    [ "$transport" = "tcp" ] && port="$SERVE_TCP"
+    wait_answers "$port" www.example.test "$transport"
+    log "responder pid $SERVE_PID on core $SERVER_CORE, $transport port $port; generators on core $CLIENT_CORE"
+
+    local mode=(-m "$transport")
+    local url="$transport://127.0.0.1:$port"
+
+    # 1. Fixed rate.
+    log "fixed rate: dnsperf -Q $rate for ${duration}s"
+    timed "$WORK/dp_rate.cpu" taskset -c "$CLIENT_CORE" dnsperf -s 127.0.0.1 -p "$port" "${mode[@]}" \
+        -d "$queries" -l "$duration" -Q "$rate" -c "$conns" -q "$inflight" >"$WORK/dp_rate.out" 2>&1 \
+        || die "dnsperf failed: $(tail -5 "$WORK/dp_rate.out")"
+    log "fixed rate: volley run --rate $rate for ${duration}s"
+    timed "$WORK/v_rate.cpu" taskset -c "$CLIENT_CORE" "$volley" run "$url" -d "$queries" --rate "$rate" \
+        -l "${duration}s" -T 1 --connections "$conns" --progress never -q -o "$WORK/v_rate.json" \
+        >"$WORK/v_rate.out" 2>&1 || die "volley run failed: $(tail -5 "$WORK/v_rate.out")"
+
+    local dp_done dp_time v_done v_time dp_cpu v_cpu
+    read -r dp_done dp_time < <(dnsperf_stats "$WORK/dp_rate.out")
+    read -r v_done v_time < <(volley_stats "$WORK/v_rate.json")
+    dp_cpu="$(cat "$WORK/dp_rate.cpu")"
+    v_cpu="$(cat "$WORK/v_rate.cpu")"
+    local dp_qps v_qps dp_us v_us
+    dp_qps="$(div "$dp_done" "$dp_time" %.0f)"
+    v_qps="$(div "$v_done" "$v_time" %.0f)"
+    dp_us="$(div "$(awk -v c="$dp_cpu" 'BEGIN { print c * 1e6 }')" "$dp_done")"
+    v_us="$(div "$(awk -v c="$v_cpu" 'BEGIN { print c * 1e6 }')" "$v_done")"
+
+    # 2. Closed loop, as fast as each goes.
+    log "closed loop: dnsperf -c $conns -q $inflight for ${duration}s"
+    taskset -c "$CLIENT_CORE" dnsperf -s 127.0.0.1 -p "$port" "${mode[@]}" -d "$queries" -l "$duration" \
+        -c "$conns" -q "$inflight" >"$WORK/dp_max.out" 2>&1 || die "dnsperf failed: $(tail -5 "$WORK/dp_max.out")"
+    log "closed loop: volley run -c $inflight for ${duration}s"
+    taskset -c "$CLIENT_CORE" "$volley" run "$url" -d "$queries" -c "$inflight" -l "${duration}s" -T 1 \
+        --connections "$conns" --progress never -q -o "$WORK/v_max.json" >"$WORK/v_max.out" 2>&1 \
+        || die "volley run failed: $(tail -5 "$WORK/v_max.out")"
+    local dpm_done dpm_time vm_done vm_time dpm_qps vm_qps
+    read -r dpm_done dpm_time < <(dnsperf_stats "$WORK/dp_max.out")
+    read -r vm_done vm_time < <(volley_stats "$WORK/v_max.json")
+    dpm_qps="$(div "$dpm_done" "$dpm_time" %.0f)"
+    vm_qps="$(div "$vm_done" "$vm_time" %.0f)"
+
+    stop_pid "$SERVE_PID"
+
+    local name="${transport}_vs_dnsperf"
+    {
+        echo "### volley run vs dnsperf over ${transport^^}"
+        echo
+        echo "Target: \`volley serve -T 1\` on core $SERVER_CORE; generator on core $CLIENT_CORE;" \
+            "${duration} s per side; $conns connection(s)/socket(s). $(machine_line)."
+        echo
+        echo "| measure | dnsperf | volley | volley/dnsperf |"
+        echo "| --- | ---: | ---: | ---: |"
+        echo "| fixed rate $rate qps: answered qps | $dp_qps | $v_qps | $(div "$v_qps" "$dp_qps") |"
+        echo "| fixed rate $rate qps: client CPU µs per answer | $dp_us | $v_us | $(div "$v_us" "$dp_us") |"
+        echo "| closed loop, $inflight in flight: answered qps | $dpm_qps | $vm_qps | $(div "$vm_qps" "$dpm_qps") |"
+    } | write_fragment "$name"
+}

@@ -1,0 +1,199 @@
+//! Every query is accounted for exactly once, whatever the target does: drops, delays, dies,
+//! resets or closes connections. sent == answered + timed_out + failed + in_flight.
+
+mod common;
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+#[test]
+fn drop_one_in_ten_times_out_exactly_one_in_ten() {
+    for t in ["udp", "tcp"] {
+        // A fresh server per transport: the drop rule counts queries globally.
+        let s = Server::start_with(&["--drop", "1/10"]);
+        let url = s.url(t);
+        let r = run_volley(&[&url, "--name", "www.example.test", "-n", "1000", "-c", "20", "-t", "500ms"]);
+        let v = r.ok();
+        check_accounting(v);
+        assert_eq!(v["status"], "complete");
+        assert_eq!(total(v, "sent"), 1000, "{t}:\n{:#}", v["totals"]);
+        assert_eq!(total(v, "timed_out"), 100, "{t}: 1 in 10 dropped:\n{:#}", v["totals"]);
+        assert_eq!(total(v, "answered"), 900, "{t}:\n{:#}", v["totals"]);
+        assert_eq!(total(v, "failed"), 0, "{t}:\n{:#}", v["totals"]);
+        assert_eq!(total(v, "in_flight"), 0, "{t}:\n{:#}", v["totals"]);
+    }
+}
+
+#[test]
+fn drop_label_never_answered() {
+    let s = Server::start();
+    let r = run_volley(&[&s.udp_url(), "--name", "x.drop.test", "-n", "50", "-c", "10", "-t", "300ms"]);
+    let v = r.ok();
+    check_accounting(v);
+    assert_eq!(total(v, "timed_out"), 50, "{:#}", v["totals"]);
+    assert_eq!(total(v, "answered"), 0);
+    assert_eq!(v["latency"]["count"].as_u64(), Some(0));
+}
+
+#[test]
+fn delay_one_in_25_past_the_timeout() {
+    let s = Server::start_with(&["--delay", "1s:1/25"]);
+    let r = run_volley(&[&s.udp_url(), "--name", "www.example.test", "-n", "500", "-c", "10", "-t", "500ms"]);
+    let v = r.ok();
+    check_accounting(v);
+    assert_eq!(total(v, "sent"), 500);
+    assert_eq!(total(v, "timed_out"), 20, "1 in 25 answered after 1 s, past the 500 ms timeout:\n{:#}", v["totals"]);
+    assert_eq!(total(v, "answered"), 480, "{:#}", v["totals"]);
+    // An answer that comes after its query timed out is not counted as answered.
+    assert!(unexpected(v, "late") <= 20, "{:#}", v["totals"]);
+}
+
+#[test]
+fn responder_killed_mid_run() {
+    for t in ["udp", "tcp"] {
+        let mut s = Server::start();
+        let url = s.url(t);
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("r.json");
+        let mut child = Command::new(volley())
+            .args(["run", &url, "--name", "www.example.test", "-c", "10", "-l", "4s", "-t", "500ms"])
+            .args(["--progress", "never", "-o"])
+            .arg(&out)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start volley run");
+        thread::sleep(Duration::from_secs(1));
+        s.kill();
+        let status = wait_bounded(&mut child, RUN_WAIT).expect("volley run finishes after its target died");
+        let mut stderr = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        assert_eq!(status.code(), Some(0), "{t}: a run whose target dies is still a finished run; stderr:\n{stderr}");
+        let v = read_results(&out).expect("results written");
+        check_accounting(&v);
+        assert_eq!(v["status"], "complete");
+        assert!(total(&v, "answered") > 0, "{t}: answers before the kill:\n{:#}", v["totals"]);
+        assert!(
+            total(&v, "timed_out") + total(&v, "failed") > 0,
+            "{t}: queries after the kill time out or fail:\n{:#}",
+            v["totals"]
+        );
+        if total(&v, "failed") > 0 {
+            assert!(map_sum(&v["totals"]["errors"]) > 0, "{t}: failures have a kind:\n{:#}", v["totals"]);
+        }
+    }
+}
+
+/// How a misbehaving TCP server ends each connection after reading one query.
+#[derive(Clone, Copy, PartialEq)]
+enum Close {
+    /// SO_LINGER 0: the close sends RST.
+    Reset,
+    /// An ordinary close: FIN.
+    Fin,
+}
+
+/// A TCP server on 127.0.0.1 that accepts, reads one DNS query (length-prefixed) and closes
+/// the connection without answering. Stops when dropped; bounded by a deadline regardless.
+struct BadTcpServer {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    accepted: Arc<AtomicU64>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+impl BadTcpServer {
+    fn start(close: Close) -> BadTcpServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let (stop2, accepted2) = (stop.clone(), accepted.clone());
+        let handle = thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while !stop2.load(Ordering::Relaxed) && Instant::now() < deadline {
+                match listener.accept() {
+                    Ok((mut conn, _)) => {
+                        accepted2.fetch_add(1, Ordering::Relaxed);
+                        conn.set_nonblocking(false).unwrap();
+                        conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                        let mut len = [0u8; 2];
+                        if conn.read_exact(&mut len).is_ok() {
+                            let mut q = vec![0u8; u16::from_be_bytes(len) as usize];
+                            let _ = conn.read_exact(&mut q);
+                        }
+                        if close == Close::Reset {
+                            let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+                            let rc = unsafe {
+                                libc::setsockopt(
+                                    conn.as_raw_fd(),
+                                    libc::SOL_SOCKET,
+                                    libc::SO_LINGER,
+                                    &linger as *const libc::linger as *const libc::c_void,
+                                    std::mem::size_of::<libc::linger>() as libc::socklen_t,
+                                )
+                            };
+                            assert_eq!(rc, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
+                        }
+                        drop(conn);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => thread::sleep(Duration::from_millis(2)),
+                    Err(e) => panic!("accept: {e}"),
+                }
+            }
+        });
+        BadTcpServer { port, stop, accepted, handle: Some(handle) }
+    }
+}
+
+impl Drop for BadTcpServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+#[test]
+fn tcp_connections_reset_by_the_server() {
+    let srv = BadTcpServer::start(Close::Reset);
+    let url = format!("tcp://127.0.0.1:{}", srv.port);
+    let r = run_volley(&[&url, "--name", "www.example.test", "-n", "200", "-c", "5", "-t", "1s"]);
+    let v = r.ok();
+    check_accounting(v);
+    assert!(srv.accepted.load(Ordering::Relaxed) > 0);
+    assert_eq!(total(v, "answered"), 0, "{:#}", v["totals"]);
+    assert!(total(v, "failed") > 0, "resets fail queries:\n{:#}", v["totals"]);
+    assert!(
+        error_count(v, "reset") + error_count(v, "closed") > 0,
+        "errors.reset or errors.closed expected:\n{:#}",
+        v["totals"]
+    );
+}
+
+#[test]
+fn tcp_connections_closed_by_the_server() {
+    let srv = BadTcpServer::start(Close::Fin);
+    let url = format!("tcp://127.0.0.1:{}", srv.port);
+    let r = run_volley(&[&url, "--name", "www.example.test", "-n", "200", "-c", "5", "-t", "1s"]);
+    let v = r.ok();
+    check_accounting(v);
+    assert_eq!(total(v, "answered"), 0, "{:#}", v["totals"]);
+    assert!(total(v, "failed") > 0, "closed connections fail queries:\n{:#}", v["totals"]);
+    assert!(
+        error_count(v, "closed") + error_count(v, "reset") > 0,
+        "errors.closed (or reset, when the client wrote after the FIN) expected:\n{:#}",
+        v["totals"]
+    );
+}

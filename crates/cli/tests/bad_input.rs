@@ -1,0 +1,106 @@
+//! Bad input and unusable targets: exit 2, one line on stderr starting `volley: error:` that
+//! names the place, and no results file. An interrupted run: exit 130 with its results written.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn missing_query_file() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-queries.txt");
+    let missing = missing.to_str().unwrap();
+    let r = run_volley(&[&s.udp_url(), "-d", missing, "-n", "10"]);
+    let line = assert_usage_error(&r);
+    assert!(line.contains(missing), "the message names the file: {line}");
+}
+
+#[test]
+fn malformed_query_line_names_file_and_line() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_queries(
+        dir.path(),
+        "bad.txt",
+        &["www.example.test A", "www.example.test AAAA", "www.example.test BOGUS", "www.example.test TXT"],
+    );
+    let file = file.to_str().unwrap();
+    let r = run_volley(&[&s.udp_url(), "-d", file, "-n", "10"]);
+    let line = assert_usage_error(&r);
+    assert!(line.contains(&format!("{file}:3")), "the message names FILE:3: {line}");
+    assert!(line.contains("BOGUS"), "the message names the bad type: {line}");
+}
+
+#[test]
+fn unknown_qtype() {
+    let s = Server::start();
+    let r = run_volley(&[&s.udp_url(), "--name", "www.example.test", "--qtype", "BOGUS", "-n", "10"]);
+    let line = assert_usage_error(&r);
+    assert!(line.contains("BOGUS"), "the message names the bad type: {line}");
+}
+
+#[test]
+fn unparsable_targets() {
+    for target in ["foo://x", "udp://", "udp://[::1", "tcp://127.0.0.1:99999"] {
+        let r = run_volley(&[target, "--name", "www.example.test", "-n", "10"]);
+        let line = assert_usage_error(&r);
+        assert!(line.contains(target), "the message names the target {target:?}: {line}");
+    }
+}
+
+#[test]
+fn nothing_listening_over_tcp() {
+    let port = closed_tcp_port();
+    let addr = format!("127.0.0.1:{port}");
+    let r = run_volley(&[&format!("tcp://{addr}"), "--name", "www.example.test", "-n", "10", "-t", "1s"]);
+    let line = assert_usage_error(&r);
+    assert!(line.contains("nothing") || line.contains("refused"), "says nothing listens: {line}");
+    assert!(line.contains(&addr), "names the address {addr}: {line}");
+}
+
+#[test]
+fn nothing_listening_over_udp() {
+    let port = closed_udp_port();
+    let addr = format!("127.0.0.1:{port}");
+    let r = run_volley(&[&format!("udp://{addr}"), "--name", "www.example.test", "-n", "10", "-t", "1s"]);
+    let line = assert_usage_error(&r);
+    assert!(line.contains("nothing") || line.contains("refused"), "says nothing listens: {line}");
+    assert!(line.contains(&addr), "names the address {addr}: {line}");
+}
+
+#[test]
+fn unknown_flag_is_a_usage_error() {
+    let s = Server::start();
+    let r = run_volley(&[&s.udp_url(), "--no-such-flag"]);
+    let line = assert_usage_error(&r);
+    assert!(line.contains("--no-such-flag"), "{line}");
+}
+
+#[test]
+fn sigint_writes_interrupted_results() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("interrupted.json");
+    let mut child = Command::new(volley())
+        .args(["run", &s.udp_url(), "--name", "www.example.test", "-c", "10", "-l", "30s"])
+        .args(["--progress", "never", "-o"])
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start volley run");
+    thread::sleep(Duration::from_millis(1500));
+    signal(&child, libc::SIGINT);
+    let status = wait_bounded(&mut child, Duration::from_secs(20)).expect("volley run ends within 20 s of SIGINT");
+    assert_eq!(status.code(), Some(130), "exit status 130 after SIGINT, got {status}");
+    let v = read_results(&out).expect("results written after SIGINT");
+    assert_eq!(v["status"], "interrupted", "{v:#}");
+    check_accounting(&v);
+    assert!(total(&v, "answered") > 0, "answers before the interrupt:\n{:#}", v["totals"]);
+}

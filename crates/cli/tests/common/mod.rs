@@ -1,0 +1,730 @@
+//! The test harness shared by the integration tests of the `volley` binary.
+//!
+//! Everything here talks to real processes on loopback only (127.0.0.0/8 or ::1): the `volley`
+//! binary under test, and real peers (unbound, kdig, dnsperf) installed by
+//! `scripts/install-deps.sh`. A missing peer is a failure, never a skip. Every wait is bounded.
+
+#![allow(dead_code)] // Each test file uses a different part of the harness.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long a server may take to print its `listening` lines or to answer a first query.
+pub const STARTUP_WAIT: Duration = Duration::from_secs(20);
+/// The most a single `volley run` in a test may take before it is killed and the test fails.
+pub const RUN_WAIT: Duration = Duration::from_secs(180);
+
+/// The `volley` binary built by cargo for these tests.
+pub fn volley() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_volley"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Peers
+// ---------------------------------------------------------------------------------------------
+
+/// Finds a peer binary on PATH or in the usual system directories (unbound lives in /usr/sbin,
+/// which is not on every PATH). Panics — a test failure, not a skip — when it is missing.
+pub fn require(bin: &str) -> PathBuf {
+    let mut dirs: Vec<PathBuf> =
+        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    for d in ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"] {
+        dirs.push(PathBuf::from(d));
+    }
+    for d in dirs {
+        let p = d.join(bin);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("peer {bin} not installed: run scripts/install-deps.sh");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ports
+// ---------------------------------------------------------------------------------------------
+
+/// A port number free on 127.0.0.1 for both UDP and TCP at the time of the call (bound, then
+/// released). Another process may take it afterwards; callers that need certainty retry.
+pub fn free_port() -> u16 {
+    for _ in 0..100 {
+        let tcp = TcpListener::bind("127.0.0.1:0").expect("bind a TCP port on 127.0.0.1");
+        let port = tcp.local_addr().unwrap().port();
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("found no port free for both UDP and TCP on 127.0.0.1 in 100 tries");
+}
+
+/// A TCP port on 127.0.0.1 with nothing listening on it (bound, then released).
+pub fn closed_tcp_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind a TCP port on 127.0.0.1");
+    l.local_addr().unwrap().port()
+}
+
+/// A UDP port on 127.0.0.1 with nothing bound to it (bound, then released).
+pub fn closed_udp_port() -> u16 {
+    let s = UdpSocket::bind("127.0.0.1:0").expect("bind a UDP port on 127.0.0.1");
+    s.local_addr().unwrap().port()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes
+// ---------------------------------------------------------------------------------------------
+
+/// Reads a pipe to the end on a thread, so that a child never blocks on a full pipe.
+fn drain<R: Read + Send + 'static>(mut r: R) -> JoinHandle<String> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+/// Waits for a child at most `limit`; kills it and returns None when it is still running.
+pub fn wait_bounded(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => {}
+            Err(e) => panic!("waiting for child {}: {e}", child.id()),
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The result of a finished command: exit status and everything it printed.
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs a command to completion with stdin closed, within `limit`, capturing both outputs.
+pub fn run_cmd(cmd: &mut Command, limit: Duration) -> Output {
+    let shown = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {shown}: {e}"));
+    let out = drain(child.stdout.take().unwrap());
+    let err = drain(child.stderr.take().unwrap());
+    let status = wait_bounded(&mut child, limit);
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    match status {
+        Some(status) => Output { status, stdout, stderr },
+        None => panic!("{shown} still running after {limit:?}; killed.\nstdout:\n{stdout}\nstderr:\n{stderr}"),
+    }
+}
+
+/// Sends a signal to a child process (by its own pid only).
+pub fn signal(child: &Child, sig: libc::c_int) {
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+    assert_eq!(rc, 0, "kill({}, {sig}) failed: {}", child.id(), std::io::Error::last_os_error());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The responder: `volley serve`
+// ---------------------------------------------------------------------------------------------
+
+/// A running `volley serve -p 0 [args]`, killed when dropped.
+pub struct Server {
+    child: Child,
+    udp: Option<SocketAddr>,
+    tcp: Option<SocketAddr>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl Server {
+    /// Starts the responder on ephemeral ports with the default flags.
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// Starts `volley serve -p 0 ARGS...` and waits (bounded) for its `listening udp ADDR` and
+    /// `listening tcp ADDR` lines (only the ones not turned off with --no-udp / --no-tcp).
+    pub fn start_with(args: &[&str]) -> Server {
+        let want_udp = !args.contains(&"--no-udp");
+        let want_tcp = !args.contains(&"--no-tcp");
+        let mut cmd = Command::new(volley());
+        cmd.arg("serve").arg("-p").arg("0").args(args);
+        let shown = format!("{cmd:?}");
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {shown}: {e}"));
+        let stderr = drain(child.stderr.take().unwrap());
+
+        // Lines go through a channel so that the wait for them is bounded; the reader thread
+        // keeps draining stdout for the life of the server.
+        let (tx, rx) = mpsc::channel::<String>();
+        let stdout = child.stdout.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    // Nobody listens any more: keep reading so the server never blocks.
+                    continue;
+                }
+            }
+        });
+
+        let mut server = Server { child, udp: None, tcp: None, stderr: Some(stderr) };
+        let deadline = Instant::now() + STARTUP_WAIT;
+        let mut seen = Vec::new();
+        while (want_udp && server.udp.is_none()) || (want_tcp && server.tcp.is_none()) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(addr) = parse_listening(&line, "udp") {
+                        server.udp = Some(addr);
+                    } else if let Some(addr) = parse_listening(&line, "tcp") {
+                        server.tcp = Some(addr);
+                    }
+                    seen.push(line);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let err = server.kill_and_stderr();
+                    panic!(
+                        "{shown}: no `listening` lines within {STARTUP_WAIT:?}.\nstdout so far:\n{}\nstderr:\n{err}",
+                        seen.join("\n")
+                    );
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    // stdout closed: the server is exiting; take its status before reaping.
+                    let status = wait_bounded(&mut server.child, Duration::from_secs(5));
+                    let err = server.kill_and_stderr();
+                    panic!(
+                        "{shown} exited ({status:?}) before printing its `listening` lines.\nstdout:\n{}\nstderr:\n{err}",
+                        seen.join("\n")
+                    );
+                }
+            }
+        }
+        server
+    }
+
+    fn kill_and_stderr(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stderr.take().map(|h| h.join().unwrap_or_default()).unwrap_or_default()
+    }
+
+    pub fn udp_addr(&self) -> SocketAddr {
+        self.udp.expect("this server has no UDP listener")
+    }
+
+    pub fn tcp_addr(&self) -> SocketAddr {
+        self.tcp.expect("this server has no TCP listener")
+    }
+
+    /// `udp://ADDR` for `volley run`.
+    pub fn udp_url(&self) -> String {
+        format!("udp://{}", self.udp_addr())
+    }
+
+    /// `tcp://ADDR` for `volley run`.
+    pub fn tcp_url(&self) -> String {
+        format!("tcp://{}", self.tcp_addr())
+    }
+
+    /// The URL for `transport` ("udp" or "tcp").
+    pub fn url(&self, transport: &str) -> String {
+        match transport {
+            "udp" => self.udp_url(),
+            "tcp" => self.tcp_url(),
+            other => panic!("no such transport in these tests: {other}"),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `sig` to the server.
+    pub fn signal(&self, sig: libc::c_int) {
+        signal(&self.child, sig);
+    }
+
+    /// Waits (bounded) for the server to exit; None when it is still running after `limit`
+    /// (it is then killed).
+    pub fn wait(&mut self, limit: Duration) -> Option<ExitStatus> {
+        wait_bounded(&mut self.child, limit)
+    }
+
+    /// Kills the server now (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Parses `listening udp 127.0.0.1:5300` (also `[::1]:5300`).
+fn parse_listening(line: &str, transport: &str) -> Option<SocketAddr> {
+    let mut words = line.split_whitespace();
+    if words.next()? != "listening" || words.next()? != transport {
+        return None;
+    }
+    words.next()?.parse().ok()
+}
+
+// ---------------------------------------------------------------------------------------------
+// unbound
+// ---------------------------------------------------------------------------------------------
+
+/// A running unbound on 127.0.0.1 (UDP and TCP on one free port) answering `local-data`
+/// records from a static local zone; killed when dropped.
+pub struct Unbound {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+/// Records every unbound test can rely on: `www.example.test` A, AAAA and TXT.
+pub const UNBOUND_DATA: &[&str] = &[
+    "www.example.test. 300 IN A 192.0.2.1",
+    "www.example.test. 300 IN AAAA 2001:db8::1",
+    "www.example.test. 300 IN TXT \"volley\"",
+    "mail.example.test. 300 IN MX 10 www.example.test.",
+];
+
+impl Unbound {
+    /// Starts unbound with `local-zone: "example.test." static` and `local_data` records.
+    pub fn start(local_data: &[&str]) -> Unbound {
+        let bin = require("unbound");
+        let mut last_err = String::new();
+        // The port is chosen by binding port 0 and releasing it; another process may take it in
+        // between, so try a few times.
+        for _attempt in 0..5 {
+            let dir = tempfile::tempdir().expect("temp dir for unbound");
+            let port = free_port();
+            let mut conf = String::new();
+            conf.push_str("server:\n");
+            conf.push_str("  username: \"\"\n  chroot: \"\"\n");
+            conf.push_str(&format!("  directory: \"{}\"\n", dir.path().display()));
+            conf.push_str("  pidfile: \"\"\n  use-syslog: no\n  logfile: \"\"\n  verbosity: 1\n");
+            conf.push_str("  num-threads: 1\n  do-ip6: no\n");
+            conf.push_str(&format!("  interface: 127.0.0.1@{port}\n"));
+            conf.push_str("  access-control: 127.0.0.0/8 allow\n");
+            conf.push_str("  incoming-num-tcp: 256\n");
+            conf.push_str("  module-config: \"iterator\"\n");
+            conf.push_str("  local-zone: \"example.test.\" static\n");
+            for rr in local_data {
+                // Single quotes let the record hold double quotes (TXT).
+                conf.push_str(&format!("  local-data: '{rr}'\n"));
+            }
+            let conf_path = dir.path().join("unbound.conf");
+            fs::write(&conf_path, conf).expect("write unbound.conf");
+            let log_path = dir.path().join("unbound.log");
+            let log = fs::File::create(&log_path).expect("create unbound.log");
+            let child = Command::new(&bin)
+                .arg("-d")
+                .arg("-c")
+                .arg(&conf_path)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+            let mut ub = Unbound { child, port, dir };
+            match ub.wait_ready() {
+                Ok(()) => return ub,
+                Err(e) => {
+                    ub.kill();
+                    last_err = format!("{e}\nunbound.log:\n{}", fs::read_to_string(&log_path).unwrap_or_default());
+                }
+            }
+        }
+        panic!("unbound did not start: {last_err}");
+    }
+
+    /// Polls (bounded) until unbound answers `www.example.test A` over UDP and TCP.
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + STARTUP_WAIT;
+        let addr = self.addr();
+        let query = build_query(0x5151, "www.example.test", 1, None);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("unbound exited early: {status}"));
+            }
+            let udp_ok = udp_exchange(addr, &query, Duration::from_millis(200)).is_ok();
+            let tcp_ok = udp_ok && tcp_exchange(addr, &query, Duration::from_millis(500)).is_ok();
+            if udp_ok && tcp_ok {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("unbound on {addr} did not answer within {STARTUP_WAIT:?}"));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    pub fn url(&self, transport: &str) -> String {
+        format!("{transport}://127.0.0.1:{}", self.port)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Unbound {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `volley run`
+// ---------------------------------------------------------------------------------------------
+
+/// What a `volley run` left behind: exit status, outputs and the parsed results file.
+#[derive(Debug)]
+pub struct RunResult {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    /// The parsed `--output` file, None when no file was written.
+    pub json: Option<Value>,
+    /// Where `--output` pointed (inside `dir`).
+    pub output: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+impl RunResult {
+    /// The results, asserting that the run exited 0 and wrote them.
+    pub fn ok(&self) -> &Value {
+        assert_eq!(
+            self.status.code(),
+            Some(0),
+            "volley run should exit 0; status {}\nstdout:\n{}\nstderr:\n{}",
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+        self.json.as_ref().unwrap_or_else(|| panic!("volley run wrote no results at {}", self.output.display()))
+    }
+}
+
+/// Runs `volley run ARGS... --progress never -o TMPFILE` to completion (bounded) and returns
+/// its exit status, outputs and parsed results.
+pub fn run_volley(args: &[&str]) -> RunResult {
+    let dir = tempfile::tempdir().expect("temp dir for results");
+    let output = dir.path().join("results.json");
+    let mut cmd = Command::new(volley());
+    cmd.arg("run").args(args).arg("--progress").arg("never").arg("-o").arg(&output);
+    let out = run_cmd(&mut cmd, RUN_WAIT);
+    let json = read_results(&output);
+    RunResult { status: out.status, stdout: out.stdout, stderr: out.stderr, json, output, dir }
+}
+
+/// Parses a results file; None when it does not exist, a panic when it is not valid JSON.
+pub fn read_results(path: &Path) -> Option<Value> {
+    let text = fs::read_to_string(path).ok()?;
+    Some(serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not valid JSON: {e}\n{text}", path.display())))
+}
+
+/// Writes a query file (dnsperf format) into `dir` and returns its path.
+pub fn write_queries(dir: &Path, name: &str, lines: &[&str]) -> PathBuf {
+    let path = dir.join(name);
+    let mut f = fs::File::create(&path).expect("create queries file");
+    for l in lines {
+        writeln!(f, "{l}").unwrap();
+    }
+    path
+}
+
+/// `totals.KEY` as an integer (0 when absent only for the maps; the counters must exist).
+pub fn total(v: &Value, key: &str) -> u64 {
+    v["totals"][key].as_u64().unwrap_or_else(|| panic!("totals.{key} missing or not an integer in\n{v:#}"))
+}
+
+/// `totals.rcodes.NAME`, 0 when absent (maps omit zero entries).
+pub fn rcode(v: &Value, name: &str) -> u64 {
+    map_entry(&v["totals"]["rcodes"], name)
+}
+
+/// `totals.errors.NAME`, 0 when absent.
+pub fn error_count(v: &Value, name: &str) -> u64 {
+    map_entry(&v["totals"]["errors"], name)
+}
+
+/// `totals.unexpected.NAME`, 0 when absent.
+pub fn unexpected(v: &Value, name: &str) -> u64 {
+    map_entry(&v["totals"]["unexpected"], name)
+}
+
+fn map_entry(map: &Value, name: &str) -> u64 {
+    match map.get(name) {
+        None | Some(Value::Null) => 0,
+        Some(x) => x.as_u64().unwrap_or_else(|| panic!("{name} is not an integer: {x}")),
+    }
+}
+
+/// Sum of all entries of a count map (rcodes, errors).
+pub fn map_sum(map: &Value) -> u64 {
+    match map {
+        Value::Null => 0,
+        Value::Object(m) => m.values().map(|x| x.as_u64().expect("count map entry is an integer")).sum(),
+        other => panic!("expected a map of counts, got {other}"),
+    }
+}
+
+/// The accounting every results file must satisfy:
+/// - schema `volley.results/1`;
+/// - sent == answered + timed_out + failed + in_flight;
+/// - the rcodes sum to answered; truncated <= answered;
+/// - the per-second series sum to the totals for sent, answered, timed_out and failed;
+/// - latency percentiles are ordered and latency.count <= answered.
+pub fn check_accounting(v: &Value) {
+    assert_eq!(v["schema"], "volley.results/1", "schema in\n{v:#}");
+    let sent = total(v, "sent");
+    let answered = total(v, "answered");
+    let timed_out = total(v, "timed_out");
+    let failed = total(v, "failed");
+    let in_flight = total(v, "in_flight");
+    assert_eq!(
+        sent,
+        answered + timed_out + failed + in_flight,
+        "sent ({sent}) != answered ({answered}) + timed_out ({timed_out}) + failed ({failed}) + in_flight ({in_flight})"
+    );
+    assert_eq!(map_sum(&v["totals"]["rcodes"]), answered, "rcodes must sum to answered in\n{:#}", v["totals"]);
+    assert!(total(v, "truncated") <= answered, "truncated > answered in\n{:#}", v["totals"]);
+
+    let series = v["series"].as_array().unwrap_or_else(|| panic!("series missing or not an array in\n{v:#}"));
+    for key in ["sent", "answered", "timed_out", "failed"] {
+        let sum: u64 = series
+            .iter()
+            .map(|s| s[key].as_u64().unwrap_or_else(|| panic!("series entry without integer {key}: {s}")))
+            .sum();
+        assert_eq!(sum, total(v, key), "series {key} sum {sum} != totals.{key}");
+    }
+    for (i, s) in series.iter().enumerate() {
+        assert!(s["second"].as_u64().is_some(), "series[{i}].second missing: {s}");
+    }
+    let mut seconds: Vec<u64> = series.iter().map(|s| s["second"].as_u64().unwrap()).collect();
+    let n = seconds.len();
+    seconds.dedup();
+    assert_eq!(seconds.len(), n, "series seconds repeat");
+    assert!(seconds.windows(2).all(|w| w[0] < w[1]), "series seconds not increasing: {seconds:?}");
+
+    let lat = &v["latency"];
+    let count = lat["count"].as_u64().unwrap_or_else(|| panic!("latency.count missing in\n{v:#}"));
+    assert!(count <= answered, "latency.count {count} > answered {answered}");
+    if count > 0 {
+        let keys = ["min_ns", "p50_ns", "p90_ns", "p99_ns", "p999_ns", "max_ns"];
+        let vals: Vec<u64> =
+            keys.iter().map(|k| lat[*k].as_u64().unwrap_or_else(|| panic!("latency.{k} missing in {lat}"))).collect();
+        assert!(vals.windows(2).all(|w| w[0] <= w[1]), "latency percentiles not ordered: {lat}");
+        let mean = lat["mean_ns"].as_f64().unwrap_or_else(|| panic!("latency.mean_ns missing in {lat}"));
+        assert!(mean >= vals[0] as f64 && mean <= vals[5] as f64, "mean outside [min, max]: {lat}");
+    }
+}
+
+/// Asserts the one-line error convention: exit 2 and exactly one line on stderr starting with
+/// `volley: error:`. Returns that line.
+pub fn assert_usage_error(r: &RunResult) -> String {
+    assert_eq!(r.status.code(), Some(2), "expected exit 2; status {}\nstderr:\n{}", r.status, r.stderr);
+    let lines: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one line on stderr, got:\n{}", r.stderr);
+    assert!(lines[0].starts_with("volley: error:"), "stderr should start with `volley: error:`: {}", lines[0]);
+    assert!(!r.output.exists(), "no results file may be written on error, but {} exists", r.output.display());
+    lines[0].to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw DNS: enough to send a query and read a response without the code under test.
+// ---------------------------------------------------------------------------------------------
+
+/// Builds a query with RD set: `name` (no trailing dot needed), `qtype`, class IN, and an OPT
+/// record advertising `edns` octets when given.
+pub fn build_query(id: u16, name: &str, qtype: u16, edns: Option<u16>) -> Vec<u8> {
+    let mut m = Vec::with_capacity(64);
+    m.extend_from_slice(&id.to_be_bytes());
+    m.extend_from_slice(&[0x01, 0x00]); // RD
+    m.extend_from_slice(&[0, 1, 0, 0, 0, 0]);
+    m.extend_from_slice(&(edns.is_some() as u16).to_be_bytes());
+    for label in name.trim_end_matches('.').split('.').filter(|l| !l.is_empty()) {
+        m.push(label.len() as u8);
+        m.extend_from_slice(label.as_bytes());
+    }
+    m.push(0);
+    m.extend_from_slice(&qtype.to_be_bytes());
+    m.extend_from_slice(&1u16.to_be_bytes());
+    if let Some(size) = edns {
+        m.push(0); // root
+        m.extend_from_slice(&41u16.to_be_bytes());
+        m.extend_from_slice(&size.to_be_bytes());
+        m.extend_from_slice(&[0, 0, 0, 0]); // ext-rcode, version, flags
+        m.extend_from_slice(&[0, 0]); // rdlen
+    }
+    m
+}
+
+/// One exchange over UDP from an ephemeral 127.0.0.1 port.
+pub fn udp_exchange(server: SocketAddr, query: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
+    let bind: SocketAddr = if server.is_ipv6() { "[::1]:0".parse().unwrap() } else { "127.0.0.1:0".parse().unwrap() };
+    let s = UdpSocket::bind(bind)?;
+    s.connect(server)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.send(query)?;
+    let mut buf = vec![0u8; 65535];
+    let n = s.recv(&mut buf)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// One exchange over TCP (2-octet length prefix).
+pub fn tcp_exchange(server: SocketAddr, query: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
+    let mut s = TcpStream::connect_timeout(&server, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    s.set_nodelay(true)?;
+    let mut framed = (query.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(query);
+    s.write_all(&framed)?;
+    let mut len = [0u8; 2];
+    s.read_exact(&mut len)?;
+    let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
+    s.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+/// A parsed resource record (owner name left out: the tests look at type, class and data).
+#[derive(Debug, Clone)]
+pub struct Rr {
+    pub rtype: u16,
+    pub class: u16,
+    pub ttl: u32,
+    pub rdata: Vec<u8>,
+}
+
+/// A parsed response: header fields, the raw question section, and the records.
+#[derive(Debug, Clone)]
+pub struct Msg {
+    pub id: u16,
+    pub flags: u16,
+    pub qdcount: u16,
+    /// The question section as it appears on the wire.
+    pub question: Vec<u8>,
+    pub answers: Vec<Rr>,
+    pub authority: Vec<Rr>,
+    pub additional: Vec<Rr>,
+}
+
+impl Msg {
+    pub fn qr(&self) -> bool {
+        self.flags & 0x8000 != 0
+    }
+    pub fn tc(&self) -> bool {
+        self.flags & 0x0200 != 0
+    }
+    pub fn rd(&self) -> bool {
+        self.flags & 0x0100 != 0
+    }
+    pub fn rcode(&self) -> u16 {
+        self.flags & 0x000f
+    }
+    pub fn opt(&self) -> Option<&Rr> {
+        self.additional.iter().find(|r| r.rtype == 41)
+    }
+}
+
+fn skip_name(m: &[u8], mut pos: usize) -> Result<usize, String> {
+    for _ in 0..128 {
+        let len = *m.get(pos).ok_or("name runs past the end")? as usize;
+        if len == 0 {
+            return Ok(pos + 1);
+        }
+        if len & 0xc0 == 0xc0 {
+            return Ok(pos + 2);
+        }
+        if len & 0xc0 != 0 {
+            return Err(format!("bad label type at {pos}"));
+        }
+        pos += 1 + len;
+    }
+    Err("name with more than 128 labels".into())
+}
+
+fn u16_at(m: &[u8], pos: usize) -> Result<u16, String> {
+    m.get(pos..pos + 2).map(|b| u16::from_be_bytes([b[0], b[1]])).ok_or_else(|| format!("short message at {pos}"))
+}
+
+/// Parses a DNS message; Err on anything malformed (including trailing octets).
+pub fn parse_msg(m: &[u8]) -> Result<Msg, String> {
+    if m.len() < 12 {
+        return Err(format!("message of {} octets is shorter than a header", m.len()));
+    }
+    let id = u16_at(m, 0)?;
+    let flags = u16_at(m, 2)?;
+    let qdcount = u16_at(m, 4)?;
+    let counts = [u16_at(m, 6)?, u16_at(m, 8)?, u16_at(m, 10)?];
+    let mut pos = 12;
+    for _ in 0..qdcount {
+        pos = skip_name(m, pos)? + 4;
+    }
+    if pos > m.len() {
+        return Err("question runs past the end".into());
+    }
+    let question = m[12..pos].to_vec();
+    let mut sections: [Vec<Rr>; 3] = Default::default();
+    for (i, count) in counts.iter().enumerate() {
+        for _ in 0..*count {
+            pos = skip_name(m, pos)?;
+            let rtype = u16_at(m, pos)?;
+            let class = u16_at(m, pos + 2)?;
+            let ttl = (u16_at(m, pos + 4)? as u32) << 16 | u16_at(m, pos + 6)? as u32;
+            let rdlen = u16_at(m, pos + 8)? as usize;
+            pos += 10;
+            let rdata = m.get(pos..pos + rdlen).ok_or("rdata runs past the end")?.to_vec();
+            pos += rdlen;
+            sections[i].push(Rr { rtype, class, ttl, rdata });
+        }
+    }
+    if pos != m.len() {
+        return Err(format!("{} trailing octets", m.len() - pos));
+    }
+    let [answers, authority, additional] = sections;
+    Ok(Msg { id, flags, qdcount, question, answers, authority, additional })
+}

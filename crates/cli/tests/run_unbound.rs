@@ -1,0 +1,84 @@
+//! `volley run` against a real resolver, unbound, answering `local-data` records over UDP and
+//! TCP.
+
+mod common;
+
+use common::*;
+
+fn check_all_noerror(v: &serde_json::Value, url: &str, transport: &str, count: u64) {
+    check_accounting(v);
+    assert_eq!(v["status"], "complete", "{v:#}");
+    assert_eq!(v["target"]["url"], url, "{v:#}");
+    assert_eq!(v["target"]["transport"], transport, "{v:#}");
+    let answered = total(v, "answered");
+    assert!(answered > 0, "nothing answered:\n{v:#}");
+    assert_eq!(total(v, "sent"), count, "-n {count} sends exactly {count} queries");
+    assert_eq!(answered, count, "unbound on loopback answers every query:\n{:#}", v["totals"]);
+    assert_eq!(rcode(v, "NOERROR"), answered, "every answer NOERROR:\n{:#}", v["totals"]);
+    assert_eq!(total(v, "timed_out"), 0);
+    assert_eq!(total(v, "failed"), 0);
+    assert_eq!(total(v, "in_flight"), 0, "a run that stops on -n waits for its queries");
+    assert_eq!(total(v, "truncated"), 0);
+    assert_eq!(v["latency"]["count"].as_u64(), Some(answered), "one latency sample per answer");
+    assert!(v["qps"]["answered"].as_f64().unwrap() > 0.0, "{v:#}");
+}
+
+#[test]
+fn udp_closed_loop_against_unbound() {
+    let ub = Unbound::start(UNBOUND_DATA);
+    let url = ub.url("udp");
+    let r = run_volley(&[&url, "--name", "www.example.test", "--qtype", "A", "-c", "10", "-n", "2000"]);
+    check_all_noerror(r.ok(), &url, "udp", 2000);
+}
+
+#[test]
+fn tcp_closed_loop_against_unbound() {
+    let ub = Unbound::start(UNBOUND_DATA);
+    let url = ub.url("tcp");
+    let r = run_volley(&[&url, "--name", "www.example.test", "--qtype", "AAAA", "-c", "10", "-n", "2000"]);
+    check_all_noerror(r.ok(), &url, "tcp", 2000);
+}
+
+#[test]
+fn query_file_against_unbound_over_udp_and_tcp() {
+    let ub = Unbound::start(UNBOUND_DATA);
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_queries(
+        dir.path(),
+        "q.txt",
+        &[
+            "# local-data answers only",
+            "www.example.test A",
+            "",
+            "; another comment style",
+            "www.example.test AAAA",
+            "www.example.test TXT",
+            "mail.example.test MX",
+        ],
+    );
+    let file = file.to_str().unwrap();
+    for transport in ["udp", "tcp"] {
+        let url = ub.url(transport);
+        let r = run_volley(&[&url, "-d", file, "-c", "8", "-n", "1000"]);
+        check_all_noerror(r.ok(), &url, transport, 1000);
+    }
+}
+
+#[test]
+fn open_loop_against_unbound() {
+    let ub = Unbound::start(UNBOUND_DATA);
+    for transport in ["udp", "tcp"] {
+        let url = ub.url(transport);
+        let r = run_volley(&[&url, "--name", "www.example.test", "--rate", "1000", "-l", "2s"]);
+        let v = r.ok();
+        check_accounting(v);
+        assert_eq!(v["status"], "complete");
+        let answered = total(v, "answered");
+        assert!(answered > 0, "{v:#}");
+        assert_eq!(rcode(v, "NOERROR"), answered);
+        assert_eq!(total(v, "failed"), 0, "{:#}", v["totals"]);
+        assert_eq!(total(v, "timed_out"), 0, "{:#}", v["totals"]);
+        // An open loop never sends more than its schedule: 1000 qps for 2 s.
+        assert!(total(v, "sent") <= 2000 + 20, "sent more than scheduled:\n{:#}", v["totals"]);
+    }
+}
