@@ -53,6 +53,9 @@ pub struct Plan {
     /// Lanes (UDP sockets, TCP connections) in total.
     pub connections: usize,
     pub lane: LaneOptions,
+    /// Open loop: queries due within this window of a wake-up leave together (they may leave
+    /// up to this early; latency then counts from when they left). Zero: one wake-up per query.
+    pub batch_window: Duration,
 }
 
 #[derive(Debug, Error)]
@@ -137,6 +140,7 @@ pub fn run(
                 }
                 Load::Closed { .. } => None,
             },
+            batch_window_ns: plan.batch_window.as_nanos() as u64,
             quota: plan.count.map_or(u64::MAX, |n| split(n, threads, i)),
             lanes: split(connections as u64, threads, i) as usize,
         };

@@ -130,6 +130,7 @@ pub fn run(a: BenchArgs) -> CliResult {
             threads,
             connections: threads,
             lane: LaneOptions::default(),
+            batch_window: Duration::ZERO,
             target,
         };
         crate::cmd::run::check_target(&plan)?;

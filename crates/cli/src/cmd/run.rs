@@ -101,6 +101,12 @@ pub struct RunArgs {
     #[arg(short = 't', long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, help_heading = "Load")]
     pub timeout: Duration,
 
+    /// Open loop: queries due within this window of a wake-up leave together in one system
+    /// call (up to this early; their latency then counts from when they left). 0 wakes up
+    /// for every query: the most exact schedule, and the most CPU per query.
+    #[arg(long, value_name = "DURATION", default_value = "100us", value_parser = parse_duration, help_heading = "Load")]
+    pub batch_window: Duration,
+
     /// Worker threads [default: the number of cores].
     #[arg(short = 'T', long, value_name = "N", help_heading = "Load")]
     pub threads: Option<usize>,
@@ -228,7 +234,18 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         (None, Load::Closed { concurrency }) if h1 => (*concurrency as usize).max(threads),
         (c, _) => c.unwrap_or(threads),
     };
-    Ok(Plan { target, queries, load, duration, count: a.count, timeout: a.timeout, threads, connections, lane })
+    Ok(Plan {
+        target,
+        queries,
+        load,
+        duration,
+        count: a.count,
+        timeout: a.timeout,
+        threads,
+        connections,
+        lane,
+        batch_window: a.batch_window,
+    })
 }
 
 /// The transport settings of the flags (TLS, HTTP), checked.
