@@ -91,12 +91,8 @@ impl ConnCounters {
         self.resumed += o.resumed;
         self.early_offered += o.early_offered;
         self.early_accepted += o.early_accepted;
-        for (a, b) in self.closed.iter_mut().zip(o.closed.iter()) {
-            *a += b;
-        }
-        for (a, b) in self.errors.iter_mut().zip(o.errors.iter()) {
-            *a += b;
-        }
+        crate::counters::add(&mut self.closed, &o.closed);
+        crate::counters::add(&mut self.errors, &o.errors);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -108,19 +104,11 @@ impl ConnCounters {
     }
 
     pub fn close_map(&self) -> BTreeMap<String, u64> {
-        Close::ALL
-            .iter()
-            .filter(|k| self.closed[**k as usize] > 0)
-            .map(|k| (k.to_string(), self.closed[*k as usize]))
-            .collect()
+        Close::map(&self.closed)
     }
 
     pub fn error_map(&self) -> BTreeMap<String, u64> {
-        ErrorKind::ALL
-            .iter()
-            .filter(|k| self.errors[**k as usize] > 0)
-            .map(|k| (k.to_string(), self.errors[*k as usize]))
-            .collect()
+        ErrorKind::map(&self.errors)
     }
 }
 

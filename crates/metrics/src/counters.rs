@@ -1,5 +1,7 @@
 use std::collections::BTreeMap;
 
+use volley_wire::Rcode;
+
 /// Declares a closed set of named kinds with a stable text name each.
 macro_rules! kinds {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal,)* }) => {
@@ -17,6 +19,10 @@ macro_rules! kinds {
             }
             pub fn from_name(s: &str) -> Option<$name> {
                 Self::ALL.iter().copied().find(|k| k.as_str() == s)
+            }
+            /// Counts indexed by kind → name → count, zero entries left out.
+            pub fn map(counts: &[u64; Self::COUNT]) -> std::collections::BTreeMap<String, u64> {
+                Self::ALL.iter().filter(|k| counts[**k as usize] > 0).map(|k| (k.to_string(), counts[*k as usize])).collect()
             }
         }
 
@@ -106,15 +112,9 @@ impl Counters {
         self.answered += o.answered;
         self.timed_out += o.timed_out;
         self.failed += o.failed;
-        for (a, b) in self.rcodes.iter_mut().zip(o.rcodes.iter()) {
-            *a += b;
-        }
-        for (a, b) in self.errors.iter_mut().zip(o.errors.iter()) {
-            *a += b;
-        }
-        for (a, b) in self.unexpected.iter_mut().zip(o.unexpected.iter()) {
-            *a += b;
-        }
+        add(&mut self.rcodes, &o.rcodes);
+        add(&mut self.errors, &o.errors);
+        add(&mut self.unexpected, &o.unexpected);
         self.truncated += o.truncated;
         self.bytes_out += o.bytes_out;
         self.bytes_in += o.bytes_in;
@@ -132,24 +132,16 @@ impl Counters {
             .iter()
             .enumerate()
             .filter(|(_, n)| **n > 0)
-            .map(|(i, n)| (volley_rcode_name(i as u16), *n))
+            .map(|(i, n)| (Rcode(i as u16).name().into_owned(), *n))
             .collect()
     }
 
     pub fn error_map(&self) -> BTreeMap<String, u64> {
-        ErrorKind::ALL
-            .iter()
-            .filter(|k| self.errors[**k as usize] > 0)
-            .map(|k| (k.to_string(), self.errors[*k as usize]))
-            .collect()
+        ErrorKind::map(&self.errors)
     }
 
     pub fn unexpected_map(&self) -> BTreeMap<String, u64> {
-        Unexpected::ALL
-            .iter()
-            .filter(|k| self.unexpected[**k as usize] > 0)
-            .map(|k| (k.to_string(), self.unexpected[*k as usize]))
-            .collect()
+        Unexpected::map(&self.unexpected)
     }
 
     /// Inverse of the maps above, for files read back (merge, compare).
@@ -160,7 +152,7 @@ impl Counters {
         unexpected: &BTreeMap<String, u64>,
     ) {
         for (name, n) in rcodes {
-            if let Some(i) = (0..16).find(|i| volley_rcode_name(*i) == *name) {
+            if let Some(i) = (0..16u16).find(|i| Rcode(*i).name() == name.as_str()) {
                 self.rcodes[i as usize] = *n;
             }
         }
@@ -177,24 +169,11 @@ impl Counters {
     }
 }
 
-/// RCODE mnemonics (RFC 6895 registry), kept here so metrics does not depend on the wire layer.
-pub fn volley_rcode_name(r: u16) -> String {
-    let n = match r {
-        0 => "NOERROR",
-        1 => "FORMERR",
-        2 => "SERVFAIL",
-        3 => "NXDOMAIN",
-        4 => "NOTIMP",
-        5 => "REFUSED",
-        6 => "YXDOMAIN",
-        7 => "YXRRSET",
-        8 => "NXRRSET",
-        9 => "NOTAUTH",
-        10 => "NOTZONE",
-        11 => "DSOTYPENI",
-        v => return format!("RCODE{v}"),
-    };
-    n.to_string()
+/// Adds counts element-wise.
+pub(crate) fn add<const N: usize>(a: &mut [u64; N], b: &[u64; N]) {
+    for (a, b) in a.iter_mut().zip(b.iter()) {
+        *a += b;
+    }
 }
 
 #[cfg(test)]

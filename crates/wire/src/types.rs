@@ -151,6 +151,7 @@ impl Rcode {
             8 => "NXRRSET",
             9 => "NOTAUTH",
             10 => "NOTZONE",
+            11 => "DSOTYPENI",
             16 => "BADVERS",
             23 => "BADCOOKIE",
             v => return format!("RCODE{v}").into(),
