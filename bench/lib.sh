@@ -177,7 +177,7 @@ write_queries() {
 vs_dnsperf() {
     local transport="$1"
     local rate="${RATE:-20000}" duration="${DURATION:-10}" inflight="${INFLIGHT:-200}"
-    local conns="${CONNECTIONS:-1}"
+    local conns="${CONNECTIONS:-1}" window="${BATCH_WINDOW:-250us}"
     need kdig dnsperf taskset jq /usr/bin/time
     check_cores
     local volley
@@ -198,9 +198,9 @@ vs_dnsperf() {
     timed "$WORK/dp_rate.cpu" taskset -c "$CLIENT_CORE" dnsperf -s 127.0.0.1 -p "$port" "${mode[@]}" \
         -d "$queries" -l "$duration" -Q "$rate" -c "$conns" -q "$inflight" >"$WORK/dp_rate.out" 2>&1 \
         || die "dnsperf failed: $(tail -5 "$WORK/dp_rate.out")"
-    log "fixed rate: volley run --rate $rate for ${duration}s"
+    log "fixed rate: volley run --rate $rate --batch-window $window for ${duration}s"
     timed "$WORK/v_rate.cpu" taskset -c "$CLIENT_CORE" "$volley" run "$url" -d "$queries" --rate "$rate" \
-        -l "${duration}s" -T 1 --connections "$conns" --progress never -q -o "$WORK/v_rate.json" \
+        --batch-window "$window" -l "${duration}s" -T 1 --connections "$conns" --progress never -q -o "$WORK/v_rate.json" \
         >"$WORK/v_rate.out" 2>&1 || die "volley run failed: $(tail -5 "$WORK/v_rate.out")"
 
     local dp_done dp_time v_done v_time dp_cpu v_cpu
@@ -240,7 +240,7 @@ vs_dnsperf() {
         echo "| measure | dnsperf | volley | volley/dnsperf |"
         echo "| --- | ---: | ---: | ---: |"
         echo "| fixed rate $rate qps: answered qps | $dp_qps | $v_qps | $(div "$v_qps" "$dp_qps") |"
-        echo "| fixed rate $rate qps: client CPU µs per answer | $dp_us | $v_us | $(div "$v_us" "$dp_us") |"
+        echo "| fixed rate $rate qps: client CPU µs per answer (volley --batch-window $window) | $dp_us | $v_us | $(div "$v_us" "$dp_us") |"
         echo "| closed loop, $inflight in flight: answered qps | $dpm_qps | $vm_qps | $(div "$vm_qps" "$dpm_qps") |"
     } | write_fragment "$name"
 }

@@ -104,7 +104,7 @@ pub struct RunArgs {
     /// Open loop: queries due within this window of a wake-up leave together in one system
     /// call (up to this early; their latency then counts from when they left). 0 wakes up
     /// for every query: the most exact schedule, and the most CPU per query.
-    #[arg(long, value_name = "DURATION", default_value = "100us", value_parser = parse_duration, help_heading = "Load")]
+    #[arg(long, value_name = "DURATION", default_value = "250us", value_parser = parse_duration, help_heading = "Load")]
     pub batch_window: Duration,
 
     /// Worker threads [default: the number of cores].
