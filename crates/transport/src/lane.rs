@@ -1,9 +1,30 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
+use volley_metrics::Close;
 
 use crate::Token;
+
+/// When a client ends a connection on its own and replaces it with a new one. One mechanism
+/// for every connection-based transport: the lane stops handing out queries once the
+/// connection's budget is spent, and tells the driver when to close it (see [`Lane::wait_turn`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnPolicy {
+    /// Close after this many queries were sent on the connection (1: one query per connection).
+    pub max_queries: Option<u64>,
+    /// Close once the connection is this old (counted from the start of its attempt).
+    pub lifetime: Option<Duration>,
+    /// Close after this long with nothing outstanding; the next query opens a new connection.
+    pub idle: Option<Duration>,
+}
+
+impl ConnPolicy {
+    pub fn is_none(&self) -> bool {
+        *self == ConnPolicy::default()
+    }
+}
 
 /// One socket or connection slot: the engine pushes queries, the transport's driver sends
 /// them. The engine counts what it handed over and took back (`load`) to respect `capacity`.
@@ -14,11 +35,34 @@ pub struct Lane {
     load: Cell<u32>,
     capacity: Cell<u32>,
     closing: Cell<bool>,
+    policy: Cell<ConnPolicy>,
+    /// The current connection: when its attempt started, queries sent on it.
+    conn_start: Cell<Option<Instant>>,
+    conn_sent: Cell<u64>,
+    /// Last push or release, for the idle policy.
+    last_activity: Cell<Option<Instant>>,
+    /// Signalled when a spent connection has nothing outstanding any more.
+    drained: Notify,
 }
 
 impl Lane {
     pub fn new() -> Lane {
         Lane { capacity: Cell::new(1), ..Default::default() }
+    }
+
+    /// A lane whose connections follow `policy`.
+    pub fn with_policy(policy: ConnPolicy) -> Lane {
+        let l = Lane::new();
+        l.policy.set(policy);
+        l
+    }
+
+    pub fn policy(&self) -> ConnPolicy {
+        self.policy.get()
+    }
+
+    pub fn set_policy(&self, p: ConnPolicy) {
+        self.policy.set(p);
     }
 
     /// Hands a query to the driver.
@@ -30,15 +74,30 @@ impl Lane {
             q.len() == 1
         };
         self.load.set(self.load.get() + 1);
+        if self.policy.get().idle.is_some() {
+            self.last_activity.set(Some(Instant::now()));
+        }
         if was_empty {
             self.wake.notify_one();
         }
     }
 
-    /// Next query to send, if any (driver side).
+    /// Next query to send on the current connection, if any (driver side). None also when
+    /// the connection has spent its budget (queries or lifetime): the query waits for the next.
     #[inline]
     pub fn pop(&self) -> Option<Token> {
-        self.queue.borrow_mut().pop_front()
+        if self.spent() {
+            return None;
+        }
+        let t = self.queue.borrow_mut().pop_front()?;
+        self.conn_sent.set(self.conn_sent.get() + 1);
+        Some(t)
+    }
+
+    /// Whether [`Lane::pop`] would hand out a query now.
+    #[inline]
+    pub fn has_work(&self) -> bool {
+        !self.queue.borrow().is_empty() && !self.spent()
     }
 
     /// Queries waiting to be sent.
@@ -55,12 +114,30 @@ impl Lane {
     #[inline]
     pub fn release(&self) {
         self.load.set(self.load.get().saturating_sub(1));
+        let p = self.policy.get();
+        if p.is_none() {
+            return;
+        }
+        if p.idle.is_some() {
+            self.last_activity.set(Some(Instant::now()));
+        }
+        if self.in_flight() == 0 && self.spent() {
+            self.drained.notify_one();
+        }
+        if self.load.get() == 0 && p.idle.is_some() {
+            self.drained.notify_one();
+        }
     }
 
     /// Queries handed over and not yet ended.
     #[inline]
     pub fn load(&self) -> u32 {
         self.load.get()
+    }
+
+    /// Queries sent on the current connection and not yet ended.
+    pub fn in_flight(&self) -> u32 {
+        self.load.get().saturating_sub(self.queued() as u32)
     }
 
     #[inline]
@@ -85,9 +162,146 @@ impl Lane {
     pub fn close(&self) {
         self.closing.set(true);
         self.wake.notify_one();
+        self.drained.notify_one();
     }
 
     pub fn closing(&self) -> bool {
         self.closing.get()
+    }
+
+    /// A new connection attempt starts: its budget is fresh.
+    pub fn begin_connection(&self) {
+        self.conn_sent.set(0);
+        let p = self.policy.get();
+        if p.lifetime.is_some() || p.idle.is_some() {
+            let now = Instant::now();
+            self.conn_start.set(Some(now));
+            self.last_activity.set(Some(now));
+        }
+    }
+
+    /// The current connection has sent its last query (by count or by age).
+    #[inline]
+    fn spent(&self) -> bool {
+        let p = self.policy.get();
+        if p.max_queries.is_some_and(|m| self.conn_sent.get() >= m) {
+            return true;
+        }
+        match (p.lifetime, self.conn_start.get()) {
+            (Some(l), Some(s)) => s.elapsed() >= l,
+            _ => false,
+        }
+    }
+
+    /// Whether the client should close the current connection now, and how.
+    pub fn turn(&self) -> Option<Close> {
+        let p = self.policy.get();
+        if self.spent() && self.in_flight() == 0 {
+            return Some(Close::ClientLifetime);
+        }
+        if let (Some(idle), Some(last)) = (p.idle, self.last_activity.get()) {
+            if self.load.get() == 0 && last.elapsed() >= idle {
+                return Some(Close::ClientIdle);
+            }
+        }
+        None
+    }
+
+    /// What a driver awaits when it has nothing to send: a new query (None), or the moment
+    /// the policy ends the connection (Some: close it gracefully, report how, open another —
+    /// after [`Close::ClientIdle`], only when the next query comes: [`Lane::wait_for_work`]).
+    pub async fn wait_turn(&self) -> Option<Close> {
+        if let Some(c) = self.turn() {
+            return Some(c);
+        }
+        let p = self.policy.get();
+        if p.is_none() {
+            self.wake.notified().await;
+            return None;
+        }
+        // The next moment the policy could end the connection.
+        let now = Instant::now();
+        let mut at: Option<Instant> = None;
+        if let (Some(l), Some(s)) = (p.lifetime, self.conn_start.get()) {
+            if !self.spent() {
+                at = Some(s + l);
+            }
+        }
+        if let (Some(idle), Some(last)) = (p.idle, self.last_activity.get()) {
+            if self.load.get() == 0 {
+                let t = last + idle;
+                at = Some(at.map_or(t, |a| a.min(t)));
+            }
+        }
+        let sleep = async {
+            match at {
+                Some(t) if t > now => tokio::time::sleep_until(t.into()).await,
+                Some(_) => {}
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = self.wake.notified() => None,
+            _ = self.drained.notified() => self.turn(),
+            _ = sleep => self.turn(),
+        }
+    }
+
+    /// After an idle close: waits until a query comes (true) or the lane closes (false).
+    pub async fn wait_for_work(&self) -> bool {
+        loop {
+            if self.closing() {
+                return false;
+            }
+            if self.queued() > 0 {
+                return true;
+            }
+            self.wake.notified().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_budget_spends_and_drains() {
+        let l = Lane::with_policy(ConnPolicy { max_queries: Some(2), ..Default::default() });
+        l.set_capacity(10);
+        l.begin_connection();
+        for t in 1..=3 {
+            l.push(t);
+        }
+        assert_eq!(l.pop(), Some(1));
+        assert_eq!(l.pop(), Some(2));
+        assert_eq!(l.pop(), None, "budget of 2 spent");
+        assert!(!l.has_work());
+        assert_eq!(l.turn(), None, "two still in flight");
+        l.release();
+        l.release();
+        assert_eq!(l.turn(), Some(Close::ClientLifetime));
+        l.begin_connection();
+        assert_eq!(l.pop(), Some(3));
+    }
+
+    #[test]
+    fn no_policy_never_turns() {
+        let l = Lane::new();
+        l.begin_connection();
+        l.push(1);
+        assert_eq!(l.pop(), Some(1));
+        l.release();
+        assert_eq!(l.turn(), None);
+    }
+
+    #[test]
+    fn idle_turns_when_nothing_outstanding() {
+        let l = Lane::with_policy(ConnPolicy { idle: Some(Duration::from_millis(1)), ..Default::default() });
+        l.begin_connection();
+        std::thread::sleep(Duration::from_millis(3));
+        assert_eq!(l.turn(), Some(Close::ClientIdle));
+        l.push(1);
+        assert_eq!(l.turn(), None);
     }
 }

@@ -26,7 +26,7 @@ use std::rc::Rc;
 
 pub use exchange::{deliver, error_kind, Exchange, Token};
 pub use idtable::IdTable;
-pub use lane::Lane;
+pub use lane::{ConnPolicy, Lane};
 pub use target::{Scheme, Target, TargetError};
 pub use tls::{TlsSettings, TlsVersion};
 
@@ -71,6 +71,8 @@ pub struct LaneOptions {
     /// The run's query timeout: DoH and DoQ give up a request's stream after it (the engine
     /// has counted the query as timed out by then), so silent streams do not pile up.
     pub query_timeout: std::time::Duration,
+    /// When the client replaces its connections (connection-based transports).
+    pub conn: ConnPolicy,
 }
 
 impl Default for LaneOptions {
@@ -83,6 +85,7 @@ impl Default for LaneOptions {
             http: HttpVersion::default(),
             doh_method: DohMethod::default(),
             query_timeout: std::time::Duration::from_secs(5),
+            conn: ConnPolicy::default(),
         }
     }
 }
@@ -101,6 +104,9 @@ impl LaneOptions {
 /// Starts the driver task of one lane on the current `LocalSet`.
 pub fn spawn_lane<X: Exchange + 'static>(target: &Target, lane: Rc<Lane>, x: Rc<X>, opts: &LaneOptions) {
     lane.set_capacity(opts.max_in_flight);
+    if target.scheme != Scheme::Udp {
+        lane.set_policy(opts.conn);
+    }
     match target.scheme {
         Scheme::Udp => {
             tokio::task::spawn_local(udp::drive(target.addr, lane, x, opts.clone()));

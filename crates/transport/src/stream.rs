@@ -80,7 +80,16 @@ pub(crate) fn split_frames(buf: &[u8], mut each: impl FnMut(&[u8])) -> usize {
     at
 }
 
-/// Runs one connection until it ends; returns the error kind its outstanding queries get.
+/// How serving a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Served {
+    /// The connection failed or the lane is closing: its outstanding queries get this kind.
+    Failed(ErrorKind),
+    /// The connection policy ends it, nothing outstanding: close it gracefully this way.
+    Turn(Close),
+}
+
+/// Runs one connection until it ends.
 /// `kind_of` maps the stream's I/O errors (TLS streams wrap TLS errors in them).
 pub(crate) async fn serve<R, W, X>(
     mut rd: R,
@@ -90,7 +99,7 @@ pub(crate) async fn serve<R, W, X>(
     ids: &mut IdTable,
     b: &mut Buffers,
     kind_of: fn(&io::Error) -> ErrorKind,
-) -> ErrorKind
+) -> Served
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -102,7 +111,7 @@ where
     loop {
         b.frame_queued(lane, x, ids);
         if lane.closing() {
-            return ErrorKind::Closed;
+            return Served::Failed(ErrorKind::Closed);
         }
         let pending = woff < b.wbuf.len();
         if b.rbuf.capacity() - b.rbuf.len() < READ_CHUNK / 2 {
@@ -111,14 +120,14 @@ where
         tokio::select! {
             biased;
             r = rd.read_buf(&mut b.rbuf) => match r {
-                Ok(0) => return ErrorKind::Closed,
+                Ok(0) => return Served::Failed(ErrorKind::Closed),
                 Ok(_) => {
                     let now = x.now();
                     let used = split_frames(&b.rbuf, |m| deliver(m, ids, x, now));
                     b.rbuf.drain(..used);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return kind_of(&e),
+                Err(e) => return Served::Failed(kind_of(&e)),
             },
             // Write what is framed, then flush (TLS records may wait in the writer).
             r = async {
@@ -128,7 +137,7 @@ where
                     wr.flush().await.map(|()| None)
                 }
             }, if pending || unflushed => match r {
-                Ok(Some(0)) => return ErrorKind::Closed,
+                Ok(Some(0)) => return Served::Failed(ErrorKind::Closed),
                 Ok(Some(n)) => {
                     woff += n;
                     unflushed = true;
@@ -139,9 +148,13 @@ where
                 }
                 Ok(None) => unflushed = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return kind_of(&e),
+                Err(e) => return Served::Failed(kind_of(&e)),
             },
-            _ = lane.wait(), if !pending && !unflushed => {}
+            turn = lane.wait_turn(), if !pending && !unflushed => {
+                if let Some(how) = turn {
+                    return Served::Turn(how);
+                }
+            }
         }
     }
 }
@@ -163,6 +176,12 @@ pub(crate) fn fail_queued<X: Exchange + ?Sized>(lane: &Lane, x: &X, kind: ErrorK
     for t in lane.take_queued() {
         x.failed(t, kind, now);
     }
+}
+
+/// After the policy closed a connection (already reported): waits for a query before the next
+/// one after an idle close. Returns true when the lane is closing (the driver ends).
+pub(crate) async fn after_turn(lane: &Lane, how: Close) -> bool {
+    how == Close::ClientIdle && !lane.wait_for_work().await || lane.closing()
 }
 
 /// Ends the outstanding queries of a dead connection and reports its close. Returns true

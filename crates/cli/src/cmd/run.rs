@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use volley_engine::{Load, Plan, QuerySet};
 use volley_metrics::{RunResult, Status};
 use volley_transport::{
-    probe::probe_with, DohMethod, HttpVersion, LaneOptions, Scheme, Target, TlsSettings, TlsVersion,
+    probe::probe_with, ConnPolicy, DohMethod, HttpVersion, LaneOptions, Scheme, Target, TlsSettings, TlsVersion,
 };
 use volley_wire::{Edns, QType, QueryOptions};
 
@@ -106,6 +106,20 @@ pub struct RunArgs {
     /// for every query: the most exact schedule, and the most CPU per query.
     #[arg(long, value_name = "DURATION", default_value = "250us", value_parser = parse_duration, help_heading = "Load")]
     pub batch_window: Duration,
+
+    /// Close each connection after it has sent N queries and open a new one (1: a new
+    /// connection for every query). TCP, DoT, DoH and DoQ.
+    #[arg(long, value_name = "N", help_heading = "Connections")]
+    pub conn_queries: Option<u64>,
+
+    /// Close each connection once it is DURATION old and open a new one.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Connections")]
+    pub conn_lifetime: Option<Duration>,
+
+    /// Close a connection after DURATION with no query outstanding; the next query opens a
+    /// new one.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Connections")]
+    pub idle_timeout: Option<Duration>,
 
     /// Worker threads [default: the number of cores].
     #[arg(short = 'T', long, value_name = "N", help_heading = "Load")]
@@ -294,8 +308,20 @@ fn lane_options(a: &RunArgs, target: &Target) -> CliResult<LaneOptions> {
         http,
         doh_method,
         query_timeout: a.timeout,
+        conn: ConnPolicy { max_queries: a.conn_queries, lifetime: a.conn_lifetime, idle: a.idle_timeout },
         ..LaneOptions::default()
     };
+    if a.conn_queries == Some(0) {
+        return Err(CliError::usage("invalid --conn-queries 0: expected at least 1"));
+    }
+    if a.conn_lifetime.is_some_and(|d| d.is_zero()) || a.idle_timeout.is_some_and(|d| d.is_zero()) {
+        return Err(CliError::usage("invalid --conn-lifetime/--idle-timeout: must be above 0"));
+    }
+    if target.scheme == Scheme::Udp && !opts.conn.is_none() {
+        return Err(CliError::usage(
+            "--conn-queries, --conn-lifetime and --idle-timeout apply to connections: use tcp://, tls://, https:// or quic://",
+        ));
+    }
     if target.scheme.is_encrypted() {
         let quic = target.scheme == Scheme::Quic || opts.http_for(target.scheme) == HttpVersion::Http3;
         volley_transport::tls::check(&opts.tls, quic).map_err(CliError::usage)?;

@@ -14,7 +14,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use volley_metrics::{EarlyData, ErrorKind, Handshake};
 
-use crate::stream::{self, Buffers};
+use crate::stream::{self, Buffers, Served};
 use crate::tls::{self, TlsSettings};
 use crate::{tcp, Exchange, IdTable, Lane, LaneOptions, Target};
 
@@ -37,6 +37,7 @@ pub async fn drive<X: Exchange>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: 
         if lane.closing() {
             return;
         }
+        lane.begin_connection();
         let mut tls = match connect(&target, &cfg, &name, &opts, &lane, &*x, &mut ids, &mut bufs, None).await {
             Ok(s) => s,
             Err((kind, why)) => {
@@ -54,15 +55,27 @@ pub async fn drive<X: Exchange>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: 
             }
         };
         backoff = stream::BACKOFF;
-        let kind = {
+        let served = {
             let (rd, wr) = tokio::io::split(&mut tls);
             stream::serve(rd, wr, &lane, &*x, &mut ids, &mut bufs, tls::io_error_kind).await
         };
         bufs.clear();
-        if stream::end_connection(&lane, &*x, &mut ids, kind) {
-            // close_notify, without waiting for the peer.
-            let _ = tokio::time::timeout(Duration::from_millis(10), tls.shutdown()).await;
-            return;
+        match served {
+            Served::Turn(how) => {
+                // close_notify and FIN; nothing is outstanding.
+                let _ = tokio::time::timeout(Duration::from_millis(100), tls.shutdown()).await;
+                x.conn_closed(how, x.now());
+                if stream::after_turn(&lane, how).await {
+                    return;
+                }
+            }
+            Served::Failed(kind) => {
+                if stream::end_connection(&lane, &*x, &mut ids, kind) {
+                    // close_notify, without waiting for the peer.
+                    let _ = tokio::time::timeout(Duration::from_millis(10), tls.shutdown()).await;
+                    return;
+                }
+            }
         }
     }
 }

@@ -76,6 +76,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 end.end(if e.is_h3_no_error() { Close::ServerGoaway } else { stream::close_of(kind) }, kind);
             });
         }
+        let mut turned = None;
         loop {
             while end.ended().is_none() {
                 let Some(t) = lane.pop() else { break };
@@ -95,9 +96,21 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 break;
             }
             tokio::select! {
-                _ = lane.wait() => {}
+                turn = lane.wait_turn() => if let Some(how) = turn {
+                    turned = Some(how);
+                    break;
+                },
                 _ = end.wait() => break,
             }
+        }
+        if let Some(how) = turned {
+            // H3_NO_ERROR
+            conn.close(0x100u32.into(), b"");
+            x.conn_closed(how, x.now());
+            if stream::after_turn(&lane, how).await {
+                return;
+            }
+            continue;
         }
         x.conn_closed(end.ended().unwrap_or(Close::Error), x.now());
     }

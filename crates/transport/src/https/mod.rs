@@ -194,6 +194,7 @@ async fn open<X: Exchange + ?Sized>(
         if lane.closing() {
             return None;
         }
+        lane.begin_connection();
         match dot::connect(target, cfg, name, opts, lane, x, &mut ids, &mut bufs, Some(alpn)).await {
             Ok(s) => {
                 *backoff = stream::BACKOFF;
@@ -252,10 +253,11 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                 end.end(how, kind);
             });
         }
-        // Serve until the connection ends or the lane closes.
+        // Serve until the connection ends, the policy ends it, or the lane closes.
+        let mut turned = None;
         'conn: loop {
             follow_limit(&lane, &opts, send.current_max_send_streams() as u64);
-            while lane.queued() > 0 && end.ended().is_none() {
+            while lane.has_work() && end.ended().is_none() {
                 // Wait for a free stream (the server's limit) before taking a query.
                 let ready = tokio::select! {
                     r = poll_fn(|cx| send.poll_ready(cx)) => r,
@@ -287,7 +289,10 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                 break;
             }
             tokio::select! {
-                _ = lane.wait() => {}
+                turn = lane.wait_turn() => if let Some(how) = turn {
+                    turned = Some(how);
+                    break;
+                },
                 _ = end.wait() => break,
             }
         }
@@ -295,6 +300,16 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         if lane.closing() {
             x.conn_closed(Close::ClientEnd, now);
             return;
+        }
+        if let Some(how) = turned {
+            // Nothing outstanding: dropping the last handle ends the connection cleanly.
+            drop(send);
+            let _ = tokio::time::timeout(Duration::from_millis(100), end.wait()).await;
+            x.conn_closed(how, x.now());
+            if stream::after_turn(&lane, how).await {
+                return;
+            }
+            continue;
         }
         // The connection task ends (and reports) once its streams are done or dead.
         drop(send);
@@ -393,9 +408,12 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             if end.ended().is_some() {
                 break;
             }
-            if lane.queued() == 0 {
+            if !lane.has_work() {
                 tokio::select! {
-                    _ = lane.wait() => {}
+                    turn = lane.wait_turn() => if let Some(how) = turn {
+                        client_close = Some(how);
+                        break;
+                    },
                     _ = end.wait() => {}
                 }
                 continue;
@@ -445,7 +463,12 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                 x.conn_closed(Close::ClientEnd, now);
                 return;
             }
-            Some(how) => x.conn_closed(how, now),
+            Some(how) => {
+                x.conn_closed(how, now);
+                if matches!(how, Close::ClientLifetime | Close::ClientIdle) && stream::after_turn(&lane, how).await {
+                    return;
+                }
+            }
             None => {
                 end.wait().await;
                 x.conn_closed(end.ended().unwrap_or(Close::Error), now);

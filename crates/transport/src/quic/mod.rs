@@ -176,6 +176,7 @@ pub(crate) async fn open<X: Exchange + 'static>(
         if lane.closing() {
             return None;
         }
+        lane.begin_connection();
         match connect(ep, target, cfg, opts, x, h3).await {
             Ok(c) => {
                 *backoff = stream::BACKOFF;
@@ -236,6 +237,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
     loop {
         let Some(conn) = open(&ep, &target, &cfg, &opts, &lane, &x, false, &mut backoff).await else { return };
         let end = watch(&conn);
+        let mut turned = None;
         loop {
             while end.ended().is_none() {
                 let Some(t) = lane.pop() else { break };
@@ -256,9 +258,20 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 break;
             }
             tokio::select! {
-                _ = lane.wait() => {}
+                turn = lane.wait_turn() => if let Some(how) = turn {
+                    turned = Some(how);
+                    break;
+                },
                 _ = end.wait() => break,
             }
+        }
+        if let Some(how) = turned {
+            conn.close(DOQ_NO_ERROR.into(), b"");
+            x.conn_closed(how, x.now());
+            if stream::after_turn(&lane, how).await {
+                return;
+            }
+            continue;
         }
         x.conn_closed(end.ended().unwrap_or(Close::Error), x.now());
     }

@@ -6,10 +6,11 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use volley_metrics::{ErrorKind, Handshake};
 
-use crate::stream::{self, Buffers};
+use crate::stream::{self, Buffers, Served};
 use crate::{error_kind, Exchange, IdTable, Lane, LaneOptions};
 
 /// Connects with TCP_NODELAY set (replies would otherwise wait on Nagle and delayed ACKs).
@@ -31,6 +32,7 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
         if lane.closing() {
             return;
         }
+        lane.begin_connection();
         let began = x.now();
         let mut s = match connect(addr, opts.connect_timeout).await {
             Ok(s) => s,
@@ -47,11 +49,23 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
         let h = Handshake { tcp_ns: Some(x.now() - began), rtt_ns: rtt_ns(&s), ..Handshake::default() };
         x.conn_opened(&h, x.now());
         let (rd, wr) = s.split();
-        let kind = stream::serve(rd, wr, &lane, &*x, &mut ids, &mut bufs, error_kind).await;
+        let served = stream::serve(rd, wr, &lane, &*x, &mut ids, &mut bufs, error_kind).await;
         bufs.clear();
-        if stream::end_connection(&lane, &*x, &mut ids, kind) {
-            // Graceful end: FIN after the last query's fate.
-            return;
+        match served {
+            Served::Turn(how) => {
+                // FIN; the connection has nothing outstanding.
+                let _ = s.shutdown().await;
+                x.conn_closed(how, x.now());
+                if stream::after_turn(&lane, how).await {
+                    return;
+                }
+            }
+            Served::Failed(kind) => {
+                if stream::end_connection(&lane, &*x, &mut ids, kind) {
+                    // Graceful end: FIN after the last query's fate.
+                    return;
+                }
+            }
         }
     }
 }
