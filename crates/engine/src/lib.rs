@@ -5,11 +5,13 @@
 //! lanes (sockets or connections) and its own recorder — nothing shared on the hot path.
 //! The calling thread collects one sample per worker per second and reports progress.
 //!
-//! Load models: closed loop (a fixed number of queries in flight; each fate starts the next)
-//! and open loop (queries scheduled at exact times; latency counts from the scheduled time,
+//! Load models: closed loop (a fixed number of queries in flight; each fate starts the next),
+//! open loop (queries scheduled at exact times; latency counts from the scheduled time,
 //! so a generator that falls behind shows it as latency and send lateness, never as a
-//! silently lower rate).
+//! silently lower rate), and simulated clients (each with its own connections and timing,
+//! behaving as a profile says; mixtures of profiles and transports by weight).
 
+pub mod clients;
 pub mod clock;
 mod slab;
 pub mod source;
@@ -27,15 +29,19 @@ use volley_metrics::{
 };
 use volley_transport::{LaneOptions, Target};
 
+pub use clients::{Arrivals, ClientsLoad, Group, Profile};
 pub use source::{QuerySet, SourceError};
 
 /// How load is applied.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Load {
     /// Keep this many queries in flight.
     Closed { concurrency: u64 },
     /// Issue this many queries per second, on schedule.
     Open { rate: f64 },
+    /// Simulated clients, each at its own rate on its own connections (`target` and `lane`
+    /// of the plan are unused: each group has its own).
+    Clients(clients::ClientsLoad),
 }
 
 /// Everything a run needs.
@@ -83,14 +89,25 @@ pub fn run(
         return Err(EngineError::Plan("a run needs a duration or a count".into()));
     }
     let mut threads = plan.threads.max(1);
-    match plan.load {
-        Load::Closed { concurrency } => {
+    match &plan.load {
+        Load::Clients(c) => {
+            if c.count == 0 || c.groups.is_empty() {
+                return Err(EngineError::Plan("a clients run needs at least one client and one group".into()));
+            }
+            if !(c.rate > 0.0 && c.rate.is_finite()) {
+                return Err(EngineError::Plan(
+                    "the client rate must be a positive number of queries per second".into(),
+                ));
+            }
+            threads = threads.min(c.count as usize);
+        }
+        &Load::Closed { concurrency } => {
             if concurrency == 0 {
                 return Err(EngineError::Plan("concurrency must be at least 1".into()));
             }
             threads = threads.min(concurrency as usize);
         }
-        Load::Open { rate } => {
+        &Load::Open { rate } => {
             if !(rate > 0.0 && rate.is_finite()) {
                 return Err(EngineError::Plan("rate must be a positive number of queries per second".into()));
             }
@@ -100,7 +117,8 @@ pub fn run(
         threads = threads.min(n.max(1) as usize);
     }
     let connections = plan.connections.max(threads);
-    if let Load::Closed { concurrency } = plan.load {
+    if let Load::Closed { concurrency } = &plan.load {
+        let concurrency = *concurrency;
         let room = connections as u64 * plan.lane.max_in_flight as u64;
         if concurrency > room {
             return Err(EngineError::Plan(format!(
@@ -114,13 +132,42 @@ pub fn run(
     let start_ns = clock::now_ns();
     let started_unix_ms = clock::unix_ms();
     let end_ns = plan.duration.map(|d| start_ns + d.as_nanos() as u64);
+    let groups: Vec<worker::GroupRt> = match &plan.load {
+        Load::Clients(c) => c
+            .groups
+            .iter()
+            .map(|g| worker::GroupRt {
+                spec: worker::LaneSpec { target: g.target.clone(), lane: g.lane.clone() },
+                fallback: g.fallback.as_ref().map(|t| worker::LaneSpec {
+                    target: t.clone(),
+                    // A stub asks again over TCP on a connection of its own, closed after.
+                    lane: LaneOptions {
+                        conn: volley_transport::ConnPolicy { max_queries: Some(1), ..Default::default() },
+                        ..g.lane.clone()
+                    },
+                }),
+                connections: g.profile.connections,
+                connect_at_start: g.profile.connect_at_start,
+            })
+            .collect(),
+        _ => vec![worker::GroupRt {
+            spec: worker::LaneSpec { target: plan.target.clone(), lane: plan.lane.clone() },
+            fallback: None,
+            connections: 1,
+            connect_at_start: true,
+        }],
+    };
+    // Clients are dealt to groups by weight, then to workers in turn.
+    let assignment = match &plan.load {
+        Load::Clients(c) => c.assignments(),
+        _ => Vec::new(),
+    };
     let common = worker::Common {
-        target: plan.target.clone(),
+        groups: groups.clone(),
         queries: plan.queries.clone(),
         timeout: plan.timeout,
         start_ns,
         end_ns,
-        lane: plan.lane.clone(),
         interrupt: interrupt.clone(),
         out: tx,
         workers: threads,
@@ -129,20 +176,29 @@ pub fn run(
     for i in 0..threads {
         let share = worker::Share {
             index: i,
-            concurrency: match plan.load {
-                Load::Closed { concurrency } => Some(split(concurrency, threads, i)),
-                Load::Open { .. } => None,
+            concurrency: match &plan.load {
+                Load::Closed { concurrency } => Some(split(*concurrency, threads, i)),
+                _ => None,
             },
-            schedule: match plan.load {
+            schedule: match &plan.load {
                 Load::Open { rate } => {
                     let interval = 1e9 * threads as f64 / rate;
                     Some((start_ns + (1e9 * i as f64 / rate) as u64, interval))
                 }
-                Load::Closed { .. } => None,
+                _ => None,
             },
             batch_window_ns: plan.batch_window.as_nanos() as u64,
             quota: plan.count.map_or(u64::MAX, |n| split(n, threads, i)),
             lanes: split(connections as u64, threads, i) as usize,
+            clients: assignment.iter().skip(i).step_by(threads).copied().collect(),
+            client_rate: match &plan.load {
+                Load::Clients(c) => c.rate,
+                _ => 0.0,
+            },
+            arrivals: match &plan.load {
+                Load::Clients(c) => c.arrivals,
+                _ => Arrivals::Constant,
+            },
         };
         let c = common.clone();
         let h = std::thread::Builder::new()
@@ -190,6 +246,11 @@ pub fn run(
     let cpu_s = got.cpu_ns as f64 / 1e9;
     let mut warnings = Vec::new();
     let open = matches!(plan.load, Load::Open { .. });
+    let model = match &plan.load {
+        Load::Closed { .. } => "closed",
+        Load::Open { .. } => "open",
+        Load::Clients(_) => "clients",
+    };
     let lateness = open.then(|| LatencySummary::of(&got.lateness));
     if let Some(l) = &lateness {
         if l.p99_ns > 1_000_000 {
@@ -220,13 +281,22 @@ pub fn run(
             address: plan.target.addr.to_string(),
         },
         load: LoadInfo {
-            model: if open { "open" } else { "closed" }.to_string(),
-            concurrency: match plan.load {
-                Load::Closed { concurrency } => Some(concurrency),
+            model: model.to_string(),
+            concurrency: match &plan.load {
+                Load::Closed { concurrency } => Some(*concurrency),
                 _ => None,
             },
-            rate: match plan.load {
-                Load::Open { rate } => Some(rate),
+            rate: match &plan.load {
+                Load::Open { rate } => Some(*rate),
+                Load::Clients(c) => Some(c.rate * c.count as f64),
+                _ => None,
+            },
+            clients: match &plan.load {
+                Load::Clients(c) => Some(c.count),
+                _ => None,
+            },
+            client_rate: match &plan.load {
+                Load::Clients(c) => Some(c.rate),
                 _ => None,
             },
             duration_s: plan.duration.map(|d| d.as_secs_f64()),
@@ -244,11 +314,45 @@ pub fn run(
             cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
             threads,
         },
-        connections: (plan.target.scheme != volley_transport::Scheme::Udp)
+        connections: groups
+            .iter()
+            .any(|g| g.spec.target.scheme != volley_transport::Scheme::Udp || g.fallback.is_some())
             .then(|| volley_metrics::ConnectionSummary::of(&got.totals.conns, &got.conns)),
+        groups: group_summaries(&plan.load, &assignment, &got.groups),
         totals,
         series: got.series,
         events,
         warnings,
     })
+}
+
+/// Per-group results of a mixture of simulated clients.
+fn group_summaries(
+    load: &Load,
+    assignment: &[u16],
+    accs: &[volley_metrics::GroupAcc],
+) -> Vec<volley_metrics::GroupSummary> {
+    let Load::Clients(c) = load else { return Vec::new() };
+    if accs.len() < 2 {
+        return Vec::new();
+    }
+    c.groups
+        .iter()
+        .zip(accs)
+        .enumerate()
+        .map(|(i, (g, acc))| volley_metrics::GroupSummary {
+            name: g.name(),
+            profile: g.profile.name.clone(),
+            target: TargetInfo {
+                url: g.target.url.clone(),
+                transport: g.target.scheme.as_str().to_string(),
+                address: g.target.addr.to_string(),
+            },
+            clients: assignment.iter().filter(|a| **a as usize == i).count() as u64,
+            totals: Totals::from_counters(&acc.counters, acc.in_flight),
+            latency: LatencySummary::of(&acc.latency),
+            connections: (g.target.scheme != volley_transport::Scheme::Udp || g.fallback.is_some())
+                .then(|| volley_metrics::ConnectionSummary::of(&acc.counters.conns, &acc.conns)),
+        })
+        .collect()
 }

@@ -74,6 +74,11 @@ impl Slab {
     pub fn live(&self) -> usize {
         self.live
     }
+
+    /// The entries still waiting for a fate.
+    pub fn iter_live(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter().filter(|e| e.live)
+    }
 }
 
 #[cfg(test)]

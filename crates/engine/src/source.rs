@@ -150,7 +150,7 @@ impl Cursor {
 
     /// Next (query index, seed).
     #[inline]
-    pub fn next(&mut self) -> (u32, u64) {
+    pub fn take(&mut self) -> (u32, u64) {
         let i = self.next;
         self.next += 1;
         if self.next == self.len {
@@ -224,7 +224,7 @@ mod tests {
         let f = file("a.test\nb.test\nc.test\n");
         let s = QuerySet::from_file(&f.0, QueryOptions::default()).unwrap();
         let mut c = Cursor::new(&s, 1, 2);
-        let got: Vec<u32> = (0..4).map(|_| c.next().0).collect();
+        let got: Vec<u32> = (0..4).map(|_| c.take().0).collect();
         assert_eq!(got, vec![1, 2, 0, 1]);
     }
 }

@@ -1,21 +1,46 @@
 //! One worker thread: a single-threaded runtime that issues queries by the load model,
 //! hands them to its lanes, ends them by timeout, and records every fate.
+//!
+//! Lanes belong to groups (one group for a plain run; one per profile and transport in a
+//! mixture of simulated clients). Each group reaches the lanes' drivers through its own
+//! [`GroupView`], so connection events are counted per group without the transports knowing.
 
-use std::cell::RefCell;
-use std::collections::{BTreeMap, VecDeque};
+use std::cell::{Cell, RefCell};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::ops::Range;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use volley_metrics::{Close, ErrorKind, Handshake, Recorder, Unexpected};
-use volley_transport::{spawn_lane, Exchange, Lane, LaneOptions, Target, Token};
+use volley_transport::{spawn_lane, ConnPolicy, Exchange, Lane, LaneOptions, Target, Token};
 use volley_wire::{question_key, Header, Rcode};
 
+use crate::clients::{Arrivals, Rng};
 use crate::clock::{now_ns, thread_cpu_ns};
 use crate::slab::{Entry, Slab};
 use crate::source::{Cursor, QuerySet};
 use crate::timer::PreciseTimer;
+
+/// Where a lane sends: a target and its settings.
+#[derive(Debug, Clone)]
+pub(crate) struct LaneSpec {
+    pub target: Target,
+    pub lane: LaneOptions,
+}
+
+/// One group of lanes as the worker runs it.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupRt {
+    pub spec: LaneSpec,
+    /// TCP for truncated UDP answers (stub resolvers), on connections of its own.
+    pub fallback: Option<LaneSpec>,
+    /// Lanes each client holds (clients mode, connection-based transports).
+    pub connections: u32,
+    pub connect_at_start: bool,
+}
 
 /// This worker's share of the load.
 #[derive(Debug, Clone)]
@@ -25,20 +50,46 @@ pub(crate) struct Share {
     pub concurrency: Option<u64>,
     /// Open loop: first scheduled time and interval between queries, ns.
     pub schedule: Option<(u64, f64)>,
-    /// Open loop: queries due within this many ns of a wake-up leave together.
+    /// Open loop and clients: queries due within this many ns of a wake-up leave together.
     pub batch_window_ns: u64,
     /// Most queries to issue.
     pub quota: u64,
+    /// Plain runs: lanes of the one group. Clients: UDP sockets shared by a UDP group's clients.
     pub lanes: usize,
+    /// Clients mode: the group of each of this worker's clients.
+    pub clients: Vec<u16>,
+    /// Clients mode: each client's rate (qps) and how its queries are spaced.
+    pub client_rate: f64,
+    pub arrivals: Arrivals,
 }
 
-/// Everything a worker shares with its lanes (through [`Exchange`]) and its tasks.
+struct LaneSlot {
+    lane: Rc<Lane>,
+    group: u16,
+    /// Index into the worker's lane specs.
+    spec: u16,
+    started: Cell<bool>,
+    /// Lanes that take truncated answers' retries (stub): a range in `lanes`.
+    fallback: Option<(u32, u32)>,
+}
+
+/// A simulated client: its lanes and its group.
+struct ClientRt {
+    lanes: Range<u32>,
+}
+
+/// Everything a worker shares with its lanes and its tasks.
 pub(crate) struct Worker {
     inner: RefCell<Inner>,
-    lanes: Vec<Rc<Lane>>,
+    lanes: Vec<LaneSlot>,
+    specs: Vec<LaneSpec>,
+    clients: Vec<ClientRt>,
     queries: QuerySet,
     timeout_ns: u64,
     closed_loop: bool,
+    groups: usize,
+    /// The worker itself, for the drivers spawned lazily.
+    this: RefCell<std::rc::Weak<Worker>>,
 }
 
 struct Inner {
@@ -66,38 +117,83 @@ pub(crate) struct WorkerEnd {
     pub events: BTreeMap<&'static str, u64>,
 }
 
+/// A query to issue: which query of the set (and seed), or the next one.
+#[derive(Clone, Copy)]
+enum What {
+    Next,
+    /// The same question again (a retry over TCP after truncation).
+    Again(u32, u64),
+}
+
 impl Worker {
-    fn issue(&self, inn: &mut Inner, scheduled: u64, now: u64) {
-        if !inn.issuing || inn.finished {
+    /// Starts a lane's driver the first time it is needed.
+    fn ensure_started(&self, i: usize) {
+        let slot = &self.lanes[i];
+        if slot.started.replace(true) {
             return;
         }
-        inn.issued += 1;
-        if inn.issued >= inn.quota {
-            inn.issuing = false;
+        if let Some(w) = self.this.borrow().upgrade() {
+            let spec = &self.specs[slot.spec as usize];
+            let view = Rc::new(GroupView { w, g: slot.group });
+            spawn_lane(&spec.target, slot.lane.clone(), view, &spec.lane);
         }
-        let n = self.lanes.len();
-        let lane = (0..n).map(|i| (inn.rr + i) % n).find(|&i| self.lanes[i].has_room());
-        inn.rec().sent(now);
-        let Some(lane) = lane else {
-            inn.rec().failed(now, ErrorKind::Overload);
+    }
+
+    /// Issues one query on a lane of `range` (the first with room when `first_fit`, else in turn).
+    fn issue(&self, inn: &mut Inner, what: What, scheduled: u64, now: u64, range: Range<u32>, first_fit: bool) {
+        if inn.finished || (matches!(what, What::Next) && !inn.issuing) {
+            return;
+        }
+        if matches!(what, What::Next) {
+            inn.issued += 1;
+            if inn.issued >= inn.quota {
+                inn.issuing = false;
+            }
+        }
+        let (lo, n) = (range.start as usize, range.len());
+        let g = self.lanes.get(lo).map_or(0, |s| s.group);
+        inn.rec().sent(now, g);
+        let pick = |i: usize| {
+            let l = &self.lanes[lo + i].lane;
+            l.has_room() && (!first_fit || l.accepting())
+        };
+        let found = if first_fit {
+            (0..n).find(|&i| pick(i)).or_else(|| (0..n).find(|&i| self.lanes[lo + i].lane.has_room()))
+        } else {
+            (0..n).map(|i| (inn.rr + i) % n).find(|&i| pick(i))
+        };
+        let Some(i) = found else {
+            inn.rec().failed(now, ErrorKind::Overload, g);
             return;
         };
-        inn.rr = (lane + 1) % n;
-        let (query, seed) = inn.cursor.next();
+        if !first_fit {
+            inn.rr = (i + 1) % n;
+        }
+        let lane = lo + i;
+        let (query, seed) = match what {
+            What::Next => inn.cursor.take(),
+            What::Again(q, s) => (q, s),
+        };
         let key = self.queries.fixed_key(query).unwrap_or(0);
         // Latency counts from the schedule, or from the hand-over when a query leaves ahead of it
         // (batch window): never from later than the schedule, never from before the send.
         let origin = scheduled.min(now);
         let t = inn.slab.insert(Entry { lane: lane as u32, query, seed, scheduled: origin, key, ..Default::default() });
         inn.deadlines.push_back((now + self.timeout_ns, t));
-        self.lanes[lane].push(t);
+        self.ensure_started(lane);
+        self.lanes[lane].lane.push(t);
+    }
+
+    /// Plain runs: a query on any of the worker's lanes, in turn.
+    fn issue_any(&self, inn: &mut Inner, scheduled: u64, now: u64) {
+        self.issue(inn, What::Next, scheduled, now, 0..self.lanes.len() as u32, false);
     }
 
     /// Closed loop: a query ended, so another starts.
     #[inline]
     fn refill(&self, inn: &mut Inner, now: u64) {
         if self.closed_loop {
-            self.issue(inn, now, now);
+            self.issue_any(inn, now, now);
         }
     }
 
@@ -110,21 +206,14 @@ impl Worker {
             }
             inn.deadlines.pop_front();
             if let Some(e) = inn.slab.remove(t) {
-                self.lanes[e.lane as usize].release();
-                inn.rec().timed_out(now);
+                let slot = &self.lanes[e.lane as usize];
+                slot.lane.release();
+                inn.rec().timed_out(now, slot.group);
                 self.refill(&mut inn, now);
             }
         }
     }
-}
 
-impl Exchange for Worker {
-    #[inline]
-    fn now(&self) -> u64 {
-        now_ns()
-    }
-
-    #[inline]
     fn encode(&self, token: Token, id: u16, out: &mut Vec<u8>) -> bool {
         let mut inn = self.inner.borrow_mut();
         let Some(e) = inn.slab.get_mut(token) else { return false };
@@ -135,18 +224,17 @@ impl Exchange for Worker {
         true
     }
 
-    #[inline]
-    fn sent(&self, token: Token, bytes: usize, now: u64) {
+    fn sent(&self, token: Token, bytes: usize, now: u64, g: u16) {
         let mut inn = self.inner.borrow_mut();
         let scheduled = inn.slab.get_mut(token).map(|e| e.scheduled);
+        let closed = self.closed_loop;
         let rec = inn.rec();
-        rec.wrote(bytes);
-        if let (false, Some(s)) = (self.closed_loop, scheduled) {
+        rec.wrote(bytes, g);
+        if let (false, Some(s)) = (closed, scheduled) {
             rec.lateness(now.saturating_sub(s));
         }
     }
 
-    #[inline]
     fn response(&self, token: Token, msg: &[u8], now: u64) {
         let mut inn = self.inner.borrow_mut();
         if inn.finished {
@@ -156,87 +244,137 @@ impl Exchange for Worker {
             inn.rec().unexpected(now, Unexpected::Late, msg.len());
             return;
         };
-        self.lanes[e.lane as usize].release();
+        let slot = &self.lanes[e.lane as usize];
+        slot.lane.release();
+        let g = slot.group;
+        let latency = now.saturating_sub(e.scheduled);
+        let mut retry = None;
         let rec = inn.rec();
         match Header::parse(msg) {
             Ok(h) => match question_key(msg) {
                 Ok(k) if k == e.key => {
-                    rec.answered(now, now.saturating_sub(e.scheduled), h.rcode().0, h.truncated(), msg.len())
+                    rec.answered(now, latency, h.rcode().0, h.truncated(), msg.len(), g);
+                    if h.truncated() {
+                        retry = slot.fallback;
+                    }
                 }
-                Ok(_) => rec.failed(now, ErrorKind::Mismatch),
+                Ok(_) => rec.failed(now, ErrorKind::Mismatch, g),
                 // Error responses (FORMERR, NOTIMP...) may carry no question: still an answer.
                 Err(_) if h.qdcount == 0 && h.rcode() != Rcode::NOERROR => {
-                    rec.answered(now, now.saturating_sub(e.scheduled), h.rcode().0, h.truncated(), msg.len())
+                    rec.answered(now, latency, h.rcode().0, h.truncated(), msg.len(), g)
                 }
-                Err(_) => rec.failed(now, ErrorKind::Malformed),
+                Err(_) => rec.failed(now, ErrorKind::Malformed, g),
             },
-            Err(_) => rec.failed(now, ErrorKind::Malformed),
+            Err(_) => rec.failed(now, ErrorKind::Malformed, g),
+        }
+        if let Some((lo, hi)) = retry {
+            *inn.events.entry("tcp_retries_after_truncation").or_insert(0) += 1;
+            self.issue(&mut inn, What::Again(e.query, e.seed), now, now, lo..hi, false);
         }
         self.refill(&mut inn, now);
     }
 
-    #[inline]
     fn failed(&self, token: Token, kind: ErrorKind, now: u64) {
         let mut inn = self.inner.borrow_mut();
         if inn.finished {
             return;
         }
         if let Some(e) = inn.slab.remove(token) {
-            self.lanes[e.lane as usize].release();
-            inn.rec().failed(now, kind);
+            let slot = &self.lanes[e.lane as usize];
+            slot.lane.release();
+            inn.rec().failed(now, kind, slot.group);
             self.refill(&mut inn, now);
         }
     }
 
-    #[inline]
-    fn unexpected(&self, kind: Unexpected, bytes: usize, now: u64) {
+    fn with_rec(&self, f: impl FnOnce(&mut Recorder)) {
         let mut inn = self.inner.borrow_mut();
         if !inn.finished {
-            inn.rec().unexpected(now, kind, bytes);
+            f(inn.rec());
         }
+    }
+
+    /// The group of every live query, counted (for queries in flight at the end).
+    fn in_flight_by_group(&self, inn: &Inner) -> Vec<u64> {
+        let mut v = vec![0u64; self.groups];
+        for e in inn.slab.iter_live() {
+            if let Some(s) = self.lanes.get(e.lane as usize) {
+                v[s.group as usize] += 1;
+            }
+        }
+        v
+    }
+}
+
+/// What the lanes of one group see of the worker: the engine's [`Exchange`], with the group
+/// attached to what they report.
+pub(crate) struct GroupView {
+    w: Rc<Worker>,
+    g: u16,
+}
+
+impl Exchange for GroupView {
+    #[inline]
+    fn now(&self) -> u64 {
+        now_ns()
+    }
+
+    #[inline]
+    fn encode(&self, token: Token, id: u16, out: &mut Vec<u8>) -> bool {
+        self.w.encode(token, id, out)
+    }
+
+    #[inline]
+    fn sent(&self, token: Token, bytes: usize, now: u64) {
+        self.w.sent(token, bytes, now, self.g)
+    }
+
+    #[inline]
+    fn response(&self, token: Token, msg: &[u8], now: u64) {
+        self.w.response(token, msg, now)
+    }
+
+    #[inline]
+    fn failed(&self, token: Token, kind: ErrorKind, now: u64) {
+        self.w.failed(token, kind, now)
+    }
+
+    #[inline]
+    fn unexpected(&self, kind: Unexpected, bytes: usize, now: u64) {
+        self.w.with_rec(|r| r.unexpected(now, kind, bytes));
     }
 
     #[inline]
     fn is_live(&self, token: Token) -> bool {
-        let inn = self.inner.borrow();
+        let inn = self.w.inner.borrow();
         !inn.finished && inn.slab.contains(token)
     }
 
     fn conn_opened(&self, h: &Handshake, now: u64) {
-        let mut inn = self.inner.borrow_mut();
-        if !inn.finished {
-            inn.rec().conn_opened(now, h);
-        }
+        self.w.with_rec(|r| r.conn_opened(now, h, self.g));
     }
 
     fn conn_failed(&self, kind: ErrorKind, now: u64) {
-        let mut inn = self.inner.borrow_mut();
-        if !inn.finished {
-            inn.rec().conn_failed(now, kind);
-        }
+        self.w.with_rec(|r| r.conn_failed(now, kind, self.g));
     }
 
     fn conn_closed(&self, how: Close, now: u64) {
-        let mut inn = self.inner.borrow_mut();
-        if !inn.finished {
-            inn.rec().conn_closed(now, how);
-        }
+        self.w.with_rec(|r| r.conn_closed(now, how, self.g));
     }
 
     fn event(&self, what: &'static str) {
-        *self.inner.borrow_mut().events.entry(what).or_insert(0) += 1;
+        *self.w.inner.borrow_mut().events.entry(what).or_insert(0) += 1;
     }
 }
 
 /// Settings shared by all workers of a run.
 #[derive(Clone)]
 pub(crate) struct Common {
-    pub target: Target,
+    pub groups: Vec<GroupRt>,
     pub queries: QuerySet,
     pub timeout: Duration,
     pub start_ns: u64,
     pub end_ns: Option<u64>,
-    pub lane: LaneOptions,
     pub interrupt: Arc<AtomicBool>,
     pub out: std::sync::mpsc::Sender<volley_metrics::WorkerMessage>,
     pub workers: usize,
@@ -249,7 +387,7 @@ pub(crate) fn run_worker(share: Share, common: Common) -> WorkerEnd {
         Err(_) => {
             // Without a runtime the worker cannot run: report an empty end so the collector completes.
             let rec = Recorder::new(share.index, common.start_ns, common.out.clone());
-            rec.finish(now_ns(), 0, thread_cpu_ns());
+            rec.finish(now_ns(), 0, &[], thread_cpu_ns());
             return WorkerEnd { events: BTreeMap::from([("worker_runtime_failed", 1)]) };
         }
     };
@@ -257,13 +395,69 @@ pub(crate) fn run_worker(share: Share, common: Common) -> WorkerEnd {
     local.block_on(&rt, worker_main(share, common))
 }
 
+/// Lays out the worker's lanes: the plain run's pool, or each client's connections (UDP
+/// clients of a group share a pool of sockets; stubs share a pool of TCP lanes for retries).
+fn layout(share: &Share, c: &Common) -> (Vec<LaneSlot>, Vec<LaneSpec>, Vec<ClientRt>) {
+    let mut specs: Vec<LaneSpec> = c.groups.iter().map(|g| g.spec.clone()).collect();
+    let mut lanes = Vec::new();
+    let new_slot = |group: usize, spec: usize, policy: ConnPolicy| LaneSlot {
+        lane: Rc::new(Lane::with_policy(policy)),
+        group: group as u16,
+        spec: spec as u16,
+        started: Cell::new(false),
+        fallback: None,
+    };
+    if share.clients.is_empty() {
+        let policy = c.groups[0].spec.lane.conn;
+        lanes.extend((0..share.lanes.max(1)).map(|_| new_slot(0, 0, policy)));
+        return (lanes, specs, Vec::new());
+    }
+    // Pools per UDP group (and their TCP fallback pools).
+    let mut pools: Vec<Option<Range<u32>>> = vec![None; c.groups.len()];
+    for (gi, g) in c.groups.iter().enumerate() {
+        if g.spec.target.scheme != volley_transport::Scheme::Udp || !share.clients.contains(&(gi as u16)) {
+            continue;
+        }
+        let fb = g.fallback.as_ref().map(|f| {
+            specs.push(f.clone());
+            let spec = specs.len() - 1;
+            let lo = lanes.len() as u32;
+            lanes.extend((0..share.lanes.max(1)).map(|_| new_slot(gi, spec, f.lane.conn)));
+            (lo, lanes.len() as u32)
+        });
+        let lo = lanes.len() as u32;
+        for _ in 0..share.lanes.max(1) {
+            let mut s = new_slot(gi, gi, ConnPolicy::default());
+            s.fallback = fb;
+            lanes.push(s);
+        }
+        pools[gi] = Some(lo..lanes.len() as u32);
+    }
+    let clients = share
+        .clients
+        .iter()
+        .map(|&g| {
+            let gi = g as usize;
+            if let Some(p) = &pools[gi] {
+                return ClientRt { lanes: p.clone() };
+            }
+            let lo = lanes.len() as u32;
+            let policy = c.groups[gi].spec.lane.conn;
+            lanes.extend((0..c.groups[gi].connections.max(1)).map(|_| new_slot(gi, gi, policy)));
+            ClientRt { lanes: lo..lanes.len() as u32 }
+        })
+        .collect();
+    (lanes, specs, clients)
+}
+
 async fn worker_main(share: Share, c: Common) -> WorkerEnd {
-    let lanes: Vec<Rc<Lane>> = (0..share.lanes.max(1)).map(|_| Rc::new(Lane::new())).collect();
+    let (lanes, specs, clients) = layout(&share, &c);
+    let groups = c.groups.len();
     let w = Rc::new(Worker {
         inner: RefCell::new(Inner {
             slab: Slab::default(),
             deadlines: VecDeque::new(),
-            rec: Some(Recorder::new(share.index, c.start_ns, c.out.clone())),
+            rec: Some(Recorder::with_groups(share.index, c.start_ns, c.out.clone(), groups)),
             cursor: Cursor::new(&c.queries, share.index, c.workers),
             issued: 0,
             quota: share.quota,
@@ -273,19 +467,38 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
             events: BTreeMap::new(),
         }),
         lanes,
+        specs,
+        clients,
         queries: c.queries.clone(),
         timeout_ns: c.timeout.as_nanos() as u64,
         closed_loop: share.concurrency.is_some(),
+        groups,
+        this: RefCell::new(std::rc::Weak::new()),
     });
-    for lane in &w.lanes {
-        spawn_lane(&c.target, lane.clone(), w.clone(), &c.lane);
-    }
+    *w.this.borrow_mut() = Rc::downgrade(&w);
 
+    if w.clients.is_empty() {
+        // Plain runs connect every lane at once.
+        for i in 0..w.lanes.len() {
+            w.ensure_started(i);
+        }
+    } else {
+        // Clients that connect at their start (browsers) do so now; the others at their first query.
+        for (ci, cl) in w.clients.iter().enumerate() {
+            let g = share.clients[ci] as usize;
+            if c.groups[g].connect_at_start {
+                for i in cl.lanes.clone() {
+                    w.ensure_started(i as usize);
+                }
+            }
+        }
+        tokio::task::spawn_local(clients_schedule(w.clone(), share.clone(), c.start_ns, c.end_ns));
+    }
     if let Some(n) = share.concurrency {
         let now = now_ns();
         let mut inn = w.inner.borrow_mut();
         for _ in 0..n {
-            w.issue(&mut inn, now, now);
+            w.issue_any(&mut inn, now, now);
         }
     }
     if let Some((first, interval)) = share.schedule {
@@ -318,21 +531,42 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         }
     }
     let now = now_ns();
-    let (rec, in_flight, events) = {
+    let (rec, in_flight, by_group, events) = {
         let mut inn = w.inner.borrow_mut();
         inn.finished = true;
         inn.issuing = false;
-        (inn.rec.take(), inn.slab.live() as u64, std::mem::take(&mut inn.events))
+        let by_group = w.in_flight_by_group(&inn);
+        (inn.rec.take(), inn.slab.live() as u64, by_group, std::mem::take(&mut inn.events))
     };
-    for lane in &w.lanes {
-        lane.close();
+    for slot in &w.lanes {
+        slot.lane.close();
     }
     // Let the lanes see the close and shut their connections.
     tokio::task::yield_now().await;
     if let Some(rec) = rec {
-        rec.finish(now, in_flight, thread_cpu_ns());
+        rec.finish(now, in_flight, &by_group, thread_cpu_ns());
     }
     WorkerEnd { events }
+}
+
+/// Sleeps until `at` on the precise timer, or tokio's when there is none.
+async fn sleep_until(timer: &Option<PreciseTimer>, at: u64) {
+    match timer {
+        Some(t) => {
+            let _ = t.sleep_until(at).await;
+        }
+        None => tokio::time::sleep(Duration::from_nanos(at.saturating_sub(now_ns()))).await,
+    }
+}
+
+fn precise_timer(w: &Worker) -> Option<PreciseTimer> {
+    match PreciseTimer::new() {
+        Ok(t) => Some(t),
+        Err(_) => {
+            *w.inner.borrow_mut().events.entry("precise_timer_unavailable").or_insert(0) += 1;
+            None
+        }
+    }
 }
 
 /// Open loop: issues each query at its scheduled time; latency counts from that time, so a
@@ -343,13 +577,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
 /// a virtual machine); those leave at most `window` early and their latency counts from the
 /// moment they left.
 async fn schedule(w: Rc<Worker>, first: u64, interval: f64, window: u64, end: Option<u64>) {
-    let timer = match PreciseTimer::new() {
-        Ok(t) => Some(t),
-        Err(_) => {
-            w.event("precise_timer_unavailable");
-            None
-        }
-    };
+    let timer = precise_timer(&w);
     let due = |k: u64| first + (k as f64 * interval) as u64;
     let mut k = 0u64;
     loop {
@@ -358,12 +586,7 @@ async fn schedule(w: Rc<Worker>, first: u64, interval: f64, window: u64, end: Op
             w.inner.borrow_mut().issuing = false;
             return;
         }
-        match &timer {
-            Some(t) => {
-                let _ = t.sleep_until(next).await;
-            }
-            None => tokio::time::sleep(Duration::from_nanos(next.saturating_sub(now_ns()))).await,
-        }
+        sleep_until(&timer, next).await;
         let now = now_ns();
         let horizon = now + window;
         let mut inn = w.inner.borrow_mut();
@@ -372,8 +595,49 @@ async fn schedule(w: Rc<Worker>, first: u64, interval: f64, window: u64, end: Op
             if d > horizon || end.is_some_and(|e| d >= e) {
                 break;
             }
-            w.issue(&mut inn, d, now);
+            w.issue_any(&mut inn, d, now);
             k += 1;
         }
     }
+}
+
+/// Simulated clients: each client sends at its own rate, on its own lanes; one timer for all
+/// of a worker's clients (a heap of their next send times).
+async fn clients_schedule(w: Rc<Worker>, share: Share, start: u64, end: Option<u64>) {
+    let timer = precise_timer(&w);
+    let mut rng = Rng::new(share.index as u64 + 1);
+    let mean = 1e9 / share.client_rate.max(1e-9);
+    let gap = |rng: &mut Rng| match share.arrivals {
+        Arrivals::Constant => mean as u64,
+        Arrivals::Poisson => rng.exp_ns(mean),
+    };
+    // Each client starts at its own phase within its first interval.
+    let mut heap: BinaryHeap<Reverse<(u64, u32)>> = (0..w.clients.len() as u32)
+        .map(|c| {
+            let phase = match share.arrivals {
+                Arrivals::Constant => (rng.unit() * mean) as u64,
+                Arrivals::Poisson => rng.exp_ns(mean),
+            };
+            Reverse((start + phase, c))
+        })
+        .collect();
+    while let Some(&Reverse((next, _))) = heap.peek() {
+        if end.is_some_and(|e| next >= e) || !w.inner.borrow().issuing {
+            break;
+        }
+        sleep_until(&timer, next).await;
+        let now = now_ns();
+        let horizon = now + share.batch_window_ns;
+        let mut inn = w.inner.borrow_mut();
+        while let Some(&Reverse((due, c))) = heap.peek() {
+            if due > horizon || end.is_some_and(|e| due >= e) || !inn.issuing {
+                break;
+            }
+            heap.pop();
+            let lanes = w.clients[c as usize].lanes.clone();
+            w.issue(&mut inn, What::Next, due, now, lanes, true);
+            heap.push(Reverse((due + gap(&mut rng).max(1), c)));
+        }
+    }
+    w.inner.borrow_mut().issuing = false;
 }

@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use crate::connections::ConnHistograms;
+use crate::recorder::GroupAcc;
 use crate::recorder::WorkerMessage;
 use crate::{Counters, Histogram, SecondRow};
 
@@ -23,6 +24,7 @@ pub struct Collector {
     in_flight: u64,
     cpu_ns: u64,
     conns: ConnHistograms,
+    groups: Vec<GroupAcc>,
     finals: usize,
 }
 
@@ -35,6 +37,8 @@ pub struct Collected {
     pub in_flight: u64,
     pub cpu_ns: u64,
     pub conns: ConnHistograms,
+    /// Per group of clients, when a mixture had several.
+    pub groups: Vec<GroupAcc>,
 }
 
 impl Collector {
@@ -50,6 +54,7 @@ impl Collector {
             in_flight: 0,
             cpu_ns: 0,
             conns: ConnHistograms::default(),
+            groups: Vec::new(),
             finals: 0,
         }
     }
@@ -77,6 +82,12 @@ impl Collector {
                 self.in_flight += f.in_flight;
                 self.cpu_ns += f.cpu_ns;
                 self.conns.merge(&f.conns);
+                if self.groups.len() < f.groups.len() {
+                    self.groups.resize(f.groups.len(), GroupAcc::default());
+                }
+                for (a, b) in self.groups.iter_mut().zip(f.groups.iter()) {
+                    a.merge(b);
+                }
                 self.finals += 1;
                 if let Some(w) = self.watermarks.get_mut(f.worker) {
                     *w = u32::MAX;
@@ -119,6 +130,7 @@ impl Collector {
             in_flight: self.in_flight,
             cpu_ns: self.cpu_ns,
             conns: self.conns,
+            groups: self.groups,
         }
     }
 }
@@ -134,14 +146,14 @@ mod tests {
         let s = 1_000_000_000u64;
         let mut a = Recorder::new(0, 0, tx.clone());
         let mut b = Recorder::new(1, 0, tx);
-        a.sent(10);
-        a.answered(20, 1000, 0, false, 60);
-        b.sent(s + 5);
-        b.timed_out(3 * s + 1);
-        a.sent(2 * s);
-        a.answered(2 * s + 9, 2000, 3, false, 60);
-        a.finish(2 * s + 10, 0, 5);
-        b.finish(3 * s + 2, 0, 7);
+        a.sent(10, 0);
+        a.answered(20, 1000, 0, false, 60, 0);
+        b.sent(s + 5, 0);
+        b.timed_out(3 * s + 1, 0);
+        a.sent(2 * s, 0);
+        a.answered(2 * s + 9, 2000, 3, false, 60, 0);
+        a.finish(2 * s + 10, 0, &[], 5);
+        b.finish(3 * s + 2, 0, &[], 7);
         let mut c = Collector::new(2);
         let mut seen = Vec::new();
         for m in rx.try_iter() {

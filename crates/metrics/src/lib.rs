@@ -22,7 +22,7 @@ pub use connections::ConnHistograms;
 pub use connections::{Close, ConnCounters, ConnectionSummary, EarlyData, Handshake, SecondConnections};
 pub use counters::{Counters, ErrorKind, Unexpected};
 pub use histogram::{Histogram, SparseHistogram};
-pub use recorder::{Recorder, SecondSample, WorkerFinal, WorkerMessage};
+pub use recorder::{GroupAcc, Recorder, SecondSample, WorkerFinal, WorkerMessage};
 pub use result::*;
 
 /// Version tag of the results file; bump on any incompatible change (docs/results-schema.md).

@@ -31,6 +31,37 @@ pub struct WorkerFinal {
     pub cpu_ns: u64,
     /// Handshake histograms and negotiated parameters.
     pub conns: ConnHistograms,
+    /// Per group of clients (mixtures of profiles and transports), when there are several.
+    pub groups: Vec<GroupAcc>,
+}
+
+/// Totals of one group of clients (a profile on a transport) in a mixture.
+#[derive(Debug, Clone)]
+pub struct GroupAcc {
+    pub counters: Counters,
+    pub latency: Histogram,
+    pub conns: ConnHistograms,
+    pub in_flight: u64,
+}
+
+impl Default for GroupAcc {
+    fn default() -> Self {
+        GroupAcc {
+            counters: Counters::default(),
+            latency: Histogram::new(3),
+            conns: ConnHistograms::default(),
+            in_flight: 0,
+        }
+    }
+}
+
+impl GroupAcc {
+    pub fn merge(&mut self, o: &GroupAcc) {
+        self.counters.merge(&o.counters);
+        self.latency.merge(&o.latency);
+        self.conns.merge(&o.conns);
+        self.in_flight += o.in_flight;
+    }
 }
 
 /// A message from a worker to the collector.
@@ -51,12 +82,18 @@ pub struct Recorder {
     latency: Histogram,
     lateness: Histogram,
     conns: ConnHistograms,
+    groups: Vec<GroupAcc>,
     out: Sender<WorkerMessage>,
 }
 
 impl Recorder {
     /// `start_ns` is the run's start on the engine's monotonic clock, the same for every worker.
     pub fn new(worker: usize, start_ns: u64, out: Sender<WorkerMessage>) -> Recorder {
+        Recorder::with_groups(worker, start_ns, out, 1)
+    }
+
+    /// A recorder that also keeps totals for each of `groups` groups of clients (when more than one).
+    pub fn with_groups(worker: usize, start_ns: u64, out: Sender<WorkerMessage>, groups: usize) -> Recorder {
         Recorder {
             worker,
             start_ns,
@@ -66,6 +103,7 @@ impl Recorder {
             latency: Histogram::new(3),
             lateness: Histogram::new(3),
             conns: ConnHistograms::default(),
+            groups: if groups > 1 { vec![GroupAcc::default(); groups] } else { Vec::new() },
             out,
         }
     }
@@ -94,11 +132,20 @@ impl Recorder {
         let _ = self.out.send(WorkerMessage::Second(sample));
     }
 
+    /// Applies a count to the current second and to group `g`'s totals.
+    #[inline]
+    fn count(&mut self, g: u16, f: impl Fn(&mut Counters)) {
+        f(&mut self.cur);
+        if let Some(acc) = self.groups.get_mut(g as usize) {
+            f(&mut acc.counters);
+        }
+    }
+
     /// A query was issued by the load model (its fate comes later).
     #[inline]
-    pub fn sent(&mut self, now_ns: u64) {
+    pub fn sent(&mut self, now_ns: u64, g: u16) {
         self.tick(now_ns);
-        self.cur.sent += 1;
+        self.count(g, |c| c.sent += 1);
     }
 
     /// Records how late a query left against its scheduled time.
@@ -109,32 +156,40 @@ impl Recorder {
 
     /// Counts the bytes of a DNS message written to the transport (the query left).
     #[inline]
-    pub fn wrote(&mut self, bytes: usize) {
-        self.cur.bytes_out += bytes as u64;
+    pub fn wrote(&mut self, bytes: usize, g: u16) {
+        self.count(g, |c| c.bytes_out += bytes as u64);
     }
 
     #[inline]
-    pub fn answered(&mut self, now_ns: u64, latency_ns: u64, rcode: u16, truncated: bool, bytes: usize) {
+    #[allow(clippy::too_many_arguments)]
+    pub fn answered(&mut self, now_ns: u64, latency_ns: u64, rcode: u16, truncated: bool, bytes: usize, g: u16) {
         self.tick(now_ns);
-        self.cur.answered += 1;
-        self.cur.rcodes[(rcode & 0xF) as usize] += 1;
-        self.cur.truncated += truncated as u64;
-        self.cur.bytes_in += bytes as u64;
+        self.count(g, |c| {
+            c.answered += 1;
+            c.rcodes[(rcode & 0xF) as usize] += 1;
+            c.truncated += truncated as u64;
+            c.bytes_in += bytes as u64;
+        });
         self.cur_latency.record(latency_ns);
         self.latency.record(latency_ns);
+        if let Some(acc) = self.groups.get_mut(g as usize) {
+            acc.latency.record(latency_ns);
+        }
     }
 
     #[inline]
-    pub fn timed_out(&mut self, now_ns: u64) {
+    pub fn timed_out(&mut self, now_ns: u64, g: u16) {
         self.tick(now_ns);
-        self.cur.timed_out += 1;
+        self.count(g, |c| c.timed_out += 1);
     }
 
     #[inline]
-    pub fn failed(&mut self, now_ns: u64, kind: ErrorKind) {
+    pub fn failed(&mut self, now_ns: u64, kind: ErrorKind, g: u16) {
         self.tick(now_ns);
-        self.cur.failed += 1;
-        self.cur.errors[kind as usize] += 1;
+        self.count(g, |c| {
+            c.failed += 1;
+            c.errors[kind as usize] += 1;
+        });
     }
 
     #[inline]
@@ -145,31 +200,42 @@ impl Recorder {
     }
 
     /// A connection came up.
-    pub fn conn_opened(&mut self, now_ns: u64, h: &Handshake) {
+    pub fn conn_opened(&mut self, now_ns: u64, h: &Handshake, g: u16) {
         self.tick(now_ns);
-        let c = &mut self.cur.conns;
-        c.opened += 1;
-        c.resumed += h.resumed as u64;
-        c.early_offered += (h.early_data != EarlyData::NotOffered) as u64;
-        c.early_accepted += (h.early_data == EarlyData::Accepted) as u64;
+        self.count(g, |c| {
+            let c = &mut c.conns;
+            c.opened += 1;
+            c.resumed += h.resumed as u64;
+            c.early_offered += (h.early_data != EarlyData::NotOffered) as u64;
+            c.early_accepted += (h.early_data == EarlyData::Accepted) as u64;
+        });
         self.conns.record(h);
+        if let Some(acc) = self.groups.get_mut(g as usize) {
+            acc.conns.record(h);
+        }
     }
 
     /// A connection attempt failed.
-    pub fn conn_failed(&mut self, now_ns: u64, kind: ErrorKind) {
+    pub fn conn_failed(&mut self, now_ns: u64, kind: ErrorKind, g: u16) {
         self.tick(now_ns);
-        self.cur.conns.failed += 1;
-        self.cur.conns.errors[kind as usize] += 1;
+        self.count(g, |c| {
+            c.conns.failed += 1;
+            c.conns.errors[kind as usize] += 1;
+        });
     }
 
     /// A connection ended.
-    pub fn conn_closed(&mut self, now_ns: u64, how: Close) {
+    pub fn conn_closed(&mut self, now_ns: u64, how: Close, g: u16) {
         self.tick(now_ns);
-        self.cur.conns.closed[how as usize] += 1;
+        self.count(g, |c| c.conns.closed[how as usize] += 1);
     }
 
-    /// Flushes the last second and reports the worker's end.
-    pub fn finish(mut self, now_ns: u64, in_flight: u64, cpu_ns: u64) {
+    /// Flushes the last second and reports the worker's end. `in_flight_by_group`: queries
+    /// without a fate per group (ignored with one group).
+    pub fn finish(mut self, now_ns: u64, in_flight: u64, in_flight_by_group: &[u64], cpu_ns: u64) {
+        for (acc, n) in self.groups.iter_mut().zip(in_flight_by_group) {
+            acc.in_flight = *n;
+        }
         self.tick(now_ns);
         let next = self.second + 1;
         self.flush(next);
@@ -180,6 +246,7 @@ impl Recorder {
             in_flight,
             cpu_ns,
             conns: self.conns,
+            groups: self.groups,
         }));
     }
 }

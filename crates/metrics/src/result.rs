@@ -43,6 +43,9 @@ pub struct RunResult {
     /// Connection-based transports only: handshakes, resumption, closes.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub connections: Option<crate::ConnectionSummary>,
+    /// Simulated clients: each group (a profile on a transport) of a mixture, when several.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub groups: Vec<GroupSummary>,
     pub series: Vec<SecondRow>,
     /// Transport events that are not fates of queries (connections opened, closed by the
     /// server, ICMP unreachable...), by name.
@@ -66,8 +69,14 @@ pub struct LoadInfo {
     pub model: String,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub concurrency: Option<u64>,
+    /// Open loop: the rate; clients: the total of the clients' rates.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub rate: Option<f64>,
+    /// Simulated clients: how many, and each one's rate (qps).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub clients: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub client_rate: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub duration_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -228,4 +237,18 @@ impl SecondRow {
             connections: crate::SecondConnections::of(&c.conns),
         }
     }
+}
+
+/// One group of simulated clients in a mixture: a profile on a transport.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupSummary {
+    /// `PROFILE@SCHEME`, e.g. `browser@https`.
+    pub name: String,
+    pub profile: String,
+    pub target: TargetInfo,
+    pub clients: u64,
+    pub totals: Totals,
+    pub latency: LatencySummary,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub connections: Option<crate::ConnectionSummary>,
 }

@@ -39,20 +39,20 @@ fn sample(plan: Plan) -> RunResult {
     for i in 0..sent {
         let w = &mut workers[(i % 2) as usize];
         let t = i * step;
-        w.sent(t);
-        w.wrote(40);
+        w.sent(t, 0);
+        w.wrote(40, 0);
         if plan.open_loop {
             w.lateness(i % 50 * 1_000);
         }
         if i < plan.answered {
             let latency = 100_000 + (i * 7919 % 400) * 1_000;
             let rcode = if i % 1000 == 999 { 3 } else { 0 };
-            w.answered(t + latency, latency, rcode, i % 500 == 1, 60);
+            w.answered(t + latency, latency, rcode, i % 500 == 1, 60, 0);
         } else if i < plan.answered + plan.timed_out {
-            w.timed_out(t + 1);
+            w.timed_out(t + 1, 0);
         } else if i < plan.answered + plan.timed_out + plan.failed {
             let kind = if i % 2 == 0 { ErrorKind::Reset } else { ErrorKind::Refused };
-            w.failed(t + 1, kind);
+            w.failed(t + 1, kind, 0);
         } else {
             in_flight[(i % 2) as usize] += 1;
         }
@@ -61,8 +61,8 @@ fn sample(plan: Plan) -> RunResult {
     workers[1].unexpected(plan.seconds * S - 1, Unexpected::Late, 60);
     workers[1].unexpected(plan.seconds * S - 1, Unexpected::UnknownId, 60);
     let [a, b] = workers;
-    a.finish(plan.seconds * S, in_flight[0], 600_000_000);
-    b.finish(plan.seconds * S, in_flight[1], 630_000_000);
+    a.finish(plan.seconds * S, in_flight[0], &[], 600_000_000);
+    b.finish(plan.seconds * S, in_flight[1], &[], 630_000_000);
 
     let mut c = Collector::new(2);
     for m in rx.try_iter() {
@@ -93,6 +93,8 @@ fn sample(plan: Plan) -> RunResult {
             rate: plan.open_loop.then_some(1000.0),
             duration_s: Some(duration_s),
             count: None,
+            clients: None,
+            client_rate: None,
             timeout_ms: 5000,
             threads: 2,
             connections: 2,
@@ -107,6 +109,7 @@ fn sample(plan: Plan) -> RunResult {
             threads: 2,
         },
         connections: None,
+        groups: Vec::new(),
         totals,
         series: got.series,
         events: [("connect".to_string(), 2u64), ("icmp_unreachable".to_string(), 1)].into_iter().collect(),

@@ -13,22 +13,47 @@ use thiserror::Error;
 use tokio::sync::watch;
 
 use crate::answer::{self, AnswerConfig, Answerer, Transport};
+use crate::ctx::Ctx;
+use crate::faults::{Active, Fault};
 use crate::stats::{Counters, Stats};
+use crate::tls::{TlsConfig, TlsCounters};
 
 /// Everything the responder needs to start. Plain data; the command line fills it in.
+///
+/// Ports: `None` turns a transport off, `Some(0)` takes any free port. UDP and TCP are on by
+/// default; DoT, DoH, DoH/3 and DoQ are off unless given a port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResponderConfig {
     /// Address to bind (default 127.0.0.1).
     pub listen: IpAddr,
-    /// UDP port; `None` disables UDP, `Some(0)` takes any free port (default `Some(0)`).
+    /// UDP port (default `Some(0)`).
     pub udp_port: Option<u16>,
-    /// TCP port; `None` disables TCP, `Some(0)` takes any free port (default `Some(0)`).
+    /// TCP port (default `Some(0)`).
     pub tcp_port: Option<u16>,
+    /// DoT port, TCP (default `None`).
+    pub dot_port: Option<u16>,
+    /// DoH port, TCP: HTTP/1.1 and HTTP/2 chosen by ALPN (default `None`).
+    pub doh_port: Option<u16>,
+    /// DoH over HTTP/3 port, UDP (default `None`).
+    pub doh3_port: Option<u16>,
+    /// DoQ port, UDP (default `None`).
+    pub doq_port: Option<u16>,
     /// I/O threads per transport; 0 means one per available core (default 0).
     pub threads: usize,
-    /// A TCP connection with nothing received, nothing pending and nothing written for this
-    /// long is closed with a FIN (default 10 s).
+    /// A connection with nothing received, nothing pending and nothing written for this
+    /// long is closed (TCP and DoT: FIN; HTTP/2: GOAWAY; QUIC: idle timeout) (default 10 s).
     pub idle_timeout: Duration,
+    /// Most concurrent streams per HTTP/2 or QUIC connection (default 100).
+    pub max_streams: u32,
+    /// The DoH path (default `/dns-query`).
+    pub doh_path: String,
+    /// Certificates, tickets, 0-RTT.
+    pub tls: TlsConfig,
+    /// QUIC address validation: answer every Initial from an unvalidated address with a
+    /// Retry (default off).
+    pub retry: bool,
+    /// Misbehaviour on purpose (see [`Fault`]).
+    pub faults: Vec<Fault>,
     /// What to answer.
     pub answer: AnswerConfig,
 }
@@ -39,10 +64,26 @@ impl Default for ResponderConfig {
             listen: IpAddr::V4(Ipv4Addr::LOCALHOST),
             udp_port: Some(0),
             tcp_port: Some(0),
+            dot_port: None,
+            doh_port: None,
+            doh3_port: None,
+            doq_port: None,
             threads: 0,
             idle_timeout: Duration::from_secs(10),
+            max_streams: 100,
+            doh_path: "/dns-query".to_string(),
+            tls: TlsConfig::default(),
+            retry: false,
+            faults: Vec::new(),
             answer: AnswerConfig::default(),
         }
+    }
+}
+
+impl ResponderConfig {
+    /// Whether a transport that needs a certificate is on.
+    pub fn needs_tls(&self) -> bool {
+        self.dot_port.is_some() || self.doh_port.is_some() || self.doh3_port.is_some() || self.doq_port.is_some()
     }
 }
 
@@ -102,6 +143,8 @@ impl StopSignal {
 pub struct Responder {
     addresses: Vec<(Transport, SocketAddr)>,
     counters: Vec<Arc<Counters>>,
+    tls_counters: Arc<TlsCounters>,
+    ca_pem: Option<String>,
     udp_stop: Arc<StopSignal>,
     tcp_stop: watch::Sender<bool>,
     threads: Vec<JoinHandle<()>>,
@@ -114,7 +157,8 @@ impl std::fmt::Debug for Responder {
 }
 
 impl Responder {
-    /// One entry per listener: UDP first, then TCP, with the ports actually bound.
+    /// One entry per listener, with the port actually bound, in this order: UDP, TCP, DoT,
+    /// DoH, DoH/3, DoQ (those that run).
     pub fn addresses(&self) -> &[(Transport, SocketAddr)] {
         &self.addresses
     }
@@ -130,7 +174,14 @@ impl Responder {
         for c in &self.counters {
             s += c.snapshot();
         }
+        s.tls_resumed += self.tls_counters.quic_resumed.load(Ordering::Relaxed);
         s
+    }
+
+    /// The generated CA certificate (PEM) that clients must trust to verify the responder;
+    /// None when the certificate came from files or no TLS transport runs.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
     }
 
     /// Stops every thread and waits for them. Answers still waiting for their delay are not sent.
@@ -186,20 +237,18 @@ fn probe(addr: SocketAddr, ty: Type, proto: Protocol) -> io::Result<SocketAddr> 
 fn bind_all(transport: Transport, addr: SocketAddr, count: usize) -> Result<(SocketAddr, Vec<Socket>), ResponderError> {
     let mut out = Vec::with_capacity(count);
     let err = |addr, source| ResponderError::Bind { transport, addr, source };
-    let (ty, proto) = match transport {
-        Transport::Udp => (Type::DGRAM, Protocol::UDP),
-        Transport::Tcp => (Type::STREAM, Protocol::TCP),
-    };
+    let datagram = transport.is_datagram();
+    let (ty, proto) = if datagram { (Type::DGRAM, Protocol::UDP) } else { (Type::STREAM, Protocol::TCP) };
     let mut addr = probe(addr, ty, proto).map_err(|e| err(addr, e))?;
     for _ in 0..count {
         let s = socket_for(addr, ty, proto, true).map_err(|e| err(addr, e))?;
-        if transport == Transport::Udp {
+        if datagram {
             // Best effort: deep buffers absorb bursts at high rates.
             let _ = s.set_recv_buffer_size(4 << 20);
             let _ = s.set_send_buffer_size(4 << 20);
         }
         s.bind(&addr.into()).map_err(|e| err(addr, e))?;
-        if transport == Transport::Tcp {
+        if !datagram {
             s.listen(4096).map_err(|e| err(addr, e))?;
         }
         if addr.port() == 0 {
@@ -213,13 +262,55 @@ fn bind_all(transport: Transport, addr: SocketAddr, count: usize) -> Result<(Soc
     Ok((addr, out))
 }
 
-/// Binds every listener and starts the I/O threads. Returns once all sockets are bound, so
-/// [`Responder::addresses`] can be printed and queried right away.
-pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
-    answer::validate(&config.answer).map_err(ResponderError::Config)?;
-    if config.udp_port.is_none() && config.tcp_port.is_none() {
-        return Err(ResponderError::Config("both UDP and TCP are disabled: nothing to serve".into()));
+/// The listeners of one async I/O thread (one socket per transport that runs).
+#[derive(Default)]
+struct IoSockets {
+    tcp: Option<Socket>,
+    dot: Option<Socket>,
+    doh: Option<Socket>,
+    doh3: Option<Socket>,
+    doq: Option<Socket>,
+}
+
+/// What every async I/O thread shares.
+struct IoShared {
+    answerer: Arc<Answerer>,
+    idle_timeout: Duration,
+    max_streams: u32,
+    doh_path: Arc<str>,
+    faults: Arc<Active>,
+    cache_control: http::HeaderValue,
+    dot_tls: Option<Arc<rustls::ServerConfig>>,
+    doh_tls: Option<Arc<rustls::ServerConfig>>,
+    doh3_quic: Option<quinn::ServerConfig>,
+    doq_quic: Option<quinn::ServerConfig>,
+    retry: bool,
+    zero_rtt: bool,
+}
+
+fn check(config: &ResponderConfig) -> Result<(), String> {
+    answer::validate(&config.answer)?;
+    let all = [config.udp_port, config.tcp_port, config.dot_port, config.doh_port, config.doh3_port, config.doq_port];
+    if all.iter().all(Option::is_none) {
+        return Err("every transport is disabled: nothing to serve".into());
     }
+    if !config.doh_path.starts_with('/') || config.doh_path.bytes().any(|b| b <= b' ' || b == b'?' || b == 0x7f) {
+        return Err(format!("invalid DoH path '{}': must start with '/', no spaces or '?'", config.doh_path));
+    }
+    if config.max_streams == 0 {
+        return Err("max streams must be at least 1".into());
+    }
+    if config.tls.zero_rtt && !config.tls.tickets {
+        return Err("0-RTT needs session resumption: --zero-rtt and --no-tickets do not go together".into());
+    }
+    Active::new(&config.faults)?;
+    Ok(())
+}
+
+/// Binds every listener and starts the I/O threads. Returns once all sockets are bound (and
+/// the certificate made), so [`Responder::addresses`] can be printed and queried right away.
+pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
+    check(&config).map_err(ResponderError::Config)?;
     let threads = match config.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -227,21 +318,92 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
     let answerer = Arc::new(Answerer::new(config.answer.clone()));
     let udp_stop = Arc::new(StopSignal::new()?);
     let (tcp_stop, tcp_stop_rx) = watch::channel(false);
+    let tls_counters = Arc::new(TlsCounters::default());
+
+    // Certificates first (RSA keys take a moment), then the sockets.
+    let mut ca_pem = None;
+    let mut shared = IoShared {
+        answerer: answerer.clone(),
+        idle_timeout: config.idle_timeout,
+        max_streams: config.max_streams,
+        doh_path: Arc::from(config.doh_path.as_str()),
+        faults: Arc::new(Active::new(&config.faults).map_err(ResponderError::Config)?),
+        cache_control: http::HeaderValue::from_str(&format!("max-age={}", config.answer.ttl))
+            .map_err(|e| ResponderError::Config(e.to_string()))?,
+        dot_tls: None,
+        doh_tls: None,
+        doh3_quic: None,
+        doq_quic: None,
+        retry: config.retry,
+        zero_rtt: config.tls.zero_rtt,
+    };
+    if config.needs_tls() {
+        let m = crate::tls::material(&config.tls, config.listen).map_err(ResponderError::Config)?;
+        if let Some(path) = &config.tls.ca_out {
+            let pem = m.ca_pem.as_deref().ok_or_else(|| {
+                ResponderError::Config("--ca-out needs a generated certificate (not --cert/--key)".into())
+            })?;
+            std::fs::write(path, pem)
+                .map_err(|e| ResponderError::Config(format!("cannot write the CA to {}: {e}", path.display())))?;
+        }
+        let tls = &config.tls;
+        let cfg = |alpn: &[&[u8]], quic: bool| {
+            crate::tls::server_config(&m, tls, alpn, quic.then_some(&tls_counters)).map_err(ResponderError::Config)
+        };
+        let quic = |alpn: &[u8], h3: bool| -> Result<quinn::ServerConfig, ResponderError> {
+            crate::quic::server_config(cfg(&[alpn], true)?, config.idle_timeout, config.max_streams, h3)
+                .map_err(ResponderError::Config)
+        };
+        if config.dot_port.is_some() {
+            shared.dot_tls = Some(cfg(&[crate::dot::ALPN], false)?);
+        }
+        if config.doh_port.is_some() {
+            shared.doh_tls = Some(cfg(crate::doh::ALPN, false)?);
+        }
+        if config.doh3_port.is_some() {
+            shared.doh3_quic = Some(quic(crate::doh3::ALPN, true)?);
+        }
+        if config.doq_port.is_some() {
+            shared.doq_quic = Some(quic(crate::doq::ALPN, false)?);
+        }
+        ca_pem = m.ca_pem;
+    }
+
     let mut addresses = Vec::new();
-    let mut udp_sockets = Vec::new();
-    let mut tcp_sockets = Vec::new();
-    if let Some(port) = config.udp_port {
-        let (a, s) = bind_all(Transport::Udp, SocketAddr::new(config.listen, port), threads)?;
-        addresses.push((Transport::Udp, a));
-        udp_sockets = s;
+    let mut io: Vec<IoSockets> = (0..threads).map(|_| IoSockets::default()).collect();
+    let mut bind = |transport: Transport, port: Option<u16>| -> Result<Vec<Socket>, ResponderError> {
+        let Some(port) = port else { return Ok(Vec::new()) };
+        let (a, s) = bind_all(transport, SocketAddr::new(config.listen, port), threads)?;
+        addresses.push((transport, a));
+        Ok(s)
+    };
+    let udp_sockets = bind(Transport::Udp, config.udp_port)?;
+    type Slot = fn(&mut IoSockets) -> &mut Option<Socket>;
+    let slots: [(Transport, Option<u16>, Slot); 5] = [
+        (Transport::Tcp, config.tcp_port, |s| &mut s.tcp),
+        (Transport::Dot, config.dot_port, |s| &mut s.dot),
+        (Transport::Doh, config.doh_port, |s| &mut s.doh),
+        (Transport::Doh3, config.doh3_port, |s| &mut s.doh3),
+        (Transport::Doq, config.doq_port, |s| &mut s.doq),
+    ];
+    for (transport, port, slot) in slots {
+        for (i, s) in bind(transport, port)?.into_iter().enumerate() {
+            *slot(&mut io[i]) = Some(s);
+        }
     }
-    if let Some(port) = config.tcp_port {
-        let (a, s) = bind_all(Transport::Tcp, SocketAddr::new(config.listen, port), threads)?;
-        addresses.push((Transport::Tcp, a));
-        tcp_sockets = s;
-    }
-    let mut responder =
-        Responder { addresses, counters: Vec::new(), udp_stop: udp_stop.clone(), tcp_stop, threads: Vec::new() };
+    let async_on = [config.tcp_port, config.dot_port, config.doh_port, config.doh3_port, config.doq_port]
+        .iter()
+        .any(Option::is_some);
+
+    let mut responder = Responder {
+        addresses,
+        counters: Vec::new(),
+        tls_counters,
+        ca_pem,
+        udp_stop: udp_stop.clone(),
+        tcp_stop,
+        threads: Vec::new(),
+    };
     for (i, s) in udp_sockets.into_iter().enumerate() {
         let counters = Arc::new(Counters::default());
         responder.counters.push(counters.clone());
@@ -251,17 +413,77 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
             .spawn(move || crate::udp::serve(s.into(), answerer, counters, stop))?;
         responder.threads.push(t);
     }
-    for (i, s) in tcp_sockets.into_iter().enumerate() {
-        let counters = Arc::new(Counters::default());
-        responder.counters.push(counters.clone());
-        let shared = crate::tcp::Shared { answerer: answerer.clone(), counters, idle_timeout: config.idle_timeout };
-        let stop = tcp_stop_rx.clone();
-        let t = std::thread::Builder::new().name(format!("volley-tcp-{i}")).spawn(move || {
-            if let Err(e) = crate::tcp::serve(s.into(), shared, stop) {
-                eprintln!("volley: tcp thread {i}: {e}");
-            }
-        })?;
-        responder.threads.push(t);
+    if async_on {
+        let shared = Arc::new(shared);
+        for (i, sockets) in io.into_iter().enumerate() {
+            let counters = Arc::new(Counters::default());
+            responder.counters.push(counters.clone());
+            let (shared, stop) = (shared.clone(), tcp_stop_rx.clone());
+            let t = std::thread::Builder::new().name(format!("volley-io-{i}")).spawn(move || {
+                if let Err(e) = io_thread(sockets, shared, counters, stop) {
+                    eprintln!("volley: I/O thread {i}: {e}");
+                }
+            })?;
+            responder.threads.push(t);
+        }
     }
     Ok(responder)
+}
+
+/// One async I/O thread: a current-thread runtime serving this thread's listeners of every
+/// connection-oriented transport until `stop` turns true.
+fn io_thread(
+    sockets: IoSockets,
+    shared: Arc<IoShared>,
+    counters: Arc<Counters>,
+    stop: watch::Receiver<bool>,
+) -> io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let ctx = std::rc::Rc::new(Ctx {
+            answerer: shared.answerer.clone(),
+            counters,
+            idle_timeout: shared.idle_timeout,
+            max_streams: shared.max_streams,
+            doh_path: shared.doh_path.clone(),
+            faults: shared.faults.clone(),
+            cache_control: shared.cache_control.clone(),
+        });
+        let mut tasks = Vec::new();
+        if let Some(s) = sockets.tcp {
+            tasks.push(tokio::task::spawn_local(crate::tcp::serve(s.into(), ctx.clone(), stop.clone())));
+        }
+        if let (Some(s), Some(tls)) = (sockets.dot, &shared.dot_tls) {
+            tasks.push(tokio::task::spawn_local(crate::dot::serve(s.into(), ctx.clone(), tls.clone(), stop.clone())));
+        }
+        if let (Some(s), Some(tls)) = (sockets.doh, &shared.doh_tls) {
+            tasks.push(tokio::task::spawn_local(crate::doh::serve(s.into(), ctx.clone(), tls.clone(), stop.clone())));
+        }
+        let (retry, zero_rtt) = (shared.retry, shared.zero_rtt);
+        if let (Some(s), Some(q)) = (sockets.doh3, &shared.doh3_quic) {
+            let ep = crate::quic::endpoint(s.into(), q.clone())?;
+            let f = crate::quic::accept_loop(ep, ctx.clone(), retry, zero_rtt, stop.clone(), crate::doh3::connection);
+            tasks.push(tokio::task::spawn_local(async move {
+                f.await;
+                Ok(())
+            }));
+        }
+        if let (Some(s), Some(q)) = (sockets.doq, &shared.doq_quic) {
+            let ep = crate::quic::endpoint(s.into(), q.clone())?;
+            let f = crate::quic::accept_loop(ep, ctx.clone(), retry, zero_rtt, stop.clone(), crate::doq::connection);
+            tasks.push(tokio::task::spawn_local(async move {
+                f.await;
+                Ok(())
+            }));
+        }
+        for t in tasks {
+            match t.await {
+                Ok(Err(e)) => return Err(e),
+                _ => continue,
+            }
+        }
+        Ok(())
+    })
+    // Dropping the runtime drops (closes) the connections still open.
 }

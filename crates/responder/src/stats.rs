@@ -21,15 +21,46 @@ pub struct Stats {
     pub formerr: u64,
     /// TCP connections accepted.
     pub tcp_connections: u64,
+    /// DoT connections accepted (TCP accepted; the TLS handshake may still fail).
+    pub dot_connections: u64,
+    /// DoH connections accepted (HTTP/1.1 and HTTP/2).
+    pub doh_connections: u64,
+    /// DoH/3 (HTTP/3) QUIC connections accepted.
+    pub doh3_connections: u64,
+    /// DoQ QUIC connections accepted.
+    pub doq_connections: u64,
+    /// TLS handshakes (TLS over TCP and QUIC) that resumed a session instead of a full handshake.
+    pub tls_resumed: u64,
+    /// Connections whose client sent early data (TLS 1.3 early data or QUIC 0-RTT) that was accepted.
+    pub early_data: u64,
+    /// QUIC Retry packets sent (address validation, `--retry`).
+    pub retry_sent: u64,
 }
 
 impl fmt::Display for Stats {
-    /// `stats queries=.. answered=.. dropped=.. delayed=.. truncated=.. formerr=.. tcp_connections=..`
+    /// `stats queries=.. answered=.. dropped=.. delayed=.. truncated=.. formerr=.. tcp_connections=..
+    /// dot_connections=.. doh_connections=.. doh3_connections=.. doq_connections=.. tls_resumed=..
+    /// early_data=.. retry_sent=..`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "stats queries={} answered={} dropped={} delayed={} truncated={} formerr={} tcp_connections={}",
-            self.queries, self.answered, self.dropped, self.delayed, self.truncated, self.formerr, self.tcp_connections
+            "stats queries={} answered={} dropped={} delayed={} truncated={} formerr={} tcp_connections={} \
+             dot_connections={} doh_connections={} doh3_connections={} doq_connections={} tls_resumed={} \
+             early_data={} retry_sent={}",
+            self.queries,
+            self.answered,
+            self.dropped,
+            self.delayed,
+            self.truncated,
+            self.formerr,
+            self.tcp_connections,
+            self.dot_connections,
+            self.doh_connections,
+            self.doh3_connections,
+            self.doq_connections,
+            self.tls_resumed,
+            self.early_data,
+            self.retry_sent
         )
     }
 }
@@ -46,6 +77,13 @@ pub(crate) struct Counters {
     pub truncated: AtomicU64,
     pub formerr: AtomicU64,
     pub tcp_connections: AtomicU64,
+    pub dot_connections: AtomicU64,
+    pub doh_connections: AtomicU64,
+    pub doh3_connections: AtomicU64,
+    pub doq_connections: AtomicU64,
+    pub tls_resumed: AtomicU64,
+    pub early_data: AtomicU64,
+    pub retry_sent: AtomicU64,
 }
 
 /// Adds `by` to a counter that only the calling thread writes.
@@ -66,6 +104,13 @@ impl Counters {
             truncated: self.truncated.load(Relaxed),
             formerr: self.formerr.load(Relaxed),
             tcp_connections: self.tcp_connections.load(Relaxed),
+            dot_connections: self.dot_connections.load(Relaxed),
+            doh_connections: self.doh_connections.load(Relaxed),
+            doh3_connections: self.doh3_connections.load(Relaxed),
+            doq_connections: self.doq_connections.load(Relaxed),
+            tls_resumed: self.tls_resumed.load(Relaxed),
+            early_data: self.early_data.load(Relaxed),
+            retry_sent: self.retry_sent.load(Relaxed),
         }
     }
 
@@ -95,5 +140,12 @@ impl std::ops::AddAssign for Stats {
         self.truncated += o.truncated;
         self.formerr += o.formerr;
         self.tcp_connections += o.tcp_connections;
+        self.dot_connections += o.dot_connections;
+        self.doh_connections += o.doh_connections;
+        self.doh3_connections += o.doh3_connections;
+        self.doq_connections += o.doq_connections;
+        self.tls_resumed += o.tls_resumed;
+        self.early_data += o.early_data;
+        self.retry_sent += o.retry_sent;
     }
 }

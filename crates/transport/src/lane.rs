@@ -94,6 +94,12 @@ impl Lane {
         Some(t)
     }
 
+    /// Whether the current connection still takes new queries (its budget is not spent).
+    #[inline]
+    pub fn accepting(&self) -> bool {
+        !self.spent()
+    }
+
     /// Whether [`Lane::pop`] would hand out a query now.
     #[inline]
     pub fn has_work(&self) -> bool {

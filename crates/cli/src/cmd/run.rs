@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use volley_engine::{Load, Plan, QuerySet};
+use volley_engine::{Arrivals, ClientsLoad, Group, Load, Plan, Profile, QuerySet};
 use volley_metrics::{RunResult, Status};
 use volley_transport::{
     probe::probe_with, ConnPolicy, DohMethod, HttpVersion, LaneOptions, Scheme, Target, TlsSettings, TlsVersion,
@@ -45,8 +45,8 @@ pub struct RunArgs {
     /// (DoT, port 853), https://HOST[:PORT][/PATH] (DoH, port 443, path /dns-query),
     /// h3://HOST[:PORT][/PATH] (DoH over HTTP/3), quic://HOST[:PORT] (DoQ, port 853). IPv6 in
     /// brackets, e.g. udp://[::1]:53.
-    #[arg(value_name = "TARGET")]
-    pub target: String,
+    #[arg(value_name = "TARGET", required_unless_present = "mix")]
+    pub target: Option<String>,
 
     /// Read queries from FILE (dnsperf format: 'NAME [TYPE]' per line), cycling through it.
     #[arg(short = 'd', long = "queries", value_name = "FILE", help_heading = "Queries")]
@@ -121,6 +121,30 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Connections")]
     pub idle_timeout: Option<Duration>,
 
+    /// Simulate N clients, each with its own connections and its own timing, behaving as
+    /// --profile says (or as each --mix group says).
+    #[arg(long, value_name = "N", help_heading = "Clients")]
+    pub clients: Option<u64>,
+
+    /// Queries per second of each simulated client (the total rate is clients x this).
+    #[arg(long, value_name = "QPS", default_value_t = 1.0, help_heading = "Clients")]
+    pub client_rate: f64,
+
+    /// How each client spaces its queries: evenly (each client at its own phase) or as a
+    /// Poisson process.
+    #[arg(long, value_enum, default_value = "constant", help_heading = "Clients")]
+    pub arrivals: ArrivalsArg,
+
+    /// Client profile: a built-in (stub, forwarder, browser) or a TOML file (docs/clients.md)
+    /// [default: stub over UDP, forwarder otherwise].
+    #[arg(long, value_name = "NAME|FILE", help_heading = "Clients")]
+    pub profile: Option<String>,
+
+    /// A group of a mixture of clients: WEIGHT:PROFILE@URL, e.g. 60:stub@udp://127.0.0.1:53
+    /// (repeat; weights are relative). Replaces TARGET and --profile.
+    #[arg(long, value_name = "WEIGHT:PROFILE@URL", help_heading = "Clients")]
+    pub mix: Vec<String>,
+
     /// Worker threads [default: the number of cores].
     #[arg(short = 'T', long, value_name = "N", help_heading = "Load")]
     pub threads: Option<usize>,
@@ -185,6 +209,12 @@ pub struct RunArgs {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum ArrivalsArg {
+    Constant,
+    Poisson,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum Format {
     Text,
     Json,
@@ -199,7 +229,12 @@ pub enum ProgressMode {
 
 /// Builds a plan from the flags, or says which flag is wrong.
 pub fn plan(a: &RunArgs) -> CliResult<Plan> {
-    let target: Target = a.target.parse().map_err(CliError::usage)?;
+    let clients = clients_load(a)?;
+    let target: Target = match (&clients, &a.target) {
+        (Some(c), _) => c.groups[0].target.clone(),
+        (None, Some(t)) => t.parse().map_err(CliError::usage)?,
+        (None, None) => return Err(CliError::usage("a TARGET is needed (or --mix)")),
+    };
     let opts = QueryOptions {
         recursion_desired: !a.no_rd,
         checking_disabled: false,
@@ -216,6 +251,14 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
     }
     .map_err(CliError::usage)?;
     let load = match (a.rate, a.concurrency) {
+        _ if clients.is_some() => {
+            if a.rate.is_some() || a.concurrency.is_some() {
+                return Err(CliError::usage(
+                    "--clients sets the load (--client-rate per client): drop --rate/--concurrency",
+                ));
+            }
+            Load::Clients(clients.clone().expect("checked"))
+        }
         (Some(rate), _) if !(rate > 0.0 && rate.is_finite()) => {
             return Err(CliError::usage(format!("invalid --rate '{rate}': expected queries per second above 0")))
         }
@@ -241,7 +284,10 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         (d, _) => d,
     };
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let lane = lane_options(a, &target)?;
+    let lane = match &clients {
+        Some(c) => c.groups[0].lane.clone(),
+        None => lane_options(a, &target)?,
+    };
     let h1 = target.scheme.is_https() && lane.http_for(target.scheme) == HttpVersion::Http1;
     let connections = match (a.connections, &load) {
         // HTTP/1.1 carries one request at a time per connection.
@@ -262,8 +308,79 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
     })
 }
 
+/// The simulated clients of the flags: one group (TARGET with --profile) or a --mix.
+fn clients_load(a: &RunArgs) -> CliResult<Option<ClientsLoad>> {
+    if a.clients.is_none() && a.mix.is_empty() {
+        return Ok(None);
+    }
+    let count = a.clients.unwrap_or(100);
+    if count == 0 {
+        return Err(CliError::usage("invalid --clients 0: expected at least 1"));
+    }
+    if !(a.client_rate > 0.0 && a.client_rate.is_finite()) {
+        return Err(CliError::usage(format!(
+            "invalid --client-rate '{}': expected queries per second above 0",
+            a.client_rate
+        )));
+    }
+    let mut specs: Vec<(f64, Option<String>, String)> = Vec::new();
+    if a.mix.is_empty() {
+        let t = a.target.clone().ok_or_else(|| CliError::usage("a TARGET is needed (or --mix)"))?;
+        specs.push((1.0, a.profile.clone(), t));
+    } else {
+        if a.target.is_some() || a.profile.is_some() {
+            return Err(CliError::usage("--mix names each group's profile and target: drop TARGET and --profile"));
+        }
+        for m in &a.mix {
+            let bad = || {
+                CliError::usage(format!(
+                    "invalid --mix '{m}': expected WEIGHT:PROFILE@URL such as 60:stub@udp://127.0.0.1:53"
+                ))
+            };
+            let (w, rest) = m.split_once(':').ok_or_else(bad)?;
+            let (profile, url) = rest.split_once('@').ok_or_else(bad)?;
+            let w: f64 = w.trim_end_matches('%').parse().map_err(|_| bad())?;
+            if !(w > 0.0 && w.is_finite()) || profile.is_empty() {
+                return Err(bad());
+            }
+            specs.push((w, Some(profile.to_string()), url.to_string()));
+        }
+    }
+    let user_policy = ConnPolicy { max_queries: a.conn_queries, lifetime: a.conn_lifetime, idle: a.idle_timeout };
+    let mut groups = Vec::new();
+    for (weight, profile, url) in specs {
+        let target: Target = url.parse().map_err(CliError::usage)?;
+        let name = profile.unwrap_or_else(|| if target.scheme == Scheme::Udp { "stub" } else { "forwarder" }.into());
+        let profile = Profile::load(&name).map_err(CliError::usage)?;
+        let mut lane = lane_options_with(a, &target, ConnPolicy::default())?;
+        if target.scheme != Scheme::Udp {
+            lane.conn = if user_policy.is_none() {
+                profile.policy_for(a.client_rate, &parse_duration).map_err(CliError::usage)?
+            } else {
+                user_policy
+            };
+        }
+        let fallback = (profile.tcp_on_truncation && target.scheme == Scheme::Udp)
+            .then(|| format!("tcp://{}", target.addr).parse::<Target>())
+            .transpose()
+            .map_err(CliError::usage)?;
+        groups.push(Group { weight, profile, target, lane, fallback });
+    }
+    let arrivals = match a.arrivals {
+        ArrivalsArg::Constant => Arrivals::Constant,
+        ArrivalsArg::Poisson => Arrivals::Poisson,
+    };
+    Ok(Some(ClientsLoad { count, rate: a.client_rate, arrivals, groups }))
+}
+
 /// The transport settings of the flags (TLS, HTTP), checked.
 fn lane_options(a: &RunArgs, target: &Target) -> CliResult<LaneOptions> {
+    let policy = ConnPolicy { max_queries: a.conn_queries, lifetime: a.conn_lifetime, idle: a.idle_timeout };
+    lane_options_with(a, target, policy)
+}
+
+/// [`lane_options`] with the connection policy given.
+fn lane_options_with(a: &RunArgs, target: &Target, policy: ConnPolicy) -> CliResult<LaneOptions> {
     let http = match a.http.as_str() {
         "1.1" | "1" => HttpVersion::Http1,
         "2" => HttpVersion::Http2,
@@ -308,7 +425,7 @@ fn lane_options(a: &RunArgs, target: &Target) -> CliResult<LaneOptions> {
         http,
         doh_method,
         query_timeout: a.timeout,
-        conn: ConnPolicy { max_queries: a.conn_queries, lifetime: a.conn_lifetime, idle: a.idle_timeout },
+        conn: policy,
         ..LaneOptions::default()
     };
     if a.conn_queries == Some(0) {
@@ -355,16 +472,23 @@ pub fn check_output(path: &Option<PathBuf>) -> CliResult {
     Ok(())
 }
 
-/// Checks that something answers at the target before load starts.
+/// Checks that something answers at each target before load starts.
 pub fn check_target(plan: &Plan) -> CliResult<Option<String>> {
     let q = plan.queries.first_wire();
-    match probe_with(&plan.target, &q, plan.timeout.min(Duration::from_secs(2)), &plan.lane) {
-        Ok(volley_transport::probe::Probe::Answered) => Ok(None),
-        Ok(volley_transport::probe::Probe::Silent) => {
-            Ok(Some(format!("{} did not answer a first probe query; measuring anyway", plan.target)))
+    let targets: Vec<(&Target, &LaneOptions)> = match &plan.load {
+        Load::Clients(c) => c.groups.iter().map(|g| (&g.target, &g.lane)).collect(),
+        _ => vec![(&plan.target, &plan.lane)],
+    };
+    let mut silent = Vec::new();
+    for (target, lane) in targets {
+        match probe_with(target, &q, plan.timeout.min(Duration::from_secs(2)), lane) {
+            Ok(volley_transport::probe::Probe::Answered) => {}
+            Ok(volley_transport::probe::Probe::Silent) => silent.push(target.to_string()),
+            Err(e) => return Err(CliError::usage(e)),
         }
-        Err(e) => Err(CliError::usage(e)),
     }
+    Ok((!silent.is_empty())
+        .then(|| format!("{} did not answer a first probe query; measuring anyway", silent.join(", "))))
 }
 
 /// Installs SIGINT/SIGTERM handling: the first stops the run (results still written), a

@@ -5,7 +5,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use clap::Args;
-use volley_responder::{parse_duration, AnswerConfig, DelayRule, Ratio, ResponderConfig};
+use volley_responder::{
+    parse_duration, AnswerConfig, CertSource, DelayRule, Fault, KeyType, Ratio, ResponderConfig, TlsConfig,
+};
 
 use crate::error::{CliError, CliResult};
 
@@ -18,12 +20,31 @@ What it answers (any name, deterministic):
     delay-DUR   answered DUR late (200ms, 1s, 1500us)
   UDP answers that do not fit 512 octets (or the query's EDNS buffer size) come back with TC=1.
 
+Encrypted transports (off unless given a port; 0 picks a free one):
+  --dot-port (DoT), --doh-port (DoH over HTTP/1.1 and HTTP/2, by ALPN), --doh3-port (DoH over
+  HTTP/3, UDP), --doq-port (DoQ, UDP). The certificate is generated at start (a CA and a leaf
+  for localhost, 127.0.0.1, ::1 and the listen address; --key-type) unless --cert/--key give
+  one; --ca-out writes the CA for clients to trust.
+
+Faults (--fault, repeatable; for provoking client errors):
+  http-status=CODE[:N/M]    DoH answers CODE (e.g. 503) instead of the DNS answer
+  content-type=TYPE[:N/M]   DoH answers with this content type (e.g. text/plain)
+  goaway-after=N            HTTP/2 and HTTP/3 GOAWAY after N requests on a connection
+                            (HTTP/1.1: connection: close)
+  rst-stream=N/M            DoH: reset N of every M request streams (HTTP/1.1: close)
+  tcp-reset-after=N         TCP, DoT: answer N queries per connection, RST at the next
+  quic-stream-reset=N/M     DoQ: reset N of every M streams (DOQ_INTERNAL_ERROR)
+  N/M counts the requests of the whole server: the last N of each block of M.
+
 Output:
   One line per listener on stdout, then nothing until SIGINT/SIGTERM, then one stats line
   on stderr:
     listening udp 127.0.0.1:5353
     listening tcp 127.0.0.1:5353
+    listening dot 127.0.0.1:8853
     stats queries=.. answered=.. dropped=.. delayed=.. truncated=.. formerr=.. tcp_connections=..
+          dot_connections=.. doh_connections=.. doh3_connections=.. doq_connections=..
+          tls_resumed=.. early_data=.. retry_sent=..
 
 Examples:
   Serve on 127.0.0.1:5353, UDP and TCP, one thread per core:
@@ -32,13 +53,18 @@ Examples:
     volley serve -p 0
   Every 25th query answered 1 s late, 1 in 100 dropped, 2 threads:
     volley serve --delay 1s:1/25 --drop 1/100 -T 2
+  Every transport, CA written for clients:
+    volley serve --dot-port 8853 --doh-port 8443 --doh3-port 8443 --doq-port 8853 --ca-out ca.pem
   Try it with kdig:
     kdig @127.0.0.1 -p 5353 www.example.test A
     kdig @127.0.0.1 -p 5353 size-3000.x.test TXT +bufsize=1232     (TC=1)
     kdig @127.0.0.1 -p 5353 size-3000.x.test TXT +tcp              (full answer)
-    kdig @127.0.0.1 -p 5353 delay-200ms.nx.test A                  (NXDOMAIN, 200 ms late)";
+    kdig @127.0.0.1 -p 5353 delay-200ms.nx.test A                  (NXDOMAIN, 200 ms late)
+    kdig @127.0.0.1 -p 8853 +tls +tls-ca=ca.pem +tls-hostname=localhost www.example.test
+    kdig @127.0.0.1 -p 8443 +https +tls-ca=ca.pem +tls-hostname=localhost www.example.test
+    kdig @127.0.0.1 -p 8853 +quic +tls-ca=ca.pem +tls-hostname=localhost www.example.test";
 
-/// Answer DNS over UDP and TCP from one deterministic answer engine.
+/// Answer DNS over UDP, TCP, DoT, DoH (HTTP/1.1, 2, 3) and DoQ from one deterministic answer engine.
 #[derive(Args, Debug)]
 #[command(after_long_help = EXAMPLES)]
 pub struct ServeArgs {
@@ -83,13 +109,71 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N/M")]
     pub drop: Option<String>,
 
-    /// Close a TCP connection after this long without a query (e.g. 10s, 500ms).
+    /// Close a connection (TCP, DoT, DoH, QUIC) after this long without a query (e.g. 10s, 500ms).
     #[arg(long, value_name = "DUR", default_value = "10s")]
     pub idle_timeout: String,
 
     /// UDP payload size advertised in the OPT record of responses to EDNS queries.
     #[arg(long, value_name = "N", default_value_t = 1232, value_parser = clap::value_parser!(u16).range(512..))]
     pub edns_size: u16,
+
+    /// Serve DoT (DNS over TLS, RFC 7858) on this TCP port (0: any free port).
+    #[arg(long, value_name = "PORT")]
+    pub dot_port: Option<u16>,
+
+    /// Serve DoH (RFC 8484) over HTTP/1.1 and HTTP/2 (chosen by ALPN) on this TCP port.
+    #[arg(long, value_name = "PORT")]
+    pub doh_port: Option<u16>,
+
+    /// Serve DoH over HTTP/3 on this UDP port.
+    #[arg(long, value_name = "PORT")]
+    pub doh3_port: Option<u16>,
+
+    /// Serve DoQ (DNS over QUIC, RFC 9250) on this UDP port.
+    #[arg(long, value_name = "PORT")]
+    pub doq_port: Option<u16>,
+
+    /// The DoH path; other paths get 404.
+    #[arg(long, value_name = "PATH", default_value = "/dns-query")]
+    pub doh_path: String,
+
+    /// Certificate chain (PEM, leaf first) for the encrypted transports; needs --key.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<std::path::PathBuf>,
+
+    /// Private key (PEM) of --cert.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<std::path::PathBuf>,
+
+    /// Key type of the certificate generated at start (and of its CA): rsa2048, rsa3072,
+    /// p256, ed25519.
+    #[arg(long, value_name = "TYPE", default_value = "p256", conflicts_with = "cert")]
+    pub key_type: String,
+
+    /// Write the generated CA certificate (PEM) to FILE, for clients to trust.
+    #[arg(long, value_name = "FILE", conflicts_with = "cert")]
+    pub ca_out: Option<std::path::PathBuf>,
+
+    /// No session resumption: no TLS tickets, no session cache; every handshake is full.
+    #[arg(long)]
+    pub no_tickets: bool,
+
+    /// Accept TLS 1.3 early data and QUIC 0-RTT from resuming clients.
+    #[arg(long, conflicts_with = "no_tickets")]
+    pub zero_rtt: bool,
+
+    /// QUIC (DoQ, DoH/3): validate client addresses with a Retry before any handshake.
+    #[arg(long)]
+    pub retry: bool,
+
+    /// Most concurrent streams per HTTP/2 or QUIC connection.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_streams: u32,
+
+    /// Misbehave on purpose (repeatable): http-status=CODE[:N/M], content-type=TYPE[:N/M],
+    /// goaway-after=N, rst-stream=N/M, tcp-reset-after=N, quic-stream-reset=N/M.
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub fault: Vec<String>,
 }
 
 /// Turns the flags into the library's configuration; bad values give a one-line usage error.
@@ -115,15 +199,35 @@ fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
     if idle_timeout.is_zero() {
         return Err(CliError::usage("invalid --idle-timeout '0': must be greater than zero"));
     }
-    if args.no_udp && args.no_tcp {
+    let encrypted = [args.dot_port, args.doh_port, args.doh3_port, args.doq_port].iter().any(Option::is_some);
+    if args.no_udp && args.no_tcp && !encrypted {
         return Err(CliError::usage("--no-udp and --no-tcp together leave nothing to serve"));
+    }
+    let cert = match (&args.cert, &args.key) {
+        (Some(cert), Some(key)) => CertSource::Files { cert: cert.clone(), key: key.clone() },
+        _ => CertSource::Generate(
+            args.key_type.parse::<KeyType>().map_err(|e| CliError::usage(format!("invalid --key-type {e}")))?,
+        ),
+    };
+    let mut faults = Vec::with_capacity(args.fault.len());
+    for f in &args.fault {
+        faults.push(f.parse::<Fault>().map_err(|e| CliError::usage(format!("invalid --fault {e}")))?);
     }
     Ok(ResponderConfig {
         listen,
         udp_port: (!args.no_udp).then(|| args.udp_port.unwrap_or(args.port)),
         tcp_port: (!args.no_tcp).then(|| args.tcp_port.unwrap_or(args.port)),
+        dot_port: args.dot_port,
+        doh_port: args.doh_port,
+        doh3_port: args.doh3_port,
+        doq_port: args.doq_port,
         threads: args.threads.map_or(0, usize::from),
         idle_timeout,
+        max_streams: args.max_streams,
+        doh_path: args.doh_path.clone(),
+        tls: TlsConfig { cert, ca_out: args.ca_out.clone(), tickets: !args.no_tickets, zero_rtt: args.zero_rtt },
+        retry: args.retry,
+        faults,
         answer: AnswerConfig { ttl: args.ttl, edns_size: args.edns_size, delays, drop },
     })
 }

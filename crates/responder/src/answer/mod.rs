@@ -35,15 +35,33 @@ pub enum Transport {
     Udp,
     /// DNS over TCP (RFC 7766): answers up to 65535 octets.
     Tcp,
+    /// DNS over TLS (RFC 7858): TCP framing inside TLS; answers up to 65535 octets.
+    Dot,
+    /// DNS over HTTPS (RFC 8484) over HTTP/1.1 or HTTP/2; answers up to 65535 octets.
+    Doh,
+    /// DNS over HTTPS over HTTP/3; answers up to 65535 octets.
+    Doh3,
+    /// DNS over QUIC (RFC 9250); answers up to 65535 octets.
+    Doq,
 }
 
 impl Transport {
-    /// Lower-case name used in `listening` lines and results: `udp`, `tcp`.
+    /// Lower-case name used in `listening` lines and results: `udp`, `tcp`, `dot`, `doh`,
+    /// `doh3`, `doq`.
     pub fn as_str(self) -> &'static str {
         match self {
             Transport::Udp => "udp",
             Transport::Tcp => "tcp",
+            Transport::Dot => "dot",
+            Transport::Doh => "doh",
+            Transport::Doh3 => "doh3",
+            Transport::Doq => "doq",
         }
+    }
+
+    /// Whether the transport runs over UDP datagrams (UDP itself, and QUIC for DoQ and DoH/3).
+    pub fn is_datagram(self) -> bool {
+        matches!(self, Transport::Udp | Transport::Doh3 | Transport::Doq)
     }
 }
 
@@ -229,7 +247,7 @@ impl Answerer {
         let limit = match (transport, view.edns) {
             (Transport::Udp, Some(e)) => (e.udp_size as usize).max(CLASSIC_UDP),
             (Transport::Udp, None) => CLASSIC_UDP,
-            (Transport::Tcp, _) => MAX_MESSAGE,
+            (_, _) => MAX_MESSAGE,
         };
         let opt_len = if view.edns.is_some() { 11 } else { 0 };
         if out.len() + opt_len > limit {

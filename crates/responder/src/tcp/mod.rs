@@ -1,63 +1,109 @@
-//! DNS over TCP (RFC 7766): 2-byte length prefix, many queries in flight per connection,
-//! answers sent as soon as each is ready (so out of order when some are delayed), idle
-//! timeout, TCP_NODELAY, and the answers to one read coalesced into one write.
+//! DNS over TCP (RFC 7766), and the same code for DoT (RFC 7858) over a TLS stream: 2-byte
+//! length prefix, many queries in flight per connection, answers sent as soon as each is
+//! ready (so out of order when some are delayed), idle timeout, TCP_NODELAY, and the answers
+//! to one read coalesced into one write.
 //!
-//! One tokio current-thread runtime per thread, one SO_REUSEPORT listener per thread, and
-//! one task per connection that reads, answers, keeps delayed answers in its own timer heap,
-//! and writes — no channels, no locks.
+//! One tokio current-thread runtime per I/O thread, one SO_REUSEPORT listener per thread and
+//! transport, and one task per connection that reads, answers, keeps delayed answers in its
+//! own timer heap, and writes — no channels, no locks. [`connection`] is generic over the
+//! byte stream ([`Stream`]): a `TcpStream` for TCP, a tokio-rustls stream for DoT.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::future::{poll_fn, Future};
 use std::io;
-use std::net::TcpListener as StdListener;
-use std::pin::pin;
-use std::sync::Arc;
+use std::pin::{pin, Pin};
+use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tokio::time::{sleep_until, Instant};
+use tokio::time::{sleep_until, Instant, Sleep};
 
-use crate::answer::{Answerer, Transport, Verdict};
-use crate::stats::{add, Counters};
+use crate::answer::{Transport, Verdict};
+use crate::ctx::Ctx;
+use crate::stats::add;
 
 /// Pending output above which a connection stops reading until the peer catches up.
 const HIGH_WATER: usize = 256 * 1024;
 /// Initial read buffer; grows to fit one 64 KiB frame if a query that large arrives.
 const READ_BUF: usize = 16 * 1024;
 
-/// Per-thread settings shared by its connections.
-pub(crate) struct Shared {
-    pub answerer: Arc<Answerer>,
-    pub counters: Arc<Counters>,
-    pub idle_timeout: Duration,
+/// A byte stream a DNS-over-TCP connection runs on: TCP itself, or TLS over TCP.
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin {
+    /// The TCP socket underneath (for the reset fault).
+    fn tcp(&self) -> &TcpStream;
 }
 
-/// Runs a current-thread runtime that accepts on `listener` until `stop` turns true.
-pub(crate) fn serve(listener: StdListener, shared: Shared, mut stop: watch::Receiver<bool>) -> io::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
-    let shared = Arc::new(shared);
-    rt.block_on(async move {
-        let listener = TcpListener::from_std(listener)?;
-        loop {
-            if *stop.borrow_and_update() {
-                return Ok(());
-            }
-            tokio::select! {
-                _ = stop.changed() => {}
-                r = listener.accept() => match r {
-                    Ok((stream, _)) => {
-                        add(&shared.counters.tcp_connections, 1);
-                        tokio::spawn(connection(stream, shared.clone()));
-                    }
-                    // Out of file descriptors and the like: back off briefly instead of spinning.
-                    Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-                },
-            }
+impl Stream for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl Stream for tokio_rustls::server::TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+}
+
+/// Asks the kernel to acknowledge what it has received right away (TCP_QUICKACK). Called
+/// when a request arrived in part: a client that writes a message in two pieces without
+/// TCP_NODELAY (length and message, or HTTP/2 HEADERS and DATA) holds the second piece
+/// (Nagle) until the first is acknowledged, and a delayed ACK would cost it 40 ms.
+pub(crate) fn quick_ack(fd: std::os::fd::RawFd) {
+    let one: libc::c_int = 1;
+    // SAFETY: plain setsockopt on a descriptor the caller keeps open for the call.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_QUICKACK,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
+/// Accepts on `listener` until `stop` turns true, handing each connection (TCP_NODELAY set)
+/// to `on_accept`, which spawns its task.
+pub(crate) async fn accept_loop(
+    listener: std::net::TcpListener,
+    mut stop: watch::Receiver<bool>,
+    mut on_accept: impl FnMut(TcpStream),
+) -> io::Result<()> {
+    let listener = TcpListener::from_std(listener)?;
+    loop {
+        if *stop.borrow_and_update() {
+            return Ok(());
         }
+        tokio::select! {
+            _ = stop.changed() => {}
+            r = listener.accept() => match r {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    on_accept(stream);
+                }
+                // Out of file descriptors and the like: back off briefly instead of spinning.
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            },
+        }
+    }
+}
+
+/// Serves plain DNS over TCP on `listener`.
+pub(crate) async fn serve(
+    listener: std::net::TcpListener,
+    ctx: Rc<Ctx>,
+    stop: watch::Receiver<bool>,
+) -> io::Result<()> {
+    accept_loop(listener, stop, |stream| {
+        add(&ctx.counters.tcp_connections, 1);
+        tokio::task::spawn_local(connection(stream, ctx.clone(), Transport::Tcp, Vec::new()));
     })
-    // Dropping the runtime drops (closes) the connections still open.
+    .await
 }
 
 /// A delayed answer, already framed.
@@ -84,39 +130,82 @@ impl Ord for Delayed {
     }
 }
 
-/// The state of one connection apart from the socket.
+/// The state of one connection apart from the stream.
 struct Conn {
     rbuf: Vec<u8>,
     rlen: usize,
     wbuf: Vec<u8>,
     wpos: usize,
+    /// Written to the stream but maybe not flushed (TLS keeps records until flushed).
+    unflushed: bool,
     out: Vec<u8>,
     timers: BinaryHeap<Reverse<Delayed>>,
     seq: u64,
+    /// Queries taken on this connection (for `tcp-reset-after`).
+    queries: u64,
+    /// The reset fault fired: reset once the answers before it are written.
+    reset: bool,
+    eof: bool,
+    last_activity: Instant,
+}
+
+/// What woke the connection up.
+enum Event {
+    /// Read or wrote something, or reached end of input.
+    Progress,
+    /// A delayed answer is due.
+    Timer,
+    /// Idle for the timeout.
+    Idle,
+    /// The stream failed.
+    Error,
 }
 
 impl Conn {
+    fn new() -> Conn {
+        Conn {
+            rbuf: vec![0; READ_BUF],
+            rlen: 0,
+            wbuf: Vec::new(),
+            wpos: 0,
+            unflushed: false,
+            out: Vec::with_capacity(512),
+            timers: BinaryHeap::new(),
+            seq: 0,
+            queries: 0,
+            reset: false,
+            eof: false,
+            last_activity: Instant::now(),
+        }
+    }
+
     /// Answers every complete frame in the read buffer and keeps the partial one.
-    fn process(&mut self, shared: &Shared) {
+    fn process(&mut self, ctx: &Ctx, transport: Transport) {
         let mut at = 0;
         let now = Instant::now();
-        while self.rlen - at >= 2 {
+        while self.rlen - at >= 2 && !self.reset {
             let len = u16::from_be_bytes([self.rbuf[at], self.rbuf[at + 1]]) as usize;
             if self.rlen - at - 2 < len {
                 break;
             }
             let query = &self.rbuf[at + 2..at + 2 + len];
             at += 2 + len;
-            add(&shared.counters.queries, 1);
-            match shared.answerer.answer(query, Transport::Tcp, &mut self.out) {
-                Verdict::Drop => add(&shared.counters.dropped, 1),
+            add(&ctx.counters.queries, 1);
+            if ctx.faults.tcp_reset_after.is_some_and(|n| self.queries >= n) {
+                self.reset = true;
+                add(&ctx.counters.dropped, 1);
+                break;
+            }
+            self.queries += 1;
+            match ctx.answerer.answer(query, transport, &mut self.out) {
+                Verdict::Drop => add(&ctx.counters.dropped, 1),
                 Verdict::Reply { delay: None } => {
-                    shared.counters.sent(&self.out);
+                    ctx.counters.sent(&self.out);
                     self.wbuf.extend_from_slice(&(self.out.len() as u16).to_be_bytes());
                     self.wbuf.extend_from_slice(&self.out);
                 }
                 Verdict::Reply { delay: Some(d) } => {
-                    add(&shared.counters.delayed, 1);
+                    add(&ctx.counters.delayed, 1);
                     let mut frame = Vec::with_capacity(self.out.len() + 2);
                     frame.extend_from_slice(&(self.out.len() as u16).to_be_bytes());
                     frame.extend_from_slice(&self.out);
@@ -124,6 +213,10 @@ impl Conn {
                     self.timers.push(Reverse(Delayed { due: now + d, seq: self.seq, frame }));
                 }
             }
+        }
+        if self.reset {
+            self.rlen = 0;
+            return;
         }
         self.rbuf.copy_within(at..self.rlen, 0);
         self.rlen -= at;
@@ -135,12 +228,24 @@ impl Conn {
         }
     }
 
+    /// Takes bytes that arrived before the stream was handed over (TLS early data).
+    fn feed(&mut self, bytes: &[u8], ctx: &Ctx, transport: Transport) {
+        for chunk in bytes.chunks(READ_BUF) {
+            if self.rlen + chunk.len() > self.rbuf.len() {
+                self.rbuf.resize(self.rlen + chunk.len(), 0);
+            }
+            self.rbuf[self.rlen..self.rlen + chunk.len()].copy_from_slice(chunk);
+            self.rlen += chunk.len();
+            self.process(ctx, transport);
+        }
+    }
+
     /// Moves the delayed answers that are due to the write buffer.
-    fn fire_due(&mut self, shared: &Shared) {
+    fn fire_due(&mut self, ctx: &Ctx) {
         let now = Instant::now();
         while self.timers.peek().is_some_and(|t| t.0.due <= now) {
             let Some(Reverse(d)) = self.timers.pop() else { break };
-            shared.counters.sent(&d.frame[2..]);
+            ctx.counters.sent(&d.frame[2..]);
             self.wbuf.extend_from_slice(&d.frame);
         }
     }
@@ -148,98 +253,128 @@ impl Conn {
     fn pending_write(&self) -> usize {
         self.wbuf.len() - self.wpos
     }
+
+    /// Writes and flushes what it can, then reads what has arrived (answering it), then
+    /// looks at the timers. Ready with the first thing that happened.
+    fn poll_event<S: Stream>(
+        &mut self,
+        cx: &mut Context<'_>,
+        stream: &mut S,
+        ctx: &Ctx,
+        transport: Transport,
+        mut timer: Pin<&mut Sleep>,
+        mut idle: Pin<&mut Sleep>,
+    ) -> Poll<Event> {
+        let mut progress = false;
+        while self.pending_write() > 0 {
+            match Pin::new(&mut *stream).poll_write(cx, &self.wbuf[self.wpos..]) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Event::Error),
+                Poll::Ready(Ok(n)) => {
+                    self.wpos += n;
+                    self.unflushed = true;
+                    progress = true;
+                }
+                Poll::Pending => break,
+            }
+        }
+        if self.pending_write() == 0 {
+            self.wbuf.clear();
+            self.wpos = 0;
+        }
+        if self.unflushed {
+            match Pin::new(&mut *stream).poll_flush(cx) {
+                Poll::Ready(Ok(())) => self.unflushed = false,
+                Poll::Ready(Err(_)) => return Poll::Ready(Event::Error),
+                Poll::Pending => {}
+            }
+        }
+        if progress {
+            self.last_activity = Instant::now();
+        }
+        if !self.eof && !self.reset && self.pending_write() < HIGH_WATER {
+            if self.rlen == self.rbuf.len() {
+                self.rbuf.resize(self.rbuf.len() * 2, 0);
+            }
+            let mut rb = ReadBuf::new(&mut self.rbuf[self.rlen..]);
+            match Pin::new(&mut *stream).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) => {
+                    let n = rb.filled().len();
+                    if n == 0 {
+                        self.eof = true;
+                    } else {
+                        self.rlen += n;
+                        self.last_activity = Instant::now();
+                        self.process(ctx, transport);
+                    }
+                    return Poll::Ready(Event::Progress);
+                }
+                Poll::Ready(Err(_)) => return Poll::Ready(Event::Error),
+                Poll::Pending => {}
+            }
+        }
+        if progress {
+            return Poll::Ready(Event::Progress);
+        }
+        if !self.timers.is_empty() {
+            if timer.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Timer);
+            }
+        } else if idle.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Event::Idle);
+        }
+        Poll::Pending
+    }
 }
 
-async fn connection(mut stream: TcpStream, shared: Arc<Shared>) {
-    let _ = stream.set_nodelay(true);
-    let mut c = Conn {
-        rbuf: vec![0; READ_BUF],
-        rlen: 0,
-        wbuf: Vec::new(),
-        wpos: 0,
-        out: Vec::with_capacity(512),
-        timers: BinaryHeap::new(),
-        seq: 0,
-    };
-    let idle = shared.idle_timeout;
-    let mut eof = false;
-    let mut last_activity = Instant::now();
-    let mut idle_sleep = pin!(sleep_until(last_activity + idle));
-    let mut timer_sleep = pin!(sleep_until(last_activity));
+/// Serves one connection: `early` holds bytes that arrived before (TLS early data).
+pub(crate) async fn connection<S: Stream>(mut stream: S, ctx: Rc<Ctx>, transport: Transport, early: Vec<u8>) {
+    let mut c = Conn::new();
+    if !early.is_empty() {
+        c.feed(&early, &ctx, transport);
+    }
+    let idle = ctx.idle_timeout;
+    let mut idle_sleep = pin!(sleep_until(c.last_activity + idle));
+    let mut timer_sleep = pin!(sleep_until(c.last_activity));
     loop {
-        // Write what is pending without waiting.
-        if c.pending_write() > 0 {
-            match stream.try_write(&c.wbuf[c.wpos..]) {
-                Ok(n) => {
-                    c.wpos += n;
-                    last_activity = Instant::now();
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return,
-            }
-            if c.pending_write() == 0 {
-                c.wbuf.clear();
-                c.wpos = 0;
-            }
-        }
-        if eof && c.timers.is_empty() && c.pending_write() == 0 {
-            break;
-        }
-        let want_read = !eof && c.pending_write() < HIGH_WATER;
-        let want_write = c.pending_write() > 0;
         if let Some(t) = c.timers.peek() {
             if timer_sleep.deadline() != t.0.due {
                 timer_sleep.as_mut().reset(t.0.due);
             }
         }
-        let idle_at = last_activity + idle;
+        let idle_at = c.last_activity + idle;
         if idle_sleep.deadline() != idle_at {
             idle_sleep.as_mut().reset(idle_at);
         }
-        tokio::select! {
-            biased;
-            r = stream.readable(), if want_read => {
-                if r.is_err() {
-                    return;
-                }
-                loop {
-                    if c.rlen == c.rbuf.len() {
-                        break;
-                    }
-                    match stream.try_read(&mut c.rbuf[c.rlen..]) {
-                        Ok(0) => {
-                            eof = true;
-                            break;
-                        }
-                        Ok(n) => {
-                            c.rlen += n;
-                            last_activity = Instant::now();
-                            c.process(&shared);
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(_) => return,
-                    }
-                    if c.pending_write() >= HIGH_WATER {
-                        break;
-                    }
+        let ev =
+            poll_fn(|cx| c.poll_event(cx, &mut stream, &ctx, transport, timer_sleep.as_mut(), idle_sleep.as_mut()))
+                .await;
+        match ev {
+            Event::Progress => {
+                if c.rlen > 0 {
+                    use std::os::fd::AsRawFd;
+                    quick_ack(stream.tcp().as_raw_fd());
                 }
             }
-            r = stream.writable(), if want_write => {
-                if r.is_err() {
-                    return;
-                }
-            }
-            _ = &mut timer_sleep, if !c.timers.is_empty() => c.fire_due(&shared),
-            _ = &mut idle_sleep, if c.timers.is_empty() => {
-                if Instant::now() >= last_activity + idle {
+            Event::Timer => c.fire_due(&ctx),
+            Event::Idle => {
+                if Instant::now() >= c.last_activity + idle {
                     break;
                 }
             }
+            Event::Error => return,
+        }
+        if c.reset && c.pending_write() == 0 && !c.unflushed {
+            // The fault: RST instead of FIN.
+            let _ = socket2::SockRef::from(stream.tcp()).set_linger(Some(Duration::ZERO));
+            return;
+        }
+        if c.eof && c.timers.is_empty() && c.pending_write() == 0 && !c.unflushed {
+            break;
         }
     }
-    // Graceful close: FIN after whatever could be written.
+    // Graceful close: FIN (after close_notify over TLS) after whatever could be written.
     if c.pending_write() > 0 {
         let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&c.wbuf[c.wpos..])).await;
     }
-    let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.shutdown()).await;
 }

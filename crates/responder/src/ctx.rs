@@ -1,0 +1,26 @@
+//! What every connection of an I/O thread shares: the answer engine, the thread's counters,
+//! the server policies and the faults.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::answer::Answerer;
+use crate::faults::Active;
+use crate::stats::Counters;
+
+/// Per-thread settings shared by the connections of every async transport on that thread.
+pub(crate) struct Ctx {
+    pub answerer: Arc<Answerer>,
+    /// This thread's counters (single writer: this thread).
+    pub counters: Arc<Counters>,
+    /// A connection with no traffic for this long is closed.
+    pub idle_timeout: Duration,
+    /// HTTP/2 and QUIC: most concurrent streams a client may open.
+    pub max_streams: u32,
+    /// DoH path, e.g. `/dns-query`.
+    pub doh_path: Arc<str>,
+    /// The faults in force.
+    pub faults: Arc<Active>,
+    /// `cache-control` value for answers with records: `max-age=TTL`.
+    pub cache_control: http::HeaderValue,
+}

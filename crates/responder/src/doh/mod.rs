@@ -1,0 +1,330 @@
+//! DNS over HTTPS (RFC 8484) over HTTP/1.1 and HTTP/2 on one TLS port, the version chosen
+//! by ALPN (`h2`, else HTTP/1.1). `GET PATH?dns=BASE64URL` and `POST PATH` with an
+//! `application/dns-message` body; answers `application/dns-message` with
+//! `cache-control: max-age=TTL`. Wrong path 404, wrong method 405, bad `dns` 400, wrong
+//! content type 415.
+//!
+//! HTTP/2 runs on the h2 crate directly: requests whose query is at hand (GET, or a POST whose
+//! body arrived with its headers) are answered inline in the connection task; the others,
+//! and delayed answers, get a task of their own. HTTP/1.1 runs on hyper.
+
+pub(crate) mod request;
+
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+
+use crate::answer::Transport;
+use crate::ctx::Ctx;
+use crate::stats::add;
+use request::{Kind, Outcome};
+
+/// ALPN protocols offered, HTTP/2 preferred.
+pub(crate) const ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
+
+/// Serves DoH (HTTP/1.1 and HTTP/2) on `listener`.
+pub(crate) async fn serve(
+    listener: std::net::TcpListener,
+    ctx: Rc<Ctx>,
+    tls: Arc<rustls::ServerConfig>,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let acceptor = TlsAcceptor::from(tls);
+    crate::tcp::accept_loop(listener, stop, |stream| {
+        add(&ctx.counters.doh_connections, 1);
+        tokio::task::spawn_local(connection(stream, ctx.clone(), acceptor.clone()));
+    })
+    .await
+}
+
+async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor) {
+    let Some(mut tls) = crate::dot::handshake(stream, &ctx, &acceptor).await else { return };
+    let early = crate::dot::early_data(&mut tls, &ctx);
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let fd = std::os::fd::AsRawFd::as_raw_fd(tls.get_ref().0);
+    let io = Prefixed { early, at: 0, inner: tls };
+    if h2 {
+        serve_h2(io, ctx, fd).await;
+    } else {
+        serve_h1(io, ctx).await;
+    }
+}
+
+/// A stream that first yields bytes received before it (TLS early data).
+struct Prefixed<S> {
+    early: Vec<u8>,
+    at: usize,
+    inner: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        if self.at < self.early.len() {
+            let n = (self.early.len() - self.at).min(buf.remaining());
+            buf.put_slice(&self.early[self.at..self.at + n]);
+            self.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTP/2
+
+type H2Respond = h2::server::SendResponse<Bytes>;
+
+/// Sends a head and (unless empty) a body on an HTTP/2 stream.
+fn h2_send(respond: &mut H2Respond, head: Response<()>, body: &[u8]) {
+    let end = body.is_empty();
+    if let Ok(mut s) = respond.send_response(head, end) {
+        if !end {
+            let _ = s.send_data(Bytes::copy_from_slice(body), true);
+        }
+    }
+}
+
+/// Carries out an outcome on an HTTP/2 stream; delayed answers and dropped queries get a task.
+fn h2_outcome(ctx: &Ctx, mut respond: H2Respond, outcome: Outcome, out: &[u8], closed: &watch::Receiver<()>) {
+    match outcome {
+        Outcome::Reset => respond.send_reset(h2::Reason::INTERNAL_ERROR),
+        Outcome::Reply { head, delay: None } => {
+            request::sent(ctx, &head, out);
+            h2_send(&mut respond, head, out);
+        }
+        Outcome::Reply { head, delay: Some(d) } => {
+            let body = Bytes::copy_from_slice(out);
+            let counters = ctx.counters.clone();
+            let mut closed = closed.clone();
+            tokio::task::spawn_local(async move {
+                tokio::select! {
+                    _ = tokio::time::sleep(d) => {
+                        counters.sent(&body);
+                        let end = body.is_empty();
+                        if let Ok(mut s) = respond.send_response(head, end) {
+                            if !end {
+                                let _ = s.send_data(body, true);
+                            }
+                        }
+                    }
+                    _ = closed.changed() => {}
+                }
+            });
+        }
+        Outcome::Drop => {
+            // Hold the stream, unanswered, until the connection ends.
+            let mut closed = closed.clone();
+            tokio::task::spawn_local(async move {
+                let _ = closed.changed().await;
+                drop(respond);
+            });
+        }
+    }
+}
+
+/// Reads a POST body (at most [`request::MAX_QUERY`] octets), releasing flow-control credit.
+/// `poll_data` is driven by `cx`; Ready(None) when the body is too long or broken.
+fn poll_body(body: &mut h2::RecvStream, buf: &mut Vec<u8>, cx: &mut Context<'_>) -> Poll<Option<()>> {
+    loop {
+        match body.poll_data(cx) {
+            Poll::Ready(Some(Ok(chunk))) => {
+                let _ = body.flow_control().release_capacity(chunk.len());
+                if buf.len() + chunk.len() > request::MAX_QUERY {
+                    return Poll::Ready(None);
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            Poll::Ready(Some(Err(_))) => return Poll::Ready(None),
+            Poll::Ready(None) => return Poll::Ready(Some(())),
+            Poll::Pending => return Poll::Pending,
+        }
+    }
+}
+
+/// One HTTP/2 request: answered inline when its query is at hand.
+fn h2_request(
+    ctx: &Rc<Ctx>,
+    req: Request<h2::RecvStream>,
+    mut respond: H2Respond,
+    scratch: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+    closed: &watch::Receiver<()>,
+    fd: std::os::fd::RawFd,
+) {
+    let (parts, mut body) = req.into_parts();
+    match request::check(ctx, &parts.method, &parts.uri, &parts.headers, scratch) {
+        Err(status) => h2_send(&mut respond, request::status_head(status), &[]),
+        Ok(Kind::Get) => {
+            let outcome = request::answer(ctx, scratch, Transport::Doh, out);
+            h2_outcome(ctx, respond, outcome, out, closed);
+        }
+        Ok(Kind::Post) => {
+            scratch.clear();
+            // The body usually came with the headers: try without waiting first.
+            let mut noop = Context::from_waker(std::task::Waker::noop());
+            match poll_body(&mut body, scratch, &mut noop) {
+                Poll::Ready(Some(())) => {
+                    let outcome = request::answer(ctx, scratch, Transport::Doh, out);
+                    h2_outcome(ctx, respond, outcome, out, closed);
+                }
+                Poll::Ready(None) => h2_send(&mut respond, request::status_head(StatusCode::PAYLOAD_TOO_LARGE), &[]),
+                Poll::Pending => {
+                    // The body is still on its way: acknowledge the headers now.
+                    crate::tcp::quick_ack(fd);
+                    let (ctx, closed) = (ctx.clone(), closed.clone());
+                    let mut buf = std::mem::take(scratch);
+                    tokio::task::spawn_local(async move {
+                        let got = std::future::poll_fn(|cx| poll_body(&mut body, &mut buf, cx)).await;
+                        let mut out = Vec::with_capacity(512);
+                        match got {
+                            Some(()) => {
+                                let outcome = request::answer(&ctx, &buf, Transport::Doh, &mut out);
+                                h2_outcome(&ctx, respond, outcome, &out, &closed);
+                            }
+                            None => h2_send(&mut respond, request::status_head(StatusCode::PAYLOAD_TOO_LARGE), &[]),
+                        }
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Serves HTTP/2 on `io`; `fd` is its TCP socket (open as long as `io`).
+async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>, fd: std::os::fd::RawFd) {
+    let idle = ctx.idle_timeout;
+    let mut builder = h2::server::Builder::new();
+    builder.max_concurrent_streams(ctx.max_streams).max_header_list_size(16 << 10).max_send_buffer_size(1 << 20);
+    let Ok(Ok(mut conn)) = tokio::time::timeout(idle, builder.handshake::<_, Bytes>(io)).await else { return };
+    // Dropped when the connection ends: releases held (dropped, delayed) streams.
+    let (_closed_tx, closed) = watch::channel(());
+    let mut scratch = Vec::with_capacity(512);
+    let mut out = Vec::with_capacity(512);
+    let mut served = 0u64;
+    let mut closing = false;
+    loop {
+        match tokio::time::timeout(idle, conn.accept()).await {
+            Ok(Some(Ok((req, respond)))) => {
+                served += 1;
+                h2_request(&ctx, req, respond, &mut scratch, &mut out, &closed, fd);
+                if !closing && ctx.faults.goaway_after.is_some_and(|n| served >= n) {
+                    conn.graceful_shutdown();
+                    closing = true;
+                }
+            }
+            Ok(Some(Err(_))) | Ok(None) => break,
+            Err(_) => {
+                // No new request for the idle timeout: GOAWAY, then close when streams end
+                // (or after another idle period).
+                if closing {
+                    break;
+                }
+                conn.graceful_shutdown();
+                closing = true;
+            }
+        }
+    }
+    // Let the connection flush its last frames.
+    let _ =
+        tokio::time::timeout(std::time::Duration::from_secs(1), std::future::poll_fn(|cx| conn.poll_closed(cx))).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTP/1.1
+
+/// The `rst-stream` fault over HTTP/1.1: an error makes hyper close the connection.
+#[derive(Debug)]
+struct Reset;
+
+impl std::fmt::Display for Reset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("rst-stream fault")
+    }
+}
+impl std::error::Error for Reset {}
+
+type H1Body = http_body_util::Full<Bytes>;
+
+async fn h1_request(
+    ctx: Rc<Ctx>,
+    req: Request<hyper::body::Incoming>,
+    served: Rc<std::cell::Cell<u64>>,
+) -> Result<Response<H1Body>, Reset> {
+    use http_body_util::BodyExt;
+    let (parts, body) = req.into_parts();
+    let mut scratch = Vec::new();
+    let n = served.get() + 1;
+    served.set(n);
+    let close = ctx.faults.goaway_after.is_some_and(|g| n >= g);
+    let finish = |mut r: Response<()>, body: Bytes| {
+        if close {
+            r.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+        }
+        r.map(|()| http_body_util::Full::new(body))
+    };
+    let kind = match request::check(&ctx, &parts.method, &parts.uri, &parts.headers, &mut scratch) {
+        Ok(k) => k,
+        Err(status) => return Ok(finish(request::status_head(status), Bytes::new())),
+    };
+    if kind == Kind::Post {
+        match http_body_util::Limited::new(body, request::MAX_QUERY).collect().await {
+            Ok(b) => scratch = b.to_bytes().to_vec(),
+            Err(_) => return Ok(finish(request::status_head(StatusCode::PAYLOAD_TOO_LARGE), Bytes::new())),
+        }
+    }
+    let mut out = Vec::with_capacity(512);
+    match request::answer(&ctx, &scratch, Transport::Doh, &mut out) {
+        Outcome::Reset => Err(Reset),
+        // Never answered: hyper drops this future when the connection ends.
+        Outcome::Drop => std::future::pending().await,
+        Outcome::Reply { head, delay } => {
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
+            request::sent(&ctx, &head, &out);
+            Ok(finish(head, Bytes::from(out)))
+        }
+    }
+}
+
+async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>) {
+    let served = Rc::new(std::cell::Cell::new(0u64));
+    let svc = {
+        let ctx = ctx.clone();
+        hyper::service::service_fn(move |req| h1_request(ctx.clone(), req, served.clone()))
+    };
+    let mut b = hyper::server::conn::http1::Builder::new();
+    b.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(ctx.idle_timeout).keep_alive(true);
+    let conn = b.serve_connection(hyper_util::rt::TokioIo::new(io), svc);
+    let _ = conn.await;
+}

@@ -1,0 +1,79 @@
+//! DNS over QUIC (RFC 9250): ALPN `doq`, one query per bidirectional stream with a 2-byte
+//! length prefix; the answer (ID 0, as the query's must be) goes back on the same stream,
+//! which is then finished. Delayed answers wait in their stream's task without holding up
+//! others; a dropped query's stream stays open, unanswered, until the client gives up.
+
+use std::rc::Rc;
+
+use quinn::{Connection, RecvStream, SendStream, ZeroRttAccepted};
+
+use crate::answer::{Transport, Verdict};
+use crate::ctx::Ctx;
+use crate::stats::add;
+
+/// ALPN protocol of DoQ.
+pub(crate) const ALPN: &[u8] = b"doq";
+/// DOQ_INTERNAL_ERROR: the code of the `quic-stream-reset` fault.
+const DOQ_INTERNAL_ERROR: u32 = 1;
+/// DOQ_PROTOCOL_ERROR: a stream that does not carry one length-prefixed message.
+const DOQ_PROTOCOL_ERROR: u32 = 2;
+
+/// Serves one DoQ connection: a task per stream.
+pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAccepted>, ctx: Rc<Ctx>) {
+    add(&ctx.counters.doq_connections, 1);
+    while let Ok((send, recv)) = conn.accept_bi().await {
+        crate::quic::note_first_stream(&ctx, &mut zero_rtt);
+        tokio::task::spawn_local(stream(send, recv, ctx.clone()));
+    }
+}
+
+async fn stream(mut send: SendStream, mut recv: RecvStream, ctx: Rc<Ctx>) {
+    let msg = match tokio::time::timeout(ctx.idle_timeout, recv.read_to_end(2 + 65_535)).await {
+        Ok(Ok(m)) => m,
+        Ok(Err(_)) => {
+            let _ = send.reset(DOQ_PROTOCOL_ERROR.into());
+            return;
+        }
+        Err(_) => {
+            let _ = send.reset(DOQ_PROTOCOL_ERROR.into());
+            let _ = recv.stop(DOQ_PROTOCOL_ERROR.into());
+            return;
+        }
+    };
+    if msg.len() < 2 || u16::from_be_bytes([msg[0], msg[1]]) as usize != msg.len() - 2 {
+        let _ = send.reset(DOQ_PROTOCOL_ERROR.into());
+        return;
+    }
+    add(&ctx.counters.queries, 1);
+    if ctx.faults.quic_stream_reset.as_ref().is_some_and(|s| s.hit()) {
+        add(&ctx.counters.dropped, 1);
+        let _ = send.reset(DOQ_INTERNAL_ERROR.into());
+        return;
+    }
+    let mut out = Vec::with_capacity(512);
+    let delay = match ctx.answerer.answer(&msg[2..], Transport::Doq, &mut out) {
+        Verdict::Drop => {
+            add(&ctx.counters.dropped, 1);
+            // Unanswered until the client gives up the stream or the connection ends.
+            let _ = send.stopped().await;
+            return;
+        }
+        Verdict::Reply { delay } => delay,
+    };
+    if let Some(d) = delay {
+        add(&ctx.counters.delayed, 1);
+        tokio::time::sleep(d).await;
+    }
+    // RFC 9250 4.2.1: the ID is 0 in both directions.
+    if out.len() >= 2 {
+        out[0] = 0;
+        out[1] = 0;
+    }
+    let mut frame = Vec::with_capacity(out.len() + 2);
+    frame.extend_from_slice(&(out.len() as u16).to_be_bytes());
+    frame.extend_from_slice(&out);
+    if send.write_all(&frame).await.is_ok() {
+        ctx.counters.sent(&out);
+        let _ = send.finish();
+    }
+}

@@ -1,0 +1,67 @@
+//! DNS over TLS (RFC 7858): the TCP server's connection code ([`crate::tcp::connection`])
+//! over a tokio-rustls stream. ALPN `dot` is offered (clients that send none are served too).
+//! TLS 1.3 early data, when accepted, is read right after the handshake and answered first.
+
+use std::io::Read;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use rustls::HandshakeKind;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+
+use crate::answer::Transport;
+use crate::ctx::Ctx;
+use crate::stats::add;
+
+/// ALPN protocol of DoT (RFC 7858 section 3.2, IANA "dot").
+pub(crate) const ALPN: &[u8] = b"dot";
+
+/// Serves DoT on `listener` with this TLS configuration.
+pub(crate) async fn serve(
+    listener: std::net::TcpListener,
+    ctx: Rc<Ctx>,
+    tls: Arc<rustls::ServerConfig>,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let acceptor = TlsAcceptor::from(tls);
+    crate::tcp::accept_loop(listener, stop, |stream| {
+        add(&ctx.counters.dot_connections, 1);
+        tokio::task::spawn_local(connection(stream, ctx.clone(), acceptor.clone()));
+    })
+    .await
+}
+
+/// The TLS handshake (bounded by the idle timeout), then the DNS-over-TCP connection.
+async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor) {
+    let Some(mut tls) = handshake(stream, &ctx, &acceptor).await else { return };
+    let early = early_data(&mut tls, &ctx);
+    crate::tcp::connection(tls, ctx, Transport::Dot, early).await;
+}
+
+/// Runs the server handshake; counts resumed handshakes. None when it failed or timed out.
+pub(crate) async fn handshake(
+    stream: TcpStream,
+    ctx: &Ctx,
+    acceptor: &TlsAcceptor,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    let tls = tokio::time::timeout(ctx.idle_timeout, acceptor.accept(stream)).await.ok()?.ok()?;
+    if tls.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed) {
+        add(&ctx.counters.tls_resumed, 1);
+    }
+    Some(tls)
+}
+
+/// The early data the client sent with its ClientHello (tokio-rustls does not hand it to
+/// the reader): read it right after the handshake. Empty when none was accepted.
+pub(crate) fn early_data(tls: &mut tokio_rustls::server::TlsStream<TcpStream>, ctx: &Ctx) -> Vec<u8> {
+    let mut early = Vec::new();
+    if let Some(mut ed) = tls.get_mut().1.early_data() {
+        let _ = ed.read_to_end(&mut early);
+    }
+    if !early.is_empty() {
+        add(&ctx.counters.early_data, 1);
+    }
+    early
+}

@@ -1,0 +1,103 @@
+//! What DoQ and DoH/3 share: a quinn endpoint per I/O thread on an SO_REUSEPORT socket, the
+//! server transport settings, address validation with Retry, and 0-RTT.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::Context;
+
+use quinn::{Connection, ZeroRttAccepted};
+use tokio::sync::watch;
+
+use crate::ctx::Ctx;
+use crate::stats::add;
+
+/// The quinn server configuration: TLS 1.3 from `tls`, idle timeout, stream limits.
+pub(crate) fn server_config(
+    tls: Arc<rustls::ServerConfig>,
+    ctx_idle: std::time::Duration,
+    max_streams: u32,
+    h3: bool,
+) -> Result<quinn::ServerConfig, String> {
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|e| format!("QUIC TLS: {e}"))?;
+    let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut t = quinn::TransportConfig::default();
+    t.max_idle_timeout(quinn::IdleTimeout::try_from(ctx_idle).ok());
+    t.max_concurrent_bidi_streams(max_streams.into());
+    // HTTP/3 needs the client's control and QPACK streams; DoQ uses none.
+    t.max_concurrent_uni_streams(if h3 { 8u32.into() } else { 0u32.into() });
+    sc.transport_config(Arc::new(t));
+    Ok(sc)
+}
+
+/// A server endpoint on `socket` (bound already; one per I/O thread, same port).
+pub(crate) fn endpoint(socket: std::net::UdpSocket, config: quinn::ServerConfig) -> std::io::Result<quinn::Endpoint> {
+    quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(config), socket, Arc::new(quinn::TokioRuntime))
+}
+
+/// Whether the handshake is still under way: a stream accepted then came in 0-RTT packets.
+pub(crate) fn still_handshaking(accepted: &mut ZeroRttAccepted) -> bool {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    Pin::new(accepted).poll(&mut cx).is_pending()
+}
+
+/// Accepts connections until `stop` turns true: sends a Retry to every client whose address
+/// is not validated yet when `retry` is on; with 0-RTT, hands the connection over before the
+/// handshake completes (0.5-RTT), with the future telling when it did.
+pub(crate) async fn accept_loop<F, Fut>(
+    ep: quinn::Endpoint,
+    ctx: Rc<Ctx>,
+    retry: bool,
+    zero_rtt: bool,
+    mut stop: watch::Receiver<bool>,
+    serve: F,
+) where
+    F: Fn(Connection, Option<ZeroRttAccepted>, Rc<Ctx>) -> Fut + Copy + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    loop {
+        if *stop.borrow_and_update() {
+            break;
+        }
+        let incoming = tokio::select! {
+            _ = stop.changed() => continue,
+            i = ep.accept() => match i {
+                Some(i) => i,
+                None => break,
+            },
+        };
+        if retry && !incoming.remote_address_validated() {
+            if incoming.retry().is_ok() {
+                add(&ctx.counters.retry_sent, 1);
+            }
+            continue;
+        }
+        let Ok(connecting) = incoming.accept() else { continue };
+        let ctx = ctx.clone();
+        tokio::task::spawn_local(async move {
+            if zero_rtt {
+                match connecting.into_0rtt() {
+                    Ok((conn, accepted)) => serve(conn, Some(accepted), ctx).await,
+                    Err(connecting) => {
+                        if let Ok(Ok(conn)) = tokio::time::timeout(ctx.idle_timeout, connecting).await {
+                            serve(conn, None, ctx).await
+                        }
+                    }
+                }
+            } else if let Ok(Ok(conn)) = tokio::time::timeout(ctx.idle_timeout, connecting).await {
+                serve(conn, None, ctx).await
+            }
+        });
+    }
+    ep.close(0u32.into(), b"");
+}
+
+/// Counts a connection's first stream that arrived during the handshake as early data.
+pub(crate) fn note_first_stream(ctx: &Ctx, zero_rtt: &mut Option<ZeroRttAccepted>) {
+    if let Some(mut accepted) = zero_rtt.take() {
+        if still_handshaking(&mut accepted) {
+            add(&ctx.counters.early_data, 1);
+        }
+    }
+}
