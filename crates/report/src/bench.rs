@@ -23,6 +23,14 @@ pub struct BenchRow {
     pub p99_ns: u64,
     /// Generator CPU time per answered query, microseconds.
     pub cpu_us_per_answer: f64,
+    /// Connection-based transports: connections opened, their median handshake (TCP + TLS, or
+    /// QUIC), and how many resumed a TLS session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handshake_p50_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<u64>,
     /// Free text printed after the columns (e.g. `connection refused`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -68,6 +76,24 @@ const COLUMNS: &[Column] = &[
         },
     },
     Column { header: "vs udp", align: Align::Right, shown: always, cell: |r, c| vs_udp(r.qps, c.udp_qps) },
+    Column {
+        header: "conns",
+        align: Align::Right,
+        shown: |rows| rows.iter().any(|r| r.connections.is_some()),
+        cell: |r, _| r.connections.map_or("-".into(), |n| n.to_string()),
+    },
+    Column {
+        header: "handshake",
+        align: Align::Right,
+        shown: |rows| rows.iter().any(|r| r.handshake_p50_ns.is_some()),
+        cell: |r, _| r.handshake_p50_ns.map_or("-".into(), fmt_ns),
+    },
+    Column {
+        header: "resumed",
+        align: Align::Right,
+        shown: |rows| rows.iter().any(|r| r.resumed.is_some()),
+        cell: |r, _| r.resumed.map_or("-".into(), |n| n.to_string()),
+    },
     Column { header: "", align: Align::Left, shown: always, cell: |r, _| r.note.clone().unwrap_or_default() },
 ];
 

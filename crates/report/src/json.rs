@@ -160,10 +160,19 @@ impl Formatter for ResultsFormatter {
     }
 }
 
-/// Writes `r` to `path` atomically: into `.NAME.tmp-PID` in the same directory, fsync, rename
-/// over `path`, then fsync the directory. Readers see the old file or the whole new one, never
-/// a part. On any error the temporary file is removed and the error names `path`.
+/// Writes `r` to `path` atomically (see [`write_file_atomic`]).
 pub fn write_json_file_atomic(r: &RunResult, path: &Path) -> Result<(), ReportError> {
+    write_file_atomic(path, |w| write_json(r, w))
+}
+
+/// Writes a file atomically: `fill` writes into `.NAME.tmp-PID` in the same directory, which is
+/// fsynced and renamed over `path`, then the directory is fsynced. Readers see the old file or
+/// the whole new one, never a part. On any error the temporary file is removed and the error
+/// names `path`.
+pub fn write_file_atomic(
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
+) -> Result<(), ReportError> {
     let io_err = |op: &'static str| move |source: io::Error| ReportError::Io { path: path.to_path_buf(), op, source };
     if path.is_dir() {
         return Err(ReportError::IsDirectory { path: path.to_path_buf() });
@@ -184,7 +193,7 @@ pub fn write_json_file_atomic(r: &RunResult, path: &Path) -> Result<(), ReportEr
     let file = file.map_err(io_err("create the results file"))?;
     let written = (|| {
         let mut w = BufWriter::new(file);
-        write_json(r, &mut w)?;
+        fill(&mut w)?;
         let file = w.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()
     })();

@@ -493,6 +493,9 @@ fn bench_row(transport: &str, qps: f64, note: Option<&str>) -> BenchRow {
         p50_ns: 212_000,
         p99_ns: 1_500_000,
         cpu_us_per_answer: 4.25,
+        connections: None,
+        handshake_p50_ns: None,
+        resumed: None,
         note: note.map(Into::into),
     }
 }

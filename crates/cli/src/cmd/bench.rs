@@ -8,11 +8,11 @@ use clap::Args;
 use volley_engine::{Load, Plan, QuerySet};
 use volley_report::BenchRow;
 use volley_responder::{ResponderConfig, Transport};
-use volley_transport::{LaneOptions, Target};
+use volley_transport::{HttpVersion, LaneOptions, Target, TlsSettings};
 use volley_wire::{QType, QueryOptions};
 
 use crate::args::parse_duration;
-use crate::cmd::run::{interrupt_flag, ProgressMode};
+use crate::cmd::run::{check_output, check_target, execute, interrupt_flag, ProgressMode};
 use crate::error::{CliError, CliResult};
 
 const EXAMPLES: &str = "\
@@ -20,12 +20,23 @@ Examples:
   The embedded responder on loopback, every transport for 3 s each:
     volley bench
 
-  An external server, a target per transport:
-    volley bench --target udp://127.0.0.1:53 --target tcp://127.0.0.1:53 -l 10s -c 200
+  Only some transports, longer:
+    volley bench --transports udp,dot,doh2 -l 10s
 
-The table shows answered queries per second, the share answered, latency p50 and p99, and
-the generator's CPU time per answered query (its worker threads only: with the embedded
-responder, the responder's threads are not counted).";
+  An external server, a target per transport (its certificate checked against --ca):
+    volley bench --target udp://127.0.0.1:53 --target tls://127.0.0.1:853 --ca ca.pem
+
+Transports: udp, tcp, dot (DNS over TLS), doh1, doh2, doh3 (DNS over HTTPS over HTTP/1.1,
+HTTP/2, HTTP/3), doq (DNS over QUIC).
+
+The table shows answered queries per second, the share answered, latency p50 and p99, the
+generator's CPU time per answered query (its worker threads only: with the embedded
+responder, the responder's threads are not counted), QPS relative to UDP, and for
+connection-based transports the connections opened, their median handshake and how many
+resumed a TLS session.";
+
+/// Every transport `volley bench` knows, in table order.
+const TRANSPORTS: &[&str] = &["udp", "tcp", "dot", "doh1", "doh2", "doh3", "doq"];
 
 #[derive(Args, Debug)]
 #[command(after_long_help = EXAMPLES)]
@@ -35,7 +46,7 @@ pub struct BenchArgs {
     pub target: Vec<String>,
 
     /// Transports to measure against the embedded responder (comma-separated).
-    #[arg(long, value_name = "LIST", value_delimiter = ',', default_values = ["udp", "tcp"])]
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_values = TRANSPORTS)]
     pub transports: Vec<String>,
 
     /// How long to measure each transport.
@@ -59,6 +70,14 @@ pub struct BenchArgs {
     #[arg(long, value_name = "NAME", default_value = "www.example.test")]
     pub name: String,
 
+    /// External targets: trust this CA (PEM) for their certificates.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+
+    /// External targets: do not verify certificates (said in the results).
+    #[arg(long)]
+    pub insecure: bool,
+
     /// Write every run's full results (and the table) as JSON to FILE.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -68,59 +87,110 @@ pub struct BenchArgs {
     pub progress: ProgressMode,
 }
 
+/// A transport of the embedded responder: its listener and how the generator reaches it.
+struct Embedded {
+    name: &'static str,
+    listener: Transport,
+    scheme: &'static str,
+    http: Option<HttpVersion>,
+}
+
+const EMBEDDED: &[Embedded] = &[
+    Embedded { name: "udp", listener: Transport::Udp, scheme: "udp", http: None },
+    Embedded { name: "tcp", listener: Transport::Tcp, scheme: "tcp", http: None },
+    Embedded { name: "dot", listener: Transport::Dot, scheme: "tls", http: None },
+    Embedded { name: "doh1", listener: Transport::Doh, scheme: "https", http: Some(HttpVersion::Http1) },
+    Embedded { name: "doh2", listener: Transport::Doh, scheme: "https", http: Some(HttpVersion::Http2) },
+    Embedded { name: "doh3", listener: Transport::Doh3, scheme: "https", http: Some(HttpVersion::Http3) },
+    Embedded { name: "doq", listener: Transport::Doq, scheme: "quic", http: None },
+];
+
+/// One measurement to make.
+struct Case {
+    name: String,
+    target: Target,
+    lane: LaneOptions,
+}
+
 pub fn run(a: BenchArgs) -> CliResult {
-    crate::cmd::run::check_output(&a.output)?;
+    check_output(&a.output)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = a.threads.unwrap_or((cores / 2).max(1));
     if threads == 0 || a.concurrency == 0 {
         return Err(CliError::usage("--threads and --concurrency must be at least 1"));
     }
+    let tmp = tempdir()?;
     let mut embedded = None;
-    let targets: Vec<Target> = if a.target.is_empty() {
-        let mut udp = false;
-        let mut tcp = false;
+    let mut cases = Vec::new();
+    if a.target.is_empty() {
+        let mut wanted = Vec::new();
         for t in &a.transports {
-            match t.to_ascii_lowercase().as_str() {
-                "udp" => udp = true,
-                "tcp" => tcp = true,
-                other => {
-                    return Err(CliError::usage(format!(
-                        "unknown transport '{other}' in --transports (known: udp, tcp)"
-                    )))
-                }
-            }
+            let e = EMBEDDED.iter().find(|e| e.name.eq_ignore_ascii_case(t)).ok_or_else(|| {
+                CliError::usage(format!("unknown transport '{t}' in --transports (known: {})", TRANSPORTS.join(", ")))
+            })?;
+            wanted.push(e);
         }
+        let on = |l: Transport| wanted.iter().any(|e| e.listener == l).then_some(0);
         let config = ResponderConfig {
-            udp_port: udp.then_some(0),
-            tcp_port: tcp.then_some(0),
+            udp_port: on(Transport::Udp),
+            tcp_port: on(Transport::Tcp),
+            dot_port: on(Transport::Dot),
+            doh_port: on(Transport::Doh),
+            doh3_port: on(Transport::Doh3),
+            doq_port: on(Transport::Doq),
             threads: a.responder_threads.unwrap_or((cores - threads.min(cores)).max(1)),
             ..ResponderConfig::default()
         };
         let r = volley_responder::start(config).map_err(|e| CliError::failure(format!("embedded responder: {e}")))?;
-        let mut ts = Vec::new();
-        for (transport, scheme) in [(Transport::Udp, "udp"), (Transport::Tcp, "tcp")] {
-            if let Some(addr) = r.address(transport) {
-                ts.push(format!("{scheme}://{addr}").parse().map_err(CliError::failure)?);
+        let ca_file = match r.ca_pem() {
+            Some(pem) => {
+                let p = tmp.join("ca.pem");
+                std::fs::write(&p, pem).map_err(|e| CliError::failure(format!("cannot write {}: {e}", p.display())))?;
+                Some(p)
             }
+            None => None,
+        };
+        for e in wanted {
+            let addr = r.address(e.listener).ok_or_else(|| CliError::failure(format!("no {} listener", e.name)))?;
+            let url = match e.scheme {
+                "https" => format!("https://localhost:{}/dns-query", addr.port()),
+                "tls" | "quic" => format!("{}://localhost:{}", e.scheme, addr.port()),
+                s => format!("{s}://{addr}"),
+            };
+            let mut target: Target = url.parse().map_err(CliError::failure)?;
+            target.addr = addr;
+            let lane = LaneOptions {
+                tls: TlsSettings { ca_file: ca_file.clone(), ..TlsSettings::default() },
+                http: e.http.unwrap_or_default(),
+                ..LaneOptions::default()
+            };
+            cases.push(Case { name: e.name.to_string(), target, lane });
         }
         embedded = Some(r);
-        ts
     } else {
-        a.target.iter().map(|t| t.parse::<Target>().map_err(CliError::usage)).collect::<CliResult<_>>()?
-    };
+        for t in &a.target {
+            let target: Target = t.parse().map_err(CliError::usage)?;
+            let lane = LaneOptions {
+                tls: TlsSettings { ca_file: a.ca.clone(), insecure: a.insecure, ..TlsSettings::default() },
+                ..LaneOptions::default()
+            };
+            cases.push(Case { name: target.scheme.as_str().to_string(), target, lane });
+        }
+    }
 
     let interrupt = interrupt_flag();
     let mut rows = Vec::new();
     let mut runs = Vec::new();
     println!(
-        "volley bench: {} per transport, closed loop of {}, {} generator thread(s){}",
-        secs(a.duration),
+        "volley bench: {}s per transport, closed loop of {}, {} generator thread(s){}",
+        a.duration.as_secs_f64(),
         a.concurrency,
         threads,
         if embedded.is_some() { ", embedded responder on loopback" } else { "" }
     );
-    for target in targets {
+    for case in cases {
         let queries = QuerySet::single(&a.name, QType::A, QueryOptions::default()).map_err(CliError::usage)?;
+        let h1 = case.lane.http == HttpVersion::Http1 && case.target.scheme.is_https();
         let plan = Plan {
             queries,
             load: Load::Closed { concurrency: a.concurrency },
@@ -128,21 +198,26 @@ pub fn run(a: BenchArgs) -> CliResult {
             count: None,
             timeout: Duration::from_secs(2),
             threads,
-            connections: threads,
-            lane: LaneOptions::default(),
+            // HTTP/1.1 carries one request at a time per connection.
+            connections: if h1 { a.concurrency as usize } else { threads },
+            lane: case.lane,
             batch_window: Duration::ZERO,
-            target,
+            target: case.target,
         };
-        crate::cmd::run::check_target(&plan)?;
-        let mut result = crate::cmd::run::execute(&plan, a.progress, interrupt.clone())?;
+        check_target(&plan)?;
+        let mut result = execute(&plan, a.progress, interrupt.clone())?;
         result.command = std::env::args().collect();
+        let conns = result.connections.as_ref();
         rows.push(BenchRow {
-            transport: plan.target.scheme.as_str().to_string(),
+            transport: case.name,
             qps: result.qps.answered,
             answered_ratio: result.totals.answered_ratio(),
             p50_ns: result.latency.p50_ns,
             p99_ns: result.latency.p99_ns,
             cpu_us_per_answer: result.generator.cpu_us_per_answer,
+            connections: conns.map(|c| c.opened),
+            handshake_p50_ns: conns.and_then(|c| c.handshake_total.as_ref()).map(|h| h.p50_ns),
+            resumed: conns.filter(|c| c.handshake_tls.is_some() || c.handshake_quic.is_some()).map(|c| c.resumed),
             note: (!result.totals.balanced()).then(|| "accounting does not balance".to_string()),
         });
         runs.push(result);
@@ -153,11 +228,13 @@ pub fn run(a: BenchArgs) -> CliResult {
     if let Some(r) = embedded {
         r.stop();
     }
+    let _ = std::fs::remove_dir_all(&tmp);
     let mut out = std::io::stdout().lock();
-    volley_report::write_bench_table(&rows, &mut out).map_err(|e| CliError::failure(e))?;
+    volley_report::write_bench_table(&rows, &mut out).map_err(CliError::failure)?;
     if let Some(path) = &a.output {
         let doc = serde_json::json!({ "schema": "volley.bench/1", "rows": rows, "runs": runs });
-        write_atomic(path, &serde_json::to_vec_pretty(&doc).map_err(|e| CliError::failure(e))?)?;
+        let bytes = serde_json::to_vec_pretty(&doc).map_err(CliError::failure)?;
+        volley_report::write_file_atomic(path, |w| std::io::Write::write_all(w, &bytes)).map_err(CliError::failure)?;
     }
     if interrupt.load(Ordering::Relaxed) {
         return Err(CliError { code: 130, message: "interrupted".into() });
@@ -165,14 +242,9 @@ pub fn run(a: BenchArgs) -> CliResult {
     Ok(())
 }
 
-fn secs(d: Duration) -> String {
-    format!("{}s", d.as_secs_f64())
-}
-
-fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> CliResult {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path)).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        CliError::failure(format!("cannot write {}: {e}", path.display()))
-    })
+/// A private directory for the embedded responder's CA.
+fn tempdir() -> CliResult<PathBuf> {
+    let p = std::env::temp_dir().join(format!("volley-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&p).map_err(|e| CliError::failure(format!("cannot create {}: {e}", p.display())))?;
+    Ok(p)
 }
