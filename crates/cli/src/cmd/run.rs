@@ -520,7 +520,7 @@ pub fn execute(plan: &Plan, progress: ProgressMode, interrupt: Arc<AtomicBool>) 
             shown = true;
         }
     })
-    .map_err(|e| CliError::usage(e))?;
+    .map_err(CliError::usage)?;
     if shown {
         eprint!("\r\x1b[2K");
     }
@@ -541,7 +541,7 @@ pub fn run(a: RunArgs) -> CliResult {
         result.warnings.insert(0, w);
     }
     if let Some(path) = &a.output {
-        volley_report::write_json_file_atomic(&result, path).map_err(|e| CliError::failure(e))?;
+        volley_report::write_json_file_atomic(&result, path).map_err(CliError::failure)?;
     }
     if !a.quiet {
         let mut out = std::io::stdout().lock();
