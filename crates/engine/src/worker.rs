@@ -287,10 +287,12 @@ impl Worker {
         }
     }
 
+    /// Records a transport event; connection events still count while the run shuts its
+    /// connections down (fates no longer do).
     fn with_rec(&self, f: impl FnOnce(&mut Recorder)) {
         let mut inn = self.inner.borrow_mut();
-        if !inn.finished {
-            f(inn.rec());
+        if let Some(r) = inn.rec.as_mut() {
+            f(r);
         }
     }
 
@@ -341,7 +343,9 @@ impl Exchange for GroupView {
 
     #[inline]
     fn unexpected(&self, kind: Unexpected, bytes: usize, now: u64) {
-        self.w.with_rec(|r| r.unexpected(now, kind, bytes));
+        if !self.w.inner.borrow().finished {
+            self.w.with_rec(|r| r.unexpected(now, kind, bytes));
+        }
     }
 
     #[inline]
@@ -360,6 +364,10 @@ impl Exchange for GroupView {
 
     fn conn_closed(&self, how: Close, now: u64) {
         self.w.with_rec(|r| r.conn_closed(now, how, self.g));
+    }
+
+    fn wire(&self, w: &volley_metrics::WireStats) {
+        self.w.with_rec(|r| r.wire(w, self.g));
     }
 
     fn event(&self, what: &'static str) {
@@ -531,18 +539,25 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         }
     }
     let now = now_ns();
-    let (rec, in_flight, by_group, events) = {
+    let (in_flight, by_group) = {
         let mut inn = w.inner.borrow_mut();
         inn.finished = true;
         inn.issuing = false;
-        let by_group = w.in_flight_by_group(&inn);
-        (inn.rec.take(), inn.slab.live() as u64, by_group, std::mem::take(&mut inn.events))
+        (inn.slab.live() as u64, w.in_flight_by_group(&inn))
     };
+    // Close every connection, and give the drivers a moment to report how (and what crossed
+    // the wire): a driver holds its lane until it ends.
     for slot in &w.lanes {
         slot.lane.close();
     }
-    // Let the lanes see the close and shut their connections.
-    tokio::task::yield_now().await;
+    let give_up = now_ns() + 300_000_000;
+    while w.lanes.iter().any(|s| Rc::strong_count(&s.lane) > 1) && now_ns() < give_up {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let (rec, events) = {
+        let mut inn = w.inner.borrow_mut();
+        (inn.rec.take(), std::mem::take(&mut inn.events))
+    };
     if let Some(rec) = rec {
         rec.finish(now, in_flight, &by_group, thread_cpu_ns());
     }

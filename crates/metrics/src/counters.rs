@@ -102,6 +102,8 @@ pub struct Counters {
     /// DNS message bytes written and read (payload, without transport framing).
     pub bytes_out: u64,
     pub bytes_in: u64,
+    /// What crossed the wire, headers included (IP, UDP/TCP), as the transports counted it.
+    pub wire: WireStats,
     /// Connection events (connection-based transports).
     pub conns: crate::ConnCounters,
 }
@@ -118,6 +120,7 @@ impl Counters {
         self.truncated += o.truncated;
         self.bytes_out += o.bytes_out;
         self.bytes_in += o.bytes_in;
+        self.wire.add(&o.wire);
         self.conns.merge(&o.conns);
     }
 
@@ -166,6 +169,29 @@ impl Counters {
                 self.unexpected[k as usize] = *n;
             }
         }
+    }
+}
+
+/// Bytes and packets on the wire in both directions, IP and transport headers included:
+/// from TCP_INFO for TCP-based transports, QUIC's path statistics, datagram counts for UDP.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WireStats {
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    pub packets_out: u64,
+    pub packets_in: u64,
+}
+
+impl WireStats {
+    pub fn add(&mut self, o: &WireStats) {
+        self.bytes_out += o.bytes_out;
+        self.bytes_in += o.bytes_in;
+        self.packets_out += o.packets_out;
+        self.packets_in += o.packets_in;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == WireStats::default()
     }
 }
 

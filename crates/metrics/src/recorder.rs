@@ -1,7 +1,7 @@
 use std::sync::mpsc::Sender;
 
 use crate::connections::ConnHistograms;
-use crate::{Close, Counters, EarlyData, ErrorKind, Handshake, Histogram, Unexpected};
+use crate::{Close, Counters, EarlyData, ErrorKind, Handshake, Histogram, Unexpected, WireStats};
 
 const NS: u64 = 1_000_000_000;
 
@@ -197,6 +197,13 @@ impl Recorder {
         self.tick(now_ns);
         self.cur.unexpected[kind as usize] += 1;
         self.cur.bytes_in += bytes as u64;
+    }
+
+    /// Bytes and packets a transport put on and took off the wire (reported per connection
+    /// when it closes, per batch of datagrams for UDP).
+    #[inline]
+    pub fn wire(&mut self, w: &WireStats, g: u16) {
+        self.count(g, |c| c.wire.add(w));
     }
 
     /// A connection came up.

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Counters, Histogram, SparseHistogram};
+use crate::{Counters, Histogram, SparseHistogram, WireStats};
 
 /// How the run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +102,9 @@ pub struct Totals {
     pub unexpected: BTreeMap<String, u64>,
     pub bytes_out: u64,
     pub bytes_in: u64,
+    /// On the wire, headers included (absent when the transport could not tell).
+    #[serde(skip_serializing_if = "WireStats::is_empty", default)]
+    pub wire: WireStats,
 }
 
 impl Totals {
@@ -118,6 +121,7 @@ impl Totals {
             unexpected: c.unexpected_map(),
             bytes_out: c.bytes_out,
             bytes_in: c.bytes_in,
+            wire: c.wire,
         }
     }
 

@@ -33,6 +33,9 @@ pub trait Exchange {
     }
     /// A connection ended.
     fn conn_closed(&self, how: Close, now: u64);
+    /// Bytes and packets on the wire, headers included: a connection's totals when it closes
+    /// (TCP_INFO, QUIC statistics), or a batch of datagrams (UDP).
+    fn wire(&self, w: &volley_metrics::WireStats);
     /// A transport-level event that is not a query's fate (e.g. ICMP unreachable on UDP).
     fn event(&self, what: &'static str);
 }

@@ -177,6 +177,7 @@ impl Exchange for One {
         self.why.borrow_mut().get_or_insert_with(|| why.to_string());
     }
     fn conn_closed(&self, _: Close, _: u64) {}
+    fn wire(&self, _: &volley_metrics::WireStats) {}
     fn event(&self, _: &'static str) {}
 }
 
