@@ -38,6 +38,8 @@ APT_PACKAGES=(
     "util-linux:/usr/bin/taskset"
     "openssl:/usr/bin/openssl"
     "ca-certificates:/etc/ssl/certs"
+    # Headless browser for the HTML report test (crates/report/tests/html_report.rs).
+    "chromium:/usr/bin/chromium"
 )
 
 install_apt_packages() {

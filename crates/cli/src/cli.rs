@@ -29,6 +29,12 @@ pub enum Command {
     Query(cmd::query::QueryArgs),
     /// Measure every transport for a few seconds and print one comparison table.
     Bench(cmd::bench::BenchArgs),
+    /// Write an HTML report, chart files, CSV or OpenMetrics text from results files.
+    Report(cmd::report::ReportArgs),
+    /// Compare the key figures of runs, or of repeated runs of two configurations.
+    Compare(cmd::compare::CompareArgs),
+    /// Merge results of runs made at the same time into one, exactly.
+    Merge(cmd::merge::MergeArgs),
 }
 
 pub fn run() -> CliResult {
@@ -51,5 +57,8 @@ pub fn run() -> CliResult {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Query(a) => cmd::query::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Report(a) => cmd::report::run(a),
+        Command::Compare(a) => cmd::compare::run(a),
+        Command::Merge(a) => cmd::merge::run(a),
     }
 }

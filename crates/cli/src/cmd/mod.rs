@@ -1,6 +1,9 @@
 //! One module per subcommand: its flags (with their docs) and its entry point.
 
 pub mod bench;
+pub mod compare;
+pub mod merge;
 pub mod query;
+pub mod report;
 pub mod run;
 pub mod serve;

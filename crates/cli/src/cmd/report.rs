@@ -1,0 +1,144 @@
+//! `volley report`: results files in, a self-contained HTML report, chart files (SVG, PNG), the
+//! per-second series as CSV, or OpenMetrics text out.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use volley_report::{all_charts, render_png, render_svg, unique_names, NamedRun, CHART_SIZE};
+
+use crate::error::{CliError, CliResult};
+
+const EXAMPLES: &str = "\
+Examples:
+  One run, one HTML file (opens with no network access: CSS and charts are inline):
+    volley report udp.json -o report.html
+
+  Several runs in one report, each with its section, plus a comparison against the first:
+    volley report udp.json tcp.json dot.json -o transports.html --label UDP --label TCP --label DoT
+
+  Every chart as SVG and PNG files (ID.svg, ID.png in DIR; several runs share each chart):
+    volley report udp.json tcp.json --charts charts/ --chart-format svg,png
+
+  The per-second series as CSV, and OpenMetrics text, of one run:
+    volley report udp.json --csv udp.csv --openmetrics udp.prom
+
+Charts: response_rate, latency_percentiles, latency_over_time, qps, connections (connection-based
+transports), handshake_cdf (when handshakes were measured). See docs/report.md.
+
+Exit status: 0 done; 1 an output could not be written; 2 bad input (unreadable or incompatible
+results file, bad flags).";
+
+/// Chart file formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ChartFormat {
+    /// Scalable vector graphics.
+    Svg,
+    /// PNG image, 960x540.
+    Png,
+}
+
+#[derive(Args, Debug)]
+#[command(after_long_help = EXAMPLES)]
+pub struct ReportArgs {
+    /// Results files (volley.results/1): one run each, or merged runs.
+    #[arg(value_name = "RESULTS.json", required = true)]
+    pub files: Vec<PathBuf>,
+
+    /// Write the HTML report to FILE (atomically).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Name of a run in charts and tables, one per file in order [default: the file's stem].
+    #[arg(long, value_name = "NAME")]
+    pub label: Vec<String>,
+
+    /// Write every chart into DIR (created if missing) as ID.svg and/or ID.png.
+    #[arg(long, value_name = "DIR")]
+    pub charts: Option<PathBuf>,
+
+    /// Chart file formats for --charts (comma-separated).
+    #[arg(long, value_name = "LIST", value_enum, value_delimiter = ',', default_values = ["svg", "png"])]
+    pub chart_format: Vec<ChartFormat>,
+
+    /// Write the per-second series of the results file as CSV to FILE (`-`: standard output).
+    /// Takes one results file.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+
+    /// Write the OpenMetrics (Prometheus) text of the results file to FILE (`-`: standard
+    /// output). Takes one results file.
+    #[arg(long, value_name = "FILE")]
+    pub openmetrics: Option<PathBuf>,
+}
+
+/// Reads results files named by `--label`s or their stems; a bad file is exit 2, naming it.
+pub fn read_runs(files: &[PathBuf], labels: &[String]) -> CliResult<Vec<NamedRun>> {
+    if labels.len() > files.len() {
+        return Err(CliError::usage(format!(
+            "{} --label for {} results files: give at most one per file",
+            labels.len(),
+            files.len()
+        )));
+    }
+    let mut runs = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| NamedRun::read(f, labels.get(i).map(String::as_str)).map_err(CliError::usage))
+        .collect::<CliResult<Vec<_>>>()?;
+    unique_names(&mut runs);
+    Ok(runs)
+}
+
+/// Writes `bytes` to `path`, or to standard output for `-`.
+fn write_out(path: &Path, bytes: &[u8]) -> CliResult {
+    if path == Path::new("-") {
+        let mut out = io::stdout().lock();
+        return out.write_all(bytes).and_then(|_| out.flush()).map_err(|e| CliError::failure(format!("stdout: {e}")));
+    }
+    fs::write(path, bytes).map_err(|e| CliError::failure(format!("{}: cannot write: {e}", path.display())))
+}
+
+pub fn run(a: ReportArgs) -> CliResult {
+    if a.output.is_none() && a.charts.is_none() && a.csv.is_none() && a.openmetrics.is_none() {
+        return Err(CliError::usage(
+            "nothing to write: give -o FILE (HTML report), --charts DIR, --csv FILE or --openmetrics FILE",
+        ));
+    }
+    let single = a.csv.is_some() || a.openmetrics.is_some();
+    if single && a.files.len() != 1 {
+        return Err(CliError::usage(format!("--csv and --openmetrics take one results file, got {}", a.files.len())));
+    }
+    let runs = read_runs(&a.files, &a.label)?;
+
+    if let Some(path) = &a.output {
+        volley_report::write_html_report_file(&runs, path).map_err(CliError::failure)?;
+        eprintln!("volley: report written to {}", path.display());
+    }
+    if let Some(dir) = &a.charts {
+        fs::create_dir_all(dir).map_err(|e| CliError::failure(format!("{}: cannot create: {e}", dir.display())))?;
+        for c in all_charts(&runs) {
+            if a.chart_format.contains(&ChartFormat::Svg) {
+                let svg = render_svg(&c, CHART_SIZE).map_err(CliError::failure)?;
+                write_out(&dir.join(format!("{}.svg", c.id)), svg.as_bytes())?;
+            }
+            if a.chart_format.contains(&ChartFormat::Png) {
+                let png = render_png(&c, CHART_SIZE).map_err(CliError::failure)?;
+                write_out(&dir.join(format!("{}.png", c.id)), &png)?;
+            }
+        }
+        eprintln!("volley: charts written to {}", dir.display());
+    }
+    if let Some(path) = &a.csv {
+        let mut bytes = Vec::new();
+        volley_report::write_csv_series(&runs[0].result, &mut bytes).map_err(CliError::failure)?;
+        write_out(path, &bytes)?;
+    }
+    if let Some(path) = &a.openmetrics {
+        let mut bytes = Vec::new();
+        volley_report::write_openmetrics(&runs[0].result, &mut bytes).map_err(CliError::failure)?;
+        write_out(path, &bytes)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,522 @@
+//! `volley merge`: results of runs made at the same time (several processes or machines)
+//! combined into one, exactly (docs/results-schema.md, "Merging runs exactly"): counts added,
+//! histograms rebuilt from their sparse form and added bucket by bucket (percentiles recomputed
+//! from the merged histogram), series aligned by wall-clock second, derived figures recomputed.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use volley_metrics::{
+    ConnectionSummary, GeneratorInfo, GroupSummary, Histogram, LatencySummary, Qps, RunResult, SecondConnections,
+    SecondLatency, SecondRow, SparseHistogram, Status, TargetInfo, Totals, SCHEMA,
+};
+
+use crate::input::{MergedPart, NamedRun};
+use crate::json::{write_json, ReportError};
+
+/// Why inputs cannot be merged. Every message names the file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    /// Nothing to merge.
+    #[error("no results to merge")]
+    Empty,
+    /// A part declares another schema than the others.
+    #[error("{file}: unsupported results schema \"{found}\" (this volley merges {SCHEMA})")]
+    Schema {
+        /// The part's file (or name).
+        file: String,
+        /// Its `schema`.
+        found: String,
+    },
+    /// A histogram of a part has another precision than the same histogram of the first part,
+    /// so the two cannot be added exactly.
+    #[error("{file}: {what} histogram has {found} significant figures, {first} has {expected}: cannot merge exactly")]
+    Sigfig {
+        /// The part's file (or name).
+        file: String,
+        /// Which histogram (`latency`, `series[3].latency`, ...).
+        what: String,
+        /// Its precision.
+        found: u8,
+        /// The first part that had this histogram.
+        first: String,
+        /// That part's precision.
+        expected: u8,
+    },
+}
+
+/// The outcome of a merge: the merged results, and what each part contributed.
+#[derive(Debug, Clone)]
+pub struct Merged {
+    /// The merged results (`command` is the merge's own command line).
+    pub result: RunResult,
+    /// One entry per input, in order: its file, command, target, start and the shift of its
+    /// series in seconds. Written to the merged file as `merged_from`.
+    pub parts: Vec<MergedPart>,
+}
+
+fn part_name(r: &NamedRun) -> String {
+    r.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| r.name.clone())
+}
+
+/// Adds histograms of the same precision; the first part that had one sets the precision.
+struct HistSum {
+    what: String,
+    h: Option<(Histogram, String)>,
+}
+
+impl HistSum {
+    fn new(what: impl Into<String>) -> HistSum {
+        HistSum { what: what.into(), h: None }
+    }
+
+    fn add(&mut self, file: &str, s: &SparseHistogram) -> Result<(), MergeError> {
+        let part = Histogram::from_sparse(s);
+        match &mut self.h {
+            None => self.h = Some((part, file.to_string())),
+            Some((h, first)) => {
+                if h.sigfig() != part.sigfig() {
+                    return Err(MergeError::Sigfig {
+                        file: file.to_string(),
+                        what: self.what.clone(),
+                        found: part.sigfig(),
+                        first: first.clone(),
+                        expected: h.sigfig(),
+                    });
+                }
+                h.merge(&part);
+            }
+        }
+        Ok(())
+    }
+
+    fn summary(self) -> Option<LatencySummary> {
+        self.h.map(|(h, _)| LatencySummary::of(&h))
+    }
+}
+
+fn add_map(into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>) {
+    for (k, v) in from {
+        *into.entry(k.clone()).or_insert(0) += v;
+    }
+}
+
+/// The distinct values in order of first appearance, joined with `sep`.
+fn distinct<'a>(values: impl Iterator<Item = &'a str>, sep: &str) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for v in values {
+        if !seen.contains(&v) {
+            seen.push(v);
+        }
+    }
+    seen.join(sep)
+}
+
+fn sum_opt<T: Copy + std::iter::Sum<T>>(values: impl Iterator<Item = Option<T>> + Clone) -> Option<T> {
+    if values.clone().all(|v| v.is_none()) {
+        None
+    } else {
+        Some(values.flatten().sum())
+    }
+}
+
+/// Merges runs made at the same time into one, exactly; `command` is recorded as the merged
+/// file's `command` (the parts' commands go to [`Merged::parts`]).
+///
+/// - totals, RCODEs, errors, unexpected responses, bytes and events are added;
+/// - the latency, send lateness and handshake histograms are rebuilt from their sparse form
+///   and added bucket by bucket; count, min, mean, max and percentiles are recomputed from the
+///   merged histogram, so they equal those of one run that recorded every value;
+/// - series rows are added by wall-clock second: a part that started `d` ms after the earliest
+///   is shifted by `round(d / 1000)` seconds (recorded as its `offset_s`; a warning is added
+///   when `d` is more than 100 ms away from a whole number of seconds);
+/// - `duration_s`/`elapsed_s` are the largest of the parts, QPS and CPU per answer are
+///   recomputed, generator CPU and threads add up, `status` is `interrupted` if any part was,
+///   warnings are concatenated; targets and load parameters that differ are listed.
+///
+/// Refuses parts with another schema and histograms of different precision.
+pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, MergeError> {
+    let first = runs.first().ok_or(MergeError::Empty)?;
+    for r in runs {
+        if r.result.schema != SCHEMA {
+            return Err(MergeError::Schema { file: part_name(r), found: r.result.schema.clone() });
+        }
+    }
+    let earliest = runs.iter().map(|r| r.result.started_unix_ms).min().unwrap_or(0);
+    let earliest_run = runs.iter().find(|r| r.result.started_unix_ms == earliest).unwrap_or(first);
+
+    let mut totals = Totals::default();
+    let mut latency = HistSum::new("latency");
+    let mut lateness = HistSum::new("send_lateness");
+    let mut events = BTreeMap::new();
+    let mut warnings = Vec::new();
+    let mut parts = Vec::new();
+    let mut cpu_s = 0.0;
+    let mut gen_threads = 0;
+    let mut status = Status::Complete;
+    let (mut duration_s, mut elapsed_s) = (0f64, 0f64);
+    let mut rows: Vec<HistSumRow> = Vec::new();
+    let mut conns: Option<ConnAcc> = None;
+    let mut groups: Vec<GroupSum> = Vec::new();
+
+    for run in runs {
+        let r = &run.result;
+        let file = part_name(run);
+        add_totals(&mut totals, &r.totals);
+        add_map(&mut events, &r.events);
+        latency.add(&file, &r.latency.histogram)?;
+        if let Some(l) = &r.send_lateness {
+            lateness.add(&file, &l.histogram)?;
+        }
+        cpu_s += r.generator.cpu_s;
+        gen_threads += r.generator.threads;
+        if r.status == Status::Interrupted {
+            status = Status::Interrupted;
+        }
+        duration_s = duration_s.max(r.duration_s);
+        elapsed_s = elapsed_s.max(r.elapsed_s);
+        warnings.extend(r.warnings.iter().cloned());
+        if let Some(c) = &r.connections {
+            conns.get_or_insert_with(ConnAcc::default).add(&file, c)?;
+        }
+        for g in &r.groups {
+            let k = match groups.iter().position(|a: &GroupSum| a.first.name == g.name) {
+                Some(k) => k,
+                None => {
+                    groups.push(GroupSum::new(g));
+                    groups.len() - 1
+                }
+            };
+            groups[k].add(&file, g)?;
+        }
+
+        let delta = r.started_unix_ms - earliest;
+        let offset = ((delta + 500) / 1000) as u32;
+        let residual = (delta as i64 - offset as i64 * 1000).abs();
+        if residual > 100 {
+            warnings.push(format!(
+                "merge: {file} started {delta} ms after the earliest part, not a whole number of seconds: its \
+                 series was shifted by {offset} s, so its rows are misaligned by {residual} ms"
+            ));
+        }
+        for row in &r.series {
+            let k = (row.second + offset) as usize;
+            if rows.len() <= k {
+                rows.resize_with(k + 1, HistSumRow::default);
+            }
+            rows[k].add(&file, k, row)?;
+        }
+        parts.push(MergedPart {
+            file,
+            command: r.command.clone(),
+            target: r.target.clone(),
+            started_unix_ms: r.started_unix_ms,
+            offset_s: offset,
+            status: match r.status {
+                Status::Complete => "complete".into(),
+                Status::Interrupted => "interrupted".into(),
+            },
+        });
+    }
+
+    let series = rows.into_iter().enumerate().map(|(k, acc)| acc.row(k as u32)).collect();
+    let latency = latency.summary().unwrap_or_default();
+    let qps = if duration_s > 0.0 {
+        Qps { sent: totals.sent as f64 / duration_s, answered: totals.answered as f64 / duration_s }
+    } else {
+        Qps::default()
+    };
+    let all = || runs.iter().map(|r| &r.result);
+    let target = TargetInfo {
+        url: distinct(all().map(|r| r.target.url.as_str()), ","),
+        transport: distinct(all().map(|r| r.target.transport.as_str()), ","),
+        address: distinct(all().map(|r| r.target.address.as_str()), ","),
+    };
+    // Start from the earliest part so that fields added to the schema later keep a value;
+    // every field known here is then combined from all parts.
+    let mut load = earliest_run.result.load.clone();
+    load.model = distinct(all().map(|r| r.load.model.as_str()), ",");
+    load.concurrency = sum_opt(all().map(|r| r.load.concurrency));
+    load.rate = sum_opt(all().map(|r| r.load.rate));
+    load.clients = sum_opt(all().map(|r| r.load.clients));
+    load.client_rate = if all().all(|r| r.load.client_rate == load.client_rate) { load.client_rate } else { None };
+    load.duration_s = all().filter_map(|r| r.load.duration_s).reduce(f64::max);
+    load.count = sum_opt(all().map(|r| r.load.count));
+    load.timeout_ms = all().map(|r| r.load.timeout_ms).max().unwrap_or(0);
+    load.threads = all().map(|r| r.load.threads).sum();
+    load.connections = all().map(|r| r.load.connections).sum();
+    load.queries = distinct(all().map(|r| r.load.queries.as_str()), "; ");
+    // Start from the earliest part so that fields added to the schema later keep a value;
+    // every field known here is then combined from all parts.
+    let mut result = earliest_run.result.clone();
+    result.schema = SCHEMA.to_string();
+    result.volley_version = env!("CARGO_PKG_VERSION").to_string();
+    result.status = status;
+    result.command = command;
+    result.started_at = earliest_run.result.started_at.clone();
+    result.started_unix_ms = earliest;
+    result.duration_s = duration_s;
+    result.elapsed_s = elapsed_s;
+    result.target = target;
+    result.load = load;
+    result.qps = qps;
+    result.latency = latency;
+    result.send_lateness = lateness.summary();
+    result.generator = GeneratorInfo {
+        cpu_s,
+        cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
+        threads: gen_threads,
+    };
+    result.connections = conns.map(ConnAcc::summary);
+    result.groups = groups.into_iter().map(GroupSum::summary).collect();
+    result.totals = totals;
+    result.series = series;
+    result.events = events;
+    result.warnings = warnings;
+    Ok(Merged { result, parts })
+}
+
+fn add_totals(into: &mut Totals, t: &Totals) {
+    into.sent += t.sent;
+    into.answered += t.answered;
+    into.timed_out += t.timed_out;
+    into.failed += t.failed;
+    into.in_flight += t.in_flight;
+    into.truncated += t.truncated;
+    into.bytes_out += t.bytes_out;
+    into.bytes_in += t.bytes_in;
+    add_map(&mut into.rcodes, &t.rcodes);
+    add_map(&mut into.errors, &t.errors);
+    add_map(&mut into.unexpected, &t.unexpected);
+}
+
+/// One group of clients (a profile on a transport) added up across parts, by name.
+struct GroupSum {
+    first: GroupSummary,
+    clients: u64,
+    totals: Totals,
+    latency: HistSum,
+    conns: Option<ConnAcc>,
+}
+
+impl GroupSum {
+    fn new(g: &GroupSummary) -> GroupSum {
+        GroupSum {
+            first: g.clone(),
+            clients: 0,
+            totals: Totals::default(),
+            latency: HistSum::new(format!("groups[{}].latency", g.name)),
+            conns: None,
+        }
+    }
+
+    fn add(&mut self, file: &str, g: &GroupSummary) -> Result<(), MergeError> {
+        self.clients += g.clients;
+        add_totals(&mut self.totals, &g.totals);
+        self.latency.add(file, &g.latency.histogram)?;
+        if let Some(c) = &g.connections {
+            self.conns.get_or_insert_with(ConnAcc::default).add(file, c)?;
+        }
+        Ok(())
+    }
+
+    fn summary(self) -> GroupSummary {
+        GroupSummary {
+            clients: self.clients,
+            totals: self.totals,
+            latency: self.latency.summary().unwrap_or_default(),
+            connections: self.conns.map(ConnAcc::summary),
+            ..self.first
+        }
+    }
+}
+
+/// One merged second of the series.
+#[derive(Default)]
+struct HistSumRow {
+    row: SecondRow,
+    h: Option<(Histogram, String)>,
+    conns: Option<SecondConnections>,
+}
+
+impl HistSumRow {
+    fn add(&mut self, file: &str, k: usize, r: &SecondRow) -> Result<(), MergeError> {
+        let m = &mut self.row;
+        m.sent += r.sent;
+        m.answered += r.answered;
+        m.timed_out += r.timed_out;
+        m.failed += r.failed;
+        m.truncated += r.truncated;
+        add_map(&mut m.rcodes, &r.rcodes);
+        add_map(&mut m.errors, &r.errors);
+        add_map(&mut m.unexpected, &r.unexpected);
+        // A second without answers stores an empty histogram whose precision says nothing.
+        if !r.latency.histogram.buckets.is_empty() {
+            let part = Histogram::from_sparse(&r.latency.histogram);
+            match &mut self.h {
+                None => self.h = Some((part, file.to_string())),
+                Some((h, first)) => {
+                    if h.sigfig() != part.sigfig() {
+                        return Err(MergeError::Sigfig {
+                            file: file.to_string(),
+                            what: format!("series[{k}].latency"),
+                            found: part.sigfig(),
+                            first: first.clone(),
+                            expected: h.sigfig(),
+                        });
+                    }
+                    h.merge(&part);
+                }
+            }
+        }
+        if let Some(c) = &r.connections {
+            let a = self.conns.get_or_insert_with(SecondConnections::default);
+            a.opened += c.opened;
+            a.closed += c.closed;
+            a.failed += c.failed;
+            a.resumed += c.resumed;
+        }
+        Ok(())
+    }
+
+    fn row(self, second: u32) -> SecondRow {
+        let mut row = self.row;
+        row.second = second;
+        let h = self.h.map(|(h, _)| h).unwrap_or_else(|| Histogram::new(2));
+        row.latency = SecondLatency {
+            p50_ns: h.quantile(0.5),
+            p90_ns: h.quantile(0.9),
+            p99_ns: h.quantile(0.99),
+            p999_ns: h.quantile(0.999),
+            max_ns: h.max(),
+            histogram: h.to_sparse(),
+        };
+        row.connections = self.conns;
+        row
+    }
+}
+
+/// Connection summaries added up.
+struct ConnAcc {
+    sum: ConnectionSummary,
+    tcp: HistSum,
+    tls: HistSum,
+    quic: HistSum,
+    total: HistSum,
+    rtt: HistSum,
+    ratio: HistSum,
+}
+
+impl Default for ConnAcc {
+    fn default() -> Self {
+        ConnAcc {
+            sum: ConnectionSummary::default(),
+            tcp: HistSum::new("connections.handshake_tcp"),
+            tls: HistSum::new("connections.handshake_tls"),
+            quic: HistSum::new("connections.handshake_quic"),
+            total: HistSum::new("connections.handshake_total"),
+            rtt: HistSum::new("connections.rtt"),
+            ratio: HistSum::new("connections.handshake_rtt_ratio_milli"),
+        }
+    }
+}
+
+impl ConnAcc {
+    fn add(&mut self, file: &str, c: &ConnectionSummary) -> Result<(), MergeError> {
+        let s = &mut self.sum;
+        s.opened += c.opened;
+        s.failed += c.failed;
+        s.resumed += c.resumed;
+        s.early_data_offered += c.early_data_offered;
+        s.early_data_accepted += c.early_data_accepted;
+        add_map(&mut s.errors, &c.errors);
+        add_map(&mut s.closed, &c.closed);
+        for (k, m) in &c.negotiated {
+            add_map(s.negotiated.entry(k.clone()).or_default(), m);
+        }
+        for (acc, h) in [
+            (&mut self.tcp, &c.handshake_tcp),
+            (&mut self.tls, &c.handshake_tls),
+            (&mut self.quic, &c.handshake_quic),
+            (&mut self.total, &c.handshake_total),
+            (&mut self.rtt, &c.rtt),
+            (&mut self.ratio, &c.handshake_rtt_ratio_milli),
+        ] {
+            if let Some(h) = h {
+                acc.add(file, &h.histogram)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn summary(self) -> ConnectionSummary {
+        let mut s = self.sum;
+        s.handshake_tcp = self.tcp.summary();
+        s.handshake_tls = self.tls.summary();
+        s.handshake_quic = self.quic.summary();
+        s.handshake_total = self.total.summary();
+        s.rtt = self.rtt.summary();
+        s.handshake_rtt_ratio_milli = self.ratio.summary();
+        s
+    }
+}
+
+/// Writes the merged results to `path` atomically (temporary file in the same directory,
+/// fsync, rename), as `volley.results/1` with one more top-level field, `merged_from`: the
+/// list of parts (file, command, target, started_unix_ms, offset_s, status).
+pub fn write_merged_file(m: &Merged, path: &Path) -> Result<(), ReportError> {
+    let mut body = Vec::new();
+    let io_err = |op: &'static str| move |source: io::Error| ReportError::Io { path: path.to_path_buf(), op, source };
+    write_json(&m.result, &mut body).map_err(io_err("write results"))?;
+    // `write_json` ends with "\n}\n": add the field before the closing brace, indented like
+    // the rest of the document.
+    let parts = serde_json::to_string_pretty(&m.parts).map_err(|e| io_err("write results")(e.into()))?;
+    let parts = parts.replace('\n', "\n  ");
+    let end = body.iter().rposition(|b| *b == b'}').unwrap_or(body.len());
+    let mut head = body[..end].to_vec();
+    while head.last().is_some_and(|b| b.is_ascii_whitespace()) {
+        head.pop();
+    }
+    head.extend_from_slice(format!(",\n  \"merged_from\": {parts}\n}}\n").as_bytes());
+    write_atomic(path, &head)
+}
+
+/// Writes `bytes` to `path` atomically: `.NAME.tmp-PID` in the same directory, fsync, rename.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
+    let io_err = |op: &'static str| move |source: io::Error| ReportError::Io { path: path.to_path_buf(), op, source };
+    if path.is_dir() {
+        return Err(ReportError::IsDirectory { path: path.to_path_buf() });
+    }
+    let tmp = tmp_path(path)
+        .ok_or_else(|| io_err("write")(io::Error::new(io::ErrorKind::InvalidInput, "the path has no file name")))?;
+    let written = (|| {
+        let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(io_err("write")(e));
+    }
+    if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Ok(d) = File::open(d) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// `.NAME.tmp-PID` next to `path`.
+pub(crate) fn tmp_path(path: &Path) -> Option<PathBuf> {
+    let name = path.file_name()?;
+    let mut tmp = std::ffi::OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    Some(match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.join(tmp),
+        _ => PathBuf::from(tmp),
+    })
+}

@@ -1,0 +1,95 @@
+//! OpenMetrics text of a finished run and of a run in progress.
+
+mod common;
+
+use common::*;
+use volley_metrics::Progress;
+use volley_report::*;
+
+fn sample_value(text: &str, series: &str) -> f64 {
+    let line = text.lines().find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '));
+    let line = line.unwrap_or_else(|| panic!("no sample {series} in\n{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// Every sample line belongs to a family declared before it, and the text ends with `# EOF`.
+fn check_format(text: &str) {
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    let mut families: Vec<String> = Vec::new();
+    for l in text.lines() {
+        if let Some(rest) = l.strip_prefix("# TYPE ") {
+            families.push(rest.split(' ').next().unwrap().to_string());
+        } else if !l.starts_with('#') {
+            let name = l.split(['{', ' ']).next().unwrap();
+            assert!(families.iter().any(|f| name.starts_with(f.as_str())), "sample before its family: {l}");
+        }
+    }
+}
+
+#[test]
+fn a_finished_run() {
+    let run = named("udp", &Spec { nxdomain_every: Some(4), timed_out: 10, failed: 3, ..Spec::default() });
+    let mut out = Vec::new();
+    write_openmetrics(&run.result, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    println!("{text}");
+    check_format(&text);
+    assert_eq!(sample_value(&text, "volley_queries_total{fate=\"sent\"}"), 1013.0);
+    assert_eq!(sample_value(&text, "volley_queries_total{fate=\"answered\"}"), 1000.0);
+    assert_eq!(sample_value(&text, "volley_queries_total{fate=\"timed_out\"}"), 10.0);
+    assert_eq!(sample_value(&text, "volley_answers_total{rcode=\"NXDOMAIN\"}"), 250.0);
+    assert_eq!(sample_value(&text, "volley_errors_total{kind=\"reset\"}"), 3.0);
+    assert_eq!(sample_value(&text, "volley_bytes_total{direction=\"out\"}"), 1013.0 * 40.0);
+    assert!(text.contains("volley_run_info{target=\"udp://127.0.0.1:5353\",transport=\"udp\""));
+    // Cumulative buckets: non-decreasing, +Inf = count; 1000 values from 100 µs to 1.099 ms.
+    let buckets: Vec<(String, f64)> = text
+        .lines()
+        .filter(|l| l.starts_with("volley_latency_seconds_bucket"))
+        .map(|l| (l.split('"').nth(1).unwrap().to_string(), l.rsplit(' ').next().unwrap().parse().unwrap()))
+        .collect();
+    assert_eq!(buckets.len(), LATENCY_BOUNDS_NS.len() + 1);
+    assert!(buckets.windows(2).all(|w| w[1].1 >= w[0].1));
+    assert_eq!(buckets.last().unwrap(), &("+Inf".to_string(), 1000.0));
+    let at = |le: &str| buckets.iter().find(|b| b.0 == le).unwrap().1;
+    assert_eq!(at("0.00005"), 0.0);
+    assert_eq!(at("0.0001"), 0.0, "the bucket of 100 µs reaches above 100 µs: counted above the bound");
+    assert!((at("0.001") - 901.0).abs() <= 2.0, "{}", at("0.001"));
+    assert_eq!(at("0.0025"), 1000.0);
+    assert_eq!(sample_value(&text, "volley_latency_seconds_count"), 1000.0);
+    let sum = sample_value(&text, "volley_latency_seconds_sum");
+    assert!((sum - 0.5995).abs() < 0.002, "{sum}");
+}
+
+#[test]
+fn a_run_in_progress_and_its_file() {
+    let run = named("tcp", &Spec { timed_out: 4, ..tcp_spec() });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("volley.prom");
+    let mut live = LiveTotals::new();
+    for row in &run.result.series {
+        live.update_file(&Progress { row: row.clone() }, &path).unwrap();
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    println!("{text}");
+    check_format(&text);
+    let t = &run.result.totals;
+    assert_eq!(sample_value(&text, "volley_queries_total{fate=\"sent\"}"), t.sent as f64);
+    assert_eq!(sample_value(&text, "volley_queries_total{fate=\"answered\"}"), t.answered as f64);
+    assert_eq!(sample_value(&text, "volley_in_flight"), 0.0);
+    assert_eq!(sample_value(&text, "volley_latency_seconds_count"), 1000.0);
+    assert_eq!(sample_value(&text, "volley_connections_total{event=\"opened\"}"), 20.0);
+    assert_eq!(sample_value(&text, "volley_elapsed_seconds"), run.result.series.len() as f64);
+    assert_eq!(live.latency().count(), 1000);
+    // Only the metrics file is there: the temporary one was renamed over it.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+
+    // Half way through: queries sent but without a fate yet show as in flight.
+    let mut live = LiveTotals::new();
+    let mut row = run.result.series[0].clone();
+    row.answered -= 7;
+    live.add(&row);
+    let mut out = Vec::new();
+    progress_metrics(&Progress { row }, &live, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(sample_value(&text, "volley_in_flight"), 7.0);
+}
