@@ -205,7 +205,7 @@ pub fn run(a: BenchArgs) -> CliResult {
             target: case.target,
         };
         check_target(&plan)?;
-        let mut result = execute(&plan, a.progress, interrupt.clone())?;
+        let mut result = execute(&plan, a.progress, None, interrupt.clone())?;
         result.command = std::env::args().collect();
         let conns = result.connections.as_ref();
         rows.push(BenchRow {

@@ -195,6 +195,11 @@ pub struct RunArgs {
     #[arg(short = 'o', long, value_name = "FILE", help_heading = "Output")]
     pub output: Option<PathBuf>,
 
+    /// Rewrite FILE (atomically) every second with the run's live figures in OpenMetrics /
+    /// Prometheus text, for scraping during long runs (e.g. by node_exporter's textfile collector).
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
+    pub metrics_file: Option<PathBuf>,
+
     /// Summary format on standard output.
     #[arg(long, value_enum, default_value = "text", help_heading = "Output")]
     pub format: Format,
@@ -503,7 +508,12 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
 }
 
 /// Runs a plan with the live view on standard error when asked for.
-pub fn execute(plan: &Plan, progress: ProgressMode, interrupt: Arc<AtomicBool>) -> CliResult<RunResult> {
+pub fn execute(
+    plan: &Plan,
+    progress: ProgressMode,
+    metrics_file: Option<&std::path::Path>,
+    interrupt: Arc<AtomicBool>,
+) -> CliResult<RunResult> {
     let show = match progress {
         ProgressMode::Always => true,
         ProgressMode::Never => false,
@@ -511,7 +521,14 @@ pub fn execute(plan: &Plan, progress: ProgressMode, interrupt: Arc<AtomicBool>) 
     };
     let total = plan.duration.map(|d| d.as_secs_f64());
     let mut shown = false;
+    let mut live = volley_report::LiveTotals::new();
+    let mut metrics_error = None;
     let result = volley_engine::run(plan, interrupt, |p| {
+        if let Some(path) = metrics_file {
+            if let Err(e) = live.update_file(p, path) {
+                metrics_error.get_or_insert(e.to_string());
+            }
+        }
         if show {
             let line = volley_report::progress_line(p, p.row.second as f64 + 1.0, total);
             let mut e = std::io::stderr().lock();
@@ -524,6 +541,10 @@ pub fn execute(plan: &Plan, progress: ProgressMode, interrupt: Arc<AtomicBool>) 
     if shown {
         eprint!("\r\x1b[2K");
     }
+    let mut result = result;
+    if let Some(e) = metrics_error {
+        result.warnings.push(format!("live metrics file: {e}"));
+    }
     Ok(result)
 }
 
@@ -532,7 +553,7 @@ pub fn run(a: RunArgs) -> CliResult {
     check_output(&a.output)?;
     let warning = check_target(&plan)?;
     let interrupt = interrupt_flag();
-    let mut result = execute(&plan, a.progress, interrupt)?;
+    let mut result = execute(&plan, a.progress, a.metrics_file.as_deref(), interrupt)?;
     result.command = std::env::args().collect();
     if let Some(w) = warning {
         result.warnings.insert(0, w);
