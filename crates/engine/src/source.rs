@@ -170,6 +170,12 @@ mod tests {
         tempfile_lite::File::new(text)
     }
 
+    fn tests_counter() -> usize {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        N.fetch_add(1, Ordering::Relaxed)
+    }
+
     mod tempfile_lite {
         pub struct File(pub std::path::PathBuf);
         impl File {
@@ -177,7 +183,7 @@ mod tests {
                 let p = std::env::temp_dir().join(format!(
                     "volley-src-{}-{}",
                     std::process::id(),
-                    super::super::tests_counter()
+                    super::tests_counter()
                 ));
                 std::fs::write(&p, text).unwrap();
                 File(p)
@@ -227,11 +233,4 @@ mod tests {
         let got: Vec<u32> = (0..4).map(|_| c.take().0).collect();
         assert_eq!(got, vec![1, 2, 0, 1]);
     }
-}
-
-#[cfg(test)]
-fn tests_counter() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
 }
