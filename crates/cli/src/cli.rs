@@ -35,6 +35,8 @@ pub enum Command {
     Compare(cmd::compare::CompareArgs),
     /// Merge results of runs made at the same time into one, exactly.
     Merge(cmd::merge::MergeArgs),
+    /// Raise the load until the target stops keeping up, and report the limit per transport.
+    Limit(cmd::limit::LimitArgs),
 }
 
 pub fn run() -> CliResult {
@@ -60,5 +62,6 @@ pub fn run() -> CliResult {
         Command::Report(a) => cmd::report::run(a),
         Command::Compare(a) => cmd::compare::run(a),
         Command::Merge(a) => cmd::merge::run(a),
+        Command::Limit(a) => cmd::limit::run(a),
     }
 }

@@ -13,6 +13,7 @@
 
 pub mod clients;
 pub mod clock;
+pub mod limit;
 mod slab;
 pub mod source;
 mod timer;

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod compare;
+pub mod limit;
 pub mod merge;
 pub mod query;
 pub mod report;

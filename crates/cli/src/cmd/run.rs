@@ -38,7 +38,7 @@ Exit status: 0 run done (timeouts and errors are results, not failures); 2 bad i
 nothing listening at the target; 130 interrupted (results are still written, marked
 'interrupted'); 1 any other failure.";
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 #[command(after_long_help = EXAMPLES)]
 pub struct RunArgs {
     /// Server to measure: udp://HOST[:PORT] or tcp://HOST[:PORT] (port 53), tls://HOST[:PORT]

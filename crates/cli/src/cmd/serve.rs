@@ -109,6 +109,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N/M")]
     pub drop: Option<String>,
 
+    /// Answer at most N queries per second (in 100 ms windows of N/10); drop the rest, as an
+    /// overloaded server would: a target with a known capacity, e.g. for `volley limit`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_qps: Option<u64>,
+
     /// Close a connection (TCP, DoT, DoH, QUIC) after this long without a query (e.g. 10s, 500ms).
     #[arg(long, value_name = "DUR", default_value = "10s")]
     pub idle_timeout: String,
@@ -228,7 +233,7 @@ fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
         tls: TlsConfig { cert, ca_out: args.ca_out.clone(), tickets: !args.no_tickets, zero_rtt: args.zero_rtt },
         retry: args.retry,
         faults,
-        answer: AnswerConfig { ttl: args.ttl, edns_size: args.edns_size, delays, drop },
+        answer: AnswerConfig { ttl: args.ttl, edns_size: args.edns_size, delays, drop, max_qps: args.max_qps },
     })
 }
 

@@ -94,11 +94,14 @@ pub struct AnswerConfig {
     pub delays: Vec<DelayRule>,
     /// Drop rule: N of every M queries never answered.
     pub drop: Option<Ratio>,
+    /// Capacity: at most this many answers per second (counted in 100 ms windows); queries
+    /// beyond are dropped, as an overloaded server would. A known limit for limit searches.
+    pub max_qps: Option<u64>,
 }
 
 impl Default for AnswerConfig {
     fn default() -> Self {
-        AnswerConfig { ttl: 300, edns_size: 1232, delays: Vec::new(), drop: None }
+        AnswerConfig { ttl: 300, edns_size: 1232, delays: Vec::new(), drop: None, max_qps: None }
     }
 }
 
@@ -120,6 +123,44 @@ pub struct Answerer {
     /// Global query sequence for the N/M rules; touched only when a rule exists.
     seq: AtomicU64,
     has_rules: bool,
+    cap: Option<RateCap>,
+}
+
+/// At most `per_window` admissions per window of `WINDOW_NS`, shared by every thread.
+#[derive(Debug)]
+struct RateCap {
+    per_window: u64,
+    start: std::time::Instant,
+    /// Window index (high 32 bits) and admissions in it (low 32 bits).
+    cur: AtomicU64,
+}
+
+const WINDOW_NS: u128 = 100_000_000;
+
+impl RateCap {
+    fn new(max_qps: u64) -> RateCap {
+        RateCap { per_window: max_qps.div_ceil(10).max(1), start: std::time::Instant::now(), cur: AtomicU64::new(0) }
+    }
+
+    fn admit(&self) -> bool {
+        let w = (self.start.elapsed().as_nanos() / WINDOW_NS) as u64 & 0xFFFF_FFFF;
+        let mut v = self.cur.load(Ordering::Relaxed);
+        loop {
+            let (vw, c) = (v >> 32, v & 0xFFFF_FFFF);
+            let next = if vw == w {
+                if c >= self.per_window {
+                    return false;
+                }
+                (w << 32) | (c + 1)
+            } else {
+                (w << 32) | 1
+            };
+            match self.cur.compare_exchange_weak(v, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(now) => v = now,
+            }
+        }
+    }
 }
 
 /// What the special labels of a name ask for.
@@ -163,7 +204,8 @@ impl Answerer {
     /// An engine with these settings.
     pub fn new(config: AnswerConfig) -> Answerer {
         let has_rules = !config.delays.is_empty() || config.drop.is_some();
-        Answerer { config, seq: AtomicU64::new(0), has_rules }
+        let cap = config.max_qps.map(RateCap::new);
+        Answerer { config, seq: AtomicU64::new(0), has_rules, cap }
     }
 
     /// The settings.
@@ -195,7 +237,7 @@ impl Answerer {
             }
         };
         let specials = Specials::scan(view.labels());
-        if specials.drop {
+        if specials.drop || self.cap.as_ref().is_some_and(|c| !c.admit()) {
             return Verdict::Drop;
         }
         let mut delay = specials.delay;
@@ -281,3 +323,15 @@ pub(crate) fn validate(config: &AnswerConfig) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod cap_tests {
+    use super::*;
+
+    #[test]
+    fn cap_admits_per_window() {
+        let c = RateCap::new(100);
+        let admitted = (0..50).filter(|_| c.admit()).count();
+        assert_eq!(admitted, 10, "100 qps = 10 per 100 ms window");
+    }
+}

@@ -1,0 +1,313 @@
+//! `volley limit`: raise the load until the target stops keeping up, per transport.
+
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use volley_engine::limit::{search, Growth, Measured, Objective, Outcome, Search};
+use volley_metrics::{Histogram, RunResult};
+
+use crate::args::parse_duration;
+use crate::cmd::run::{check_output, check_target, execute, interrupt_flag, plan, RunArgs};
+use crate::error::{CliError, CliResult};
+
+const EXAMPLES: &str = "\
+Examples:
+  The highest rate the responder keeps 99 % answered over UDP, then over TCP and DoT:
+    volley limit udp://127.0.0.1:53 --also tcp://127.0.0.1:53 --also tls://127.0.0.1:853 --ca ca.pem
+
+  Clients served (seeds/004's method): clients of 1 query per second each, browser profile
+  over DoH, with p95 under 100 ms:
+    volley limit https://127.0.0.1/dns-query --by clients --client-rate 1 --profile browser \\
+      --start 1000 --max-latency p95=100ms
+
+Each step runs for --step-duration at a load; the load grows (--growth x2: doubles; +5000:
+adds) until a step breaks the objective, then the search bisects between the last good and
+the first bad step (--refine). A step where the generator, not the target, was the
+bottleneck (its CPU saturated, or its sends more than 10 ms late at p99) ends the search: the
+limit is then at least the last good load, and the table says so.
+
+Every other flag of `volley run` applies to each step (queries, TLS, connections, profiles).";
+
+#[derive(Args, Debug)]
+#[command(after_long_help = EXAMPLES)]
+pub struct LimitArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// Search this target too (repeat); the table compares each limit with the first TARGET's.
+    #[arg(long, value_name = "URL", help_heading = "Limit search")]
+    pub also: Vec<String>,
+
+    /// What to raise: queries per second (open loop), or simulated clients (each at
+    /// --client-rate, with --profile or --mix).
+    #[arg(long, value_enum, default_value = "qps", help_heading = "Limit search")]
+    pub by: By,
+
+    /// Load of the first step.
+    #[arg(long, value_name = "LOAD", default_value_t = 1000.0, help_heading = "Limit search")]
+    pub start: f64,
+
+    /// Highest load to try.
+    #[arg(long, value_name = "LOAD", default_value_t = 10_000_000.0, help_heading = "Limit search")]
+    pub max: f64,
+
+    /// How the load grows while steps keep up: xF multiplies by F, +N adds N.
+    #[arg(long, value_name = "xF|+N", default_value = "x2", help_heading = "Limit search")]
+    pub growth: String,
+
+    /// How long each step runs (long enough to be steady).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, help_heading = "Limit search")]
+    pub step_duration: Duration,
+
+    /// Bisection steps between the last good and the first bad load.
+    #[arg(long, value_name = "N", default_value_t = 4, help_heading = "Limit search")]
+    pub refine: u32,
+
+    /// Objective: at least this share of queries answered (e.g. 99%, 0.999).
+    #[arg(long, value_name = "RATIO", default_value = "99%", help_heading = "Limit search")]
+    pub min_answered: String,
+
+    /// Objective: a latency percentile at most this (e.g. p95=100ms).
+    #[arg(long, value_name = "pQ=DURATION", help_heading = "Limit search")]
+    pub max_latency: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum By {
+    Qps,
+    Clients,
+}
+
+impl By {
+    fn unit(self) -> &'static str {
+        match self {
+            By::Qps => "qps",
+            By::Clients => "clients",
+        }
+    }
+}
+
+/// One target's search, as written to the results file (charts read `name`, `unit`, `steps`,
+/// `limit`).
+#[derive(Debug, Serialize)]
+struct SearchResult {
+    name: String,
+    target: String,
+    unit: &'static str,
+    steps: Vec<volley_engine::limit::Step>,
+    limit: Option<f64>,
+    stopped: volley_engine::limit::Stopped,
+}
+
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    let v = match s.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|v| v / 100.0),
+        None => s.trim().parse::<f64>(),
+    }
+    .map_err(|_| format!("invalid --min-answered '{s}': expected a share such as 99% or 0.99"))?;
+    if !(0.0..=1.0).contains(&v) {
+        return Err(format!("invalid --min-answered '{s}': must be between 0 and 100%"));
+    }
+    Ok(v)
+}
+
+fn parse_latency(s: &str) -> Result<(f64, u64), String> {
+    let bad = || format!("invalid --max-latency '{s}': expected pQ=DURATION such as p95=100ms or p99.9=1s");
+    let (q, d) = s.split_once('=').ok_or_else(bad)?;
+    let q: f64 = q.strip_prefix('p').ok_or_else(bad)?.parse().map_err(|_| bad())?;
+    if !(0.0..=100.0).contains(&q) {
+        return Err(bad());
+    }
+    let d = parse_duration(d).map_err(|_| bad())?;
+    Ok((q / 100.0, d.as_nanos() as u64))
+}
+
+fn parse_growth(s: &str) -> Result<Growth, String> {
+    let bad = || format!("invalid --growth '{s}': expected xF (e.g. x1.5) or +N (e.g. +5000)");
+    if let Some(f) = s.strip_prefix('x') {
+        let f: f64 = f.parse().map_err(|_| bad())?;
+        return if f > 1.0 && f.is_finite() { Ok(Growth::Factor(f)) } else { Err(bad()) };
+    }
+    if let Some(n) = s.strip_prefix('+') {
+        let n: f64 = n.parse().map_err(|_| bad())?;
+        return if n > 0.0 && n.is_finite() { Ok(Growth::Add(n)) } else { Err(bad()) };
+    }
+    Err(bad())
+}
+
+/// Whether a step measured the generator rather than the target.
+fn generator_bound(r: &RunResult) -> bool {
+    let busy = r.generator.cpu_s / (r.duration_s.max(1e-3) * r.generator.threads.max(1) as f64);
+    let late = r.send_lateness.as_ref().is_some_and(|l| l.count > 0 && l.p99_ns > 10_000_000);
+    busy > 0.9 || late
+}
+
+pub fn run(a: LimitArgs) -> CliResult {
+    check_output(&a.run.output)?;
+    let min_answered = parse_ratio(&a.min_answered).map_err(CliError::usage)?;
+    let max_latency = a.max_latency.as_deref().map(parse_latency).transpose().map_err(CliError::usage)?;
+    let growth = parse_growth(&a.growth).map_err(CliError::usage)?;
+    if !(a.start > 0.0 && a.start.is_finite() && a.max >= a.start) {
+        return Err(CliError::usage("invalid --start/--max: need 0 < start <= max"));
+    }
+    if a.run.rate.is_some() || a.run.concurrency.is_some() || a.run.clients.is_some() || a.run.count.is_some() {
+        return Err(CliError::usage(
+            "volley limit sets the load itself: drop --rate, --concurrency, --clients and --count",
+        ));
+    }
+    let objective = Objective { min_answered, max_latency };
+    let settings = Search { start: a.start, max: a.max, growth, refine: a.refine, resolution: 0.02 };
+    let quantile = max_latency.map_or(0.99, |(q, _)| q);
+
+    let mut targets: Vec<Option<String>> = vec![a.run.target.clone()];
+    targets.extend(a.also.iter().cloned().map(Some));
+    let interrupt = interrupt_flag();
+    let mut searches = Vec::new();
+    for target in targets {
+        // The plan of one step at `load`.
+        let step_args = |load: f64| {
+            let mut r = a.run.clone();
+            r.target = target.clone();
+            r.duration = Some(a.step_duration);
+            r.output = None;
+            match a.by {
+                By::Qps => r.rate = Some(load),
+                By::Clients => r.clients = Some(load.round().max(1.0) as u64),
+            }
+            r
+        };
+        let first = plan(&step_args(a.start))?;
+        check_target(&first)?;
+        let name = first.target.to_string();
+        eprintln!("searching the limit of {name} by {} ({})", a.by.unit(), describe(&objective));
+        let mut failure = None;
+        let outcome: Outcome = search(&settings, &objective, |load| {
+            if failure.is_some() || interrupt.load(Ordering::Relaxed) {
+                return Measured { interrupted: true, ..Default::default() };
+            }
+            let step = plan(&step_args(load)).and_then(|p| execute(&p, a.run.progress, None, interrupt.clone()));
+            match step {
+                Ok(r) => {
+                    let lat = Histogram::from_sparse(&r.latency.histogram);
+                    let m = Measured {
+                        answered_ratio: r.totals.answered_ratio(),
+                        latency_ns: lat.quantile(quantile),
+                        p99_ns: r.latency.p99_ns,
+                        generator_bound: generator_bound(&r),
+                        interrupted: interrupt.load(Ordering::Relaxed),
+                    };
+                    eprintln!(
+                        "  {:>12} {}  answered {:>7.3}%  p{} {:>10}  {}",
+                        format!("{load:.0}"),
+                        a.by.unit(),
+                        m.answered_ratio * 100.0,
+                        quantile * 100.0,
+                        volley_report::fmt_ns(m.latency_ns),
+                        if m.generator_bound {
+                            "generator-bound"
+                        } else if objective.met(&m) {
+                            "ok"
+                        } else {
+                            "BROKEN"
+                        }
+                    );
+                    m
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    Measured { interrupted: true, ..Default::default() }
+                }
+            }
+        });
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        searches.push(SearchResult {
+            name: name.clone(),
+            target: first.target.url.clone(),
+            unit: a.by.unit(),
+            steps: outcome.steps,
+            limit: outcome.limit,
+            stopped: outcome.stopped,
+        });
+        if interrupt.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+
+    let mut out = std::io::stdout().lock();
+    write_table(&searches, &mut out).map_err(CliError::failure)?;
+    if let Some(path) = &a.run.output {
+        let doc = serde_json::json!({
+            "schema": "volley.limit/1",
+            "command": std::env::args().collect::<Vec<_>>(),
+            "objective": { "min_answered": min_answered, "latency_quantile": quantile,
+                           "max_latency_ns": max_latency.map(|(_, ns)| ns) },
+            "step_duration_s": a.step_duration.as_secs_f64(),
+            "searches": searches,
+        });
+        let bytes = serde_json::to_vec_pretty(&doc).map_err(CliError::failure)?;
+        volley_report::write_file_atomic(path, |w| w.write_all(&bytes)).map_err(CliError::failure)?;
+    }
+    if interrupt.load(Ordering::Relaxed) {
+        return Err(CliError { code: 130, message: "interrupted: the limits shown are partial".into() });
+    }
+    Ok(())
+}
+
+fn describe(o: &Objective) -> String {
+    let mut s = format!("answered >= {}%", o.min_answered * 100.0);
+    if let Some((q, ns)) = o.max_latency {
+        s += &format!(", p{} <= {}", q * 100.0, volley_report::fmt_ns(ns));
+    }
+    s
+}
+
+/// The table of seeds/004: target, limit, factor against the first.
+fn write_table(searches: &[SearchResult], w: &mut impl Write) -> std::io::Result<()> {
+    use volley_report::table::{Align, Table};
+    let reference = searches.first().and_then(|s| s.limit);
+    let mut t = Table::new()
+        .column("target", Align::Left)
+        .column("limit", Align::Right)
+        .column("unit", Align::Left)
+        .column("vs first", Align::Right)
+        .column("steps", Align::Right)
+        .column("", Align::Left);
+    for s in searches {
+        let limit = s.limit.map_or("-".to_string(), |l| format!("{l:.0}"));
+        let vs = match (s.limit, reference) {
+            (Some(l), Some(r)) if r > 0.0 => format!("{:.2}x", l / r),
+            _ => "-".into(),
+        };
+        let note = match s.stopped {
+            volley_engine::limit::Stopped::Found => "",
+            volley_engine::limit::Stopped::BelowStart => "below --start",
+            volley_engine::limit::Stopped::AboveMax => "at least (reached --max)",
+            volley_engine::limit::Stopped::GeneratorBound => "at least (the generator was the bottleneck)",
+            volley_engine::limit::Stopped::Interrupted => "interrupted",
+        };
+        t.row([s.name.clone(), limit, s.unit.to_string(), vs, s.steps.len().to_string(), note.to_string()]);
+    }
+    t.write(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parsers() {
+        assert_eq!(parse_ratio("99%").unwrap(), 0.99);
+        assert_eq!(parse_ratio("0.5").unwrap(), 0.5);
+        assert!(parse_ratio("101%").is_err());
+        assert_eq!(parse_latency("p95=100ms").unwrap(), (0.95, 100_000_000));
+        assert!(parse_latency("95=1s").is_err());
+        assert_eq!(parse_growth("x1.5").unwrap(), Growth::Factor(1.5));
+        assert_eq!(parse_growth("+500").unwrap(), Growth::Add(500.0));
+        assert!(parse_growth("x1").is_err());
+    }
+}
