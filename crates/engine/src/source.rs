@@ -180,11 +180,8 @@ mod tests {
         pub struct File(pub std::path::PathBuf);
         impl File {
             pub fn new(text: &str) -> File {
-                let p = std::env::temp_dir().join(format!(
-                    "volley-src-{}-{}",
-                    std::process::id(),
-                    super::tests_counter()
-                ));
+                let p =
+                    std::env::temp_dir().join(format!("volley-src-{}-{}", std::process::id(), super::tests_counter()));
                 std::fs::write(&p, text).unwrap();
                 File(p)
             }
