@@ -161,10 +161,41 @@ impl Group {
 #[derive(Debug, Clone)]
 pub struct ClientsLoad {
     pub count: u64,
-    /// Queries per second of each client.
+    /// Queries per second of each client (unused in a replay).
     pub rate: f64,
     pub arrivals: Arrivals,
     pub groups: Vec<Group>,
+    /// Replay: each client sends a captured client's queries at their captured times.
+    pub replay: Option<std::sync::Arc<Replay>>,
+}
+
+/// Captured clients to replay: each one's queries as (offset from the capture's start, index
+/// into the run's query set). Built by the command line from a clients file.
+#[derive(Debug, Clone, Default)]
+pub struct Replay {
+    pub clients: Vec<Vec<(u64, u32)>>,
+    /// From the capture's first to its last query, ns.
+    pub span_ns: u64,
+}
+
+impl Replay {
+    /// Which captured client simulated client `i` of `n` replays, and how much later it starts.
+    /// Fewer clients than captured: an even sample. More: the capture's clients repeat, each
+    /// repetition shifted by an equal share of the capture's span, so load grows linearly.
+    pub fn source_of(&self, i: u64, n: u64) -> (u32, u64) {
+        let c = self.clients.len().max(1) as u64;
+        if n <= c {
+            return ((i * c / n.max(1)) as u32, 0);
+        }
+        let reps = n.div_ceil(c);
+        let rep = i / c;
+        ((i % c) as u32, self.span_ns / reps * rep)
+    }
+
+    /// Queries in all captured clients.
+    pub fn queries(&self) -> usize {
+        self.clients.iter().map(Vec::len).sum()
+    }
 }
 
 impl ClientsLoad {
@@ -283,6 +314,15 @@ mod tests {
             first10[*g as usize] += 1;
         }
         assert_eq!(first10, [6, 2, 2]);
+    }
+
+    #[test]
+    fn replay_scaling() {
+        let r = Replay { clients: vec![vec![(0, 0)]; 4], span_ns: 1000 };
+        assert_eq!((0..2).map(|i| r.source_of(i, 2)).collect::<Vec<_>>(), vec![(0, 0), (2, 0)]);
+        let got: Vec<_> = (0..8).map(|i| r.source_of(i, 8)).collect();
+        assert_eq!(got[..4], [(0, 0), (1, 0), (2, 0), (3, 0)]);
+        assert_eq!(got[4..], [(0, 500), (1, 500), (2, 500), (3, 500)]);
     }
 
     #[test]

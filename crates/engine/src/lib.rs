@@ -95,7 +95,7 @@ pub fn run(
             if c.count == 0 || c.groups.is_empty() {
                 return Err(EngineError::Plan("a clients run needs at least one client and one group".into()));
             }
-            if !(c.rate > 0.0 && c.rate.is_finite()) {
+            if c.replay.is_none() && !(c.rate > 0.0 && c.rate.is_finite()) {
                 return Err(EngineError::Plan(
                     "the client rate must be a positive number of queries per second".into(),
                 ));
@@ -130,7 +130,9 @@ pub fn run(
     }
 
     let (tx, rx) = mpsc::channel();
-    let start_ns = clock::now_ns();
+    // Scheduled loads start a moment after the workers do, so that their first queries are
+    // not late only because threads, runtimes and sockets were still being set up.
+    let start_ns = clock::now_ns() + if matches!(plan.load, Load::Closed { .. }) { 0 } else { 30_000_000 };
     let started_unix_ms = clock::unix_ms();
     let end_ns = plan.duration.map(|d| start_ns + d.as_nanos() as u64);
     let groups: Vec<worker::GroupRt> = match &plan.load {
@@ -200,6 +202,12 @@ pub fn run(
                 Load::Clients(c) => c.arrivals,
                 _ => Arrivals::Constant,
             },
+            replay: match &plan.load {
+                Load::Clients(ClientsLoad { replay: Some(r), count, .. }) => {
+                    Some((r.clone(), (i as u64..*count).step_by(threads).map(|k| r.source_of(k, *count)).collect()))
+                }
+                _ => None,
+            },
         };
         let c = common.clone();
         let h = std::thread::Builder::new()
@@ -246,13 +254,15 @@ pub fn run(
     let totals = Totals::from_counters(&got.totals, got.in_flight);
     let cpu_s = got.cpu_ns as f64 / 1e9;
     let mut warnings = Vec::new();
-    let open = matches!(plan.load, Load::Open { .. });
+    // Every load model but the closed loop sends on a schedule: its timing fidelity is reported.
+    let scheduled = !matches!(plan.load, Load::Closed { .. });
     let model = match &plan.load {
         Load::Closed { .. } => "closed",
         Load::Open { .. } => "open",
+        Load::Clients(c) if c.replay.is_some() => "replay",
         Load::Clients(_) => "clients",
     };
-    let lateness = open.then(|| LatencySummary::of(&got.lateness));
+    let lateness = scheduled.then(|| LatencySummary::of(&got.lateness));
     if let Some(l) = &lateness {
         if l.p99_ns > 1_000_000 {
             warnings.push(format!(
@@ -289,7 +299,7 @@ pub fn run(
             },
             rate: match &plan.load {
                 Load::Open { rate } => Some(*rate),
-                Load::Clients(c) => Some(c.rate * c.count as f64),
+                Load::Clients(c) if c.replay.is_none() => Some(c.rate * c.count as f64),
                 _ => None,
             },
             clients: match &plan.load {
@@ -297,7 +307,7 @@ pub fn run(
                 _ => None,
             },
             client_rate: match &plan.load {
-                Load::Clients(c) => Some(c.rate),
+                Load::Clients(c) if c.replay.is_none() => Some(c.rate),
                 _ => None,
             },
             duration_s: plan.duration.map(|d| d.as_secs_f64()),

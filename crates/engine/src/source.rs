@@ -59,6 +59,11 @@ impl QuerySet {
         Ok(QuerySet { templates: Arc::new(templates), random: false, description: format!("file:{}", path.display()) })
     }
 
+    /// Prepared queries, in order (a replay's distinct questions).
+    pub fn from_templates(templates: Vec<QueryTemplate>, description: String) -> QuerySet {
+        QuerySet { templates: Arc::new(templates), random: false, description }
+    }
+
     /// The same query every time.
     pub fn single(name: &str, qtype: QType, opts: QueryOptions) -> Result<QuerySet, SourceError> {
         let n: Name = name.parse().map_err(|e| SourceError::Name(name.to_string(), format!("{e}")))?;

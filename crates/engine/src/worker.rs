@@ -61,6 +61,9 @@ pub(crate) struct Share {
     /// Clients mode: each client's rate (qps) and how its queries are spaced.
     pub client_rate: f64,
     pub arrivals: Arrivals,
+    /// Replay: the captured clients, and for each of this worker's clients which one it
+    /// replays and how much later it starts.
+    pub replay: Option<(Arc<crate::clients::Replay>, Vec<(u32, u64)>)>,
 }
 
 struct LaneSlot {
@@ -121,8 +124,8 @@ pub(crate) struct WorkerEnd {
 #[derive(Clone, Copy)]
 enum What {
     Next,
-    /// The same question again (a retry over TCP after truncation).
-    Again(u32, u64),
+    /// This query of the set (a retry over TCP after truncation, or a replayed query).
+    Exact(u32, u64),
 }
 
 impl Worker {
@@ -172,7 +175,7 @@ impl Worker {
         let lane = lo + i;
         let (query, seed) = match what {
             What::Next => inn.cursor.take(),
-            What::Again(q, s) => (q, s),
+            What::Exact(q, s) => (q, s),
         };
         let key = self.queries.fixed_key(query).unwrap_or(0);
         // Latency counts from the schedule, or from the hand-over when a query leaves ahead of it
@@ -269,7 +272,7 @@ impl Worker {
         }
         if let Some((lo, hi)) = retry {
             *inn.events.entry("tcp_retries_after_truncation").or_insert(0) += 1;
-            self.issue(&mut inn, What::Again(e.query, e.seed), now, now, lo..hi, false);
+            self.issue(&mut inn, What::Exact(e.query, e.seed), now, now, lo..hi, false);
         }
         self.refill(&mut inn, now);
     }
@@ -491,7 +494,13 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
             w.ensure_started(i);
         }
     } else {
-        // Clients that connect at their start (browsers) do so now; the others at their first query.
+        // Shared UDP sockets open now, as do the connections of clients that connect at their
+        // start (browsers); the others connect at their client's first query.
+        for (i, slot) in w.lanes.iter().enumerate() {
+            if w.specs[slot.spec as usize].target.scheme == volley_transport::Scheme::Udp {
+                w.ensure_started(i);
+            }
+        }
         for (ci, cl) in w.clients.iter().enumerate() {
             let g = share.clients[ci] as usize;
             if c.groups[g].connect_at_start {
@@ -619,6 +628,9 @@ async fn schedule(w: Rc<Worker>, first: u64, interval: f64, window: u64, end: Op
 /// Simulated clients: each client sends at its own rate, on its own lanes; one timer for all
 /// of a worker's clients (a heap of their next send times).
 async fn clients_schedule(w: Rc<Worker>, share: Share, start: u64, end: Option<u64>) {
+    if let Some((replay, sources)) = &share.replay {
+        return replay_schedule(w, replay.clone(), sources.clone(), share.batch_window_ns, start, end).await;
+    }
     let timer = precise_timer(&w);
     let mut rng = Rng::new(share.index as u64 + 1);
     let mean = 1e9 / share.client_rate.max(1e-9);
@@ -652,6 +664,50 @@ async fn clients_schedule(w: Rc<Worker>, share: Share, start: u64, end: Option<u
             let lanes = w.clients[c as usize].lanes.clone();
             w.issue(&mut inn, What::Next, due, now, lanes, true);
             heap.push(Reverse((due + gap(&mut rng).max(1), c)));
+        }
+    }
+    w.inner.borrow_mut().issuing = false;
+}
+
+/// Replay: each client sends its captured client's queries at their captured times (shifted
+/// by its start offset); one timer for all of a worker's clients. Timing fidelity shows in the
+/// send lateness.
+async fn replay_schedule(
+    w: Rc<Worker>,
+    replay: Arc<crate::clients::Replay>,
+    sources: Vec<(u32, u64)>,
+    window: u64,
+    start: u64,
+    end: Option<u64>,
+) {
+    let timer = precise_timer(&w);
+    let due_of = |c: usize, pos: usize| -> Option<(u64, u32)> {
+        let (src, shift) = sources[c];
+        replay.clients[src as usize].get(pos).map(|&(off, q)| (start + shift + off, q))
+    };
+    // (due, client, position in its captured queries)
+    let mut heap: BinaryHeap<Reverse<(u64, u32, u32)>> =
+        (0..sources.len()).filter_map(|c| due_of(c, 0).map(|(d, _)| Reverse((d, c as u32, 0)))).collect();
+    while let Some(&Reverse((next, _, _))) = heap.peek() {
+        if end.is_some_and(|e| next >= e) || !w.inner.borrow().issuing {
+            break;
+        }
+        sleep_until(&timer, next).await;
+        let now = now_ns();
+        let horizon = now + window;
+        let mut inn = w.inner.borrow_mut();
+        while let Some(&Reverse((due, c, pos))) = heap.peek() {
+            if due > horizon || end.is_some_and(|e| due >= e) || !inn.issuing {
+                break;
+            }
+            heap.pop();
+            if let Some((_, q)) = due_of(c as usize, pos as usize) {
+                let lanes = w.clients[c as usize].lanes.clone();
+                w.issue(&mut inn, What::Exact(q, 0), due, now, lanes, true);
+                if let Some((d, _)) = due_of(c as usize, pos as usize + 1) {
+                    heap.push(Reverse((d, c, pos + 1)));
+                }
+            }
         }
     }
     w.inner.borrow_mut().issuing = false;
