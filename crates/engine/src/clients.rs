@@ -302,6 +302,7 @@ mod tests {
             rate: 1.0,
             arrivals: Arrivals::Constant,
             groups: vec![g(60.0), g(20.0), g(20.0)],
+            replay: None,
         };
         let a = load.assignments();
         let mut n = [0u32; 3];

@@ -42,6 +42,10 @@ pub(crate) struct GroupRt {
     pub connect_at_start: bool,
 }
 
+/// A worker's part of a replay: the captured clients, and for each of its clients which one
+/// it replays and how much later it starts.
+pub(crate) type ReplayShare = (Arc<crate::clients::Replay>, Vec<(u32, u64)>);
+
 /// This worker's share of the load.
 #[derive(Debug, Clone)]
 pub(crate) struct Share {
@@ -63,7 +67,7 @@ pub(crate) struct Share {
     pub arrivals: Arrivals,
     /// Replay: the captured clients, and for each of this worker's clients which one it
     /// replays and how much later it starts.
-    pub replay: Option<(Arc<crate::clients::Replay>, Vec<(u32, u64)>)>,
+    pub replay: Option<ReplayShare>,
 }
 
 struct LaneSlot {
