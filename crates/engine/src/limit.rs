@@ -195,7 +195,7 @@ mod tests {
         assert_eq!(o.stopped, Stopped::Found);
         let l = o.limit.unwrap();
         // 99 % answered holds up to cap / 0.99.
-        assert!(l >= 37_000.0 * 0.97 && l <= 37_000.0 / 0.99 * 1.01, "{l}");
+        assert!((37_000.0 * 0.97..=37_000.0 / 0.99 * 1.01).contains(&l), "{l}");
         assert_eq!(o.steps.iter().filter(|s| s.phase == Phase::Ramp).count(), 7);
         // 1k..64k
     }
