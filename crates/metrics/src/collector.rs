@@ -26,6 +26,8 @@ pub struct Collector {
     conns: ConnHistograms,
     groups: Vec<GroupAcc>,
     finals: usize,
+    /// Connections open so far (opened minus closed), for the series' `active`.
+    active: i64,
 }
 
 /// What the collector hands over at the end of a run.
@@ -56,7 +58,20 @@ impl Collector {
             conns: ConnHistograms::default(),
             groups: Vec::new(),
             finals: 0,
+            active: 0,
         }
+    }
+
+    /// The row of one second, with the connections open at its end.
+    fn row(&mut self, second: u32, c: &Counters, h: &Histogram) -> SecondRow {
+        let mut row = SecondRow::of(second, c, h);
+        self.active += c.conns.opened as i64 - c.conns.closed_total() as i64;
+        if let Some(conns) = row.connections.as_mut() {
+            conns.active = self.active.max(0) as u64;
+        } else if self.active > 0 {
+            row.connections = Some(crate::SecondConnections { active: self.active as u64, ..Default::default() });
+        }
+        row
     }
 
     /// True once every worker sent its final message.
@@ -102,7 +117,7 @@ impl Collector {
                 break;
             }
             let (c, h) = self.pending.remove(&self.next).unwrap_or_else(|| (Counters::default(), Histogram::new(2)));
-            let row = SecondRow::of(self.next, &c, &h);
+            let row = self.row(self.next, &c, &h);
             self.series.push(row.clone());
             out.push(Progress { row });
             self.next += 1;
@@ -118,7 +133,8 @@ impl Collector {
             while self.next <= last {
                 let (c, h) =
                     self.pending.remove(&self.next).unwrap_or_else(|| (Counters::default(), Histogram::new(2)));
-                self.series.push(SecondRow::of(self.next, &c, &h));
+                let row = self.row(self.next, &c, &h);
+                self.series.push(row);
                 self.next += 1;
             }
         }

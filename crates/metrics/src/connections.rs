@@ -246,6 +246,9 @@ impl ConnectionSummary {
 /// Connection events of one second in the series.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SecondConnections {
+    /// Connections open at the end of the second (opened so far minus closed so far).
+    #[serde(default)]
+    pub active: u64,
     pub opened: u64,
     pub closed: u64,
     pub failed: u64,
@@ -255,6 +258,7 @@ pub struct SecondConnections {
 impl SecondConnections {
     pub fn of(c: &ConnCounters) -> Option<SecondConnections> {
         (!c.is_empty()).then(|| SecondConnections {
+            active: 0,
             opened: c.opened,
             closed: c.closed_total(),
             failed: c.failed,
