@@ -375,7 +375,7 @@ fn clients_load(a: &RunArgs) -> CliResult<Option<ClientsLoad>> {
         ArrivalsArg::Constant => Arrivals::Constant,
         ArrivalsArg::Poisson => Arrivals::Poisson,
     };
-    Ok(Some(ClientsLoad { count, rate: a.client_rate, arrivals, groups }))
+    Ok(Some(ClientsLoad { count, rate: a.client_rate, arrivals, groups, replay: None }))
 }
 
 /// The transport settings of the flags (TLS, HTTP), checked.
