@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use serde::{Deserialize, Serialize};
 
 use crate::table::{Align, Table};
-use crate::units::{fmt_ns, fmt_rate, fmt_ratio_pct};
+use crate::units::{fmt_bytes, fmt_ns, fmt_rate, fmt_ratio_pct};
 
 /// One transport's figures in a bench.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -31,6 +31,13 @@ pub struct BenchRow {
     pub handshake_p50_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed: Option<u64>,
+    /// Bytes on the wire per answered query, both directions together, IP and transport
+    /// headers included (connections' handshakes and closes are part of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_query: Option<f64>,
+    /// Packets on the wire per answered query, both directions together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packets_per_query: Option<f64>,
     /// Free text printed after the columns (e.g. `connection refused`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -40,6 +47,10 @@ pub struct BenchRow {
 struct Context {
     /// QPS of the `udp` row, the reference of the `vs udp` column.
     udp_qps: Option<f64>,
+    /// Bytes and packets per query of the `udp` row, the references of `B vs udp` and
+    /// `pkts vs udp`.
+    udp_bytes: Option<f64>,
+    udp_packets: Option<f64>,
 }
 
 /// A column of the bench table: header, alignment, whether it appears at all for these rows,
@@ -94,31 +105,98 @@ const COLUMNS: &[Column] = &[
         shown: |rows| rows.iter().any(|r| r.resumed.is_some()),
         cell: |r, _| r.resumed.map_or("-".into(), |n| n.to_string()),
     },
+    Column {
+        header: "B/query",
+        align: Align::Right,
+        shown: |rows| rows.iter().any(|r| r.bytes_per_query.is_some()),
+        cell: |r, _| r.bytes_per_query.map_or("-".into(), fmt_bytes),
+    },
+    Column {
+        header: "B vs udp",
+        align: Align::Right,
+        shown: |rows| rows.iter().any(|r| r.bytes_per_query.is_some()),
+        cell: |r, c| r.bytes_per_query.map_or("-".into(), |b| vs_udp(b, c.udp_bytes)),
+    },
+    Column {
+        header: "pkts/query",
+        align: Align::Right,
+        shown: |rows| rows.iter().any(|r| r.packets_per_query.is_some()),
+        cell: |r, _| r.packets_per_query.map_or("-".into(), |p| format!("{p:.2}")),
+    },
+    Column {
+        header: "pkts vs udp",
+        align: Align::Right,
+        shown: |rows| rows.iter().any(|r| r.packets_per_query.is_some()),
+        cell: |r, c| r.packets_per_query.map_or("-".into(), |p| vs_udp(p, c.udp_packets)),
+    },
     Column { header: "", align: Align::Left, shown: always, cell: |r, _| r.note.clone().unwrap_or_default() },
 ];
 
-/// `qps / udp_qps` as `0.41x`; `-` without a usable udp row.
-fn vs_udp(qps: f64, udp_qps: Option<f64>) -> String {
-    match udp_qps {
-        Some(u) if u > 0.0 && u.is_finite() && qps.is_finite() => format!("{:.2}x", qps / u),
+/// `value / udp_value` as `0.41x`; `-` without a usable udp row.
+fn vs_udp(value: f64, udp_value: Option<f64>) -> String {
+    match udp_value {
+        Some(u) if u > 0.0 && u.is_finite() && value.is_finite() => format!("{:.2}x", value / u),
         _ => "-".to_string(),
     }
 }
 
-/// Writes the bench table: `transport  qps  answered  p50  p99  gen CPU/query  vs udp` and the
-/// note, columns aligned. `vs udp` is each row's qps over the qps of the row whose transport is
-/// `udp` (the first such row), `-` when there is none.
+/// Writes the bench table: `transport  qps  answered  p50  p99  gen CPU/query  vs udp`, the
+/// connection columns, `B/query  B vs udp  pkts/query  pkts vs udp` when rows have wire
+/// figures, and the note, columns aligned. `vs udp` is each row's qps over the qps of the row
+/// whose transport is `udp` (the first such row), `-` when there is none; `B vs udp` and
+/// `pkts vs udp` likewise for bytes and packets per query.
 pub fn write_bench_table(rows: &[BenchRow], w: &mut impl Write) -> io::Result<()> {
     bench_table(rows).write(w)
 }
 
 /// The bench table as a [`Table`], for callers that embed it.
 pub fn bench_table(rows: &[BenchRow]) -> Table {
-    let ctx = Context { udp_qps: rows.iter().find(|r| r.transport.eq_ignore_ascii_case("udp")).map(|r| r.qps) };
+    let udp = rows.iter().find(|r| r.transport.eq_ignore_ascii_case("udp"));
+    let ctx = Context {
+        udp_qps: udp.map(|r| r.qps),
+        udp_bytes: udp.and_then(|r| r.bytes_per_query),
+        udp_packets: udp.and_then(|r| r.packets_per_query),
+    };
     let cols: Vec<&Column> = COLUMNS.iter().filter(|c| (c.shown)(rows)).collect();
     let mut t = cols.iter().fold(Table::new(), |t, c| t.column(c.header, c.align));
     for r in rows {
         t.row(cols.iter().map(|c| (c.cell)(r, &ctx)));
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(transport: &str, bytes: Option<f64>, packets: Option<f64>) -> BenchRow {
+        BenchRow {
+            transport: transport.into(),
+            qps: 1000.0,
+            answered_ratio: 1.0,
+            p50_ns: 1,
+            p99_ns: 2,
+            cpu_us_per_answer: 1.0,
+            connections: None,
+            handshake_p50_ns: None,
+            resumed: None,
+            bytes_per_query: bytes,
+            packets_per_query: packets,
+            note: None,
+        }
+    }
+
+    #[test]
+    fn wire_columns_relative_to_udp() {
+        let rows =
+            vec![row("udp", Some(162.0), Some(2.0)), row("doh2", Some(3240.0), Some(24.0)), row("x", None, None)];
+        let t = bench_table(&rows);
+        let lines = t.lines();
+        assert!(lines[0].contains("B/query") && lines[0].contains("pkts vs udp"), "{lines:?}");
+        assert!(lines[2].contains("3.24kB") && lines[2].contains("20.00x") && lines[2].contains("12.00x"), "{lines:?}");
+        assert!(lines[3].contains('-'));
+        // Without wire figures the columns are not shown.
+        let plain = bench_table(&[row("udp", None, None)]);
+        assert!(!plain.lines()[0].contains("B/query"));
+    }
 }

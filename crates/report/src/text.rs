@@ -144,6 +144,9 @@ fn text_lines(r: &RunResult) -> Vec<String> {
             ),
         );
     }
+    if !t.wire.is_empty() {
+        push_labeled(&mut out, "wire", &wire_line(t));
+    }
     out.push(String::new());
 
     // Latency percentiles, and send lateness for the open loop, in one table.
@@ -208,6 +211,29 @@ fn text_lines(r: &RunResult) -> Vec<String> {
         }
     }
     out
+}
+
+/// `12.3kB out, 45.6kB in; 300 packets out, 280 in; per answered query: 290B, 2.9 packets`:
+/// what crossed the wire, headers included, both directions together per answered query.
+fn wire_line(t: &Totals) -> String {
+    let w = &t.wire;
+    let per = if t.answered == 0 {
+        "-".to_string()
+    } else {
+        let n = t.answered as f64;
+        format!(
+            "{}, {:.1} packets",
+            fmt_bytes((w.bytes_out + w.bytes_in) as f64 / n),
+            (w.packets_out + w.packets_in) as f64 / n
+        )
+    };
+    format!(
+        "{} out, {} in; {} packets out, {} in; per answered query: {per}",
+        fmt_bytes(w.bytes_out as f64),
+        fmt_bytes(w.bytes_in as f64),
+        w.packets_out,
+        w.packets_in
+    )
 }
 
 /// Pushes `label` padded to the label column followed by `text`, wrapped at word boundaries so
@@ -324,4 +350,24 @@ fn share_rows(items: &[(String, u64)], of: u64, basis: &str) -> Vec<[String; 4]>
             [k.clone(), v.to_string(), fmt_pct(*v, of), if i == 0 { basis.to_string() } else { String::new() }]
         })
         .collect()
+}
+
+#[cfg(test)]
+mod wire_tests {
+    use super::*;
+    use volley_metrics::WireStats;
+
+    #[test]
+    fn wire_line_per_answered_query() {
+        let t = Totals {
+            answered: 100,
+            wire: WireStats { bytes_out: 7_300, bytes_in: 8_900, packets_out: 100, packets_in: 100 },
+            ..Totals::default()
+        };
+        let line = wire_line(&t);
+        assert_eq!(line, "7.30kB out, 8.90kB in; 100 packets out, 100 in; per answered query: 162B, 2.0 packets");
+        assert!(LABEL + line.len() <= MAX_COLUMNS);
+        let none = Totals { answered: 0, ..t };
+        assert!(wire_line(&none).ends_with("per answered query: -"));
+    }
 }

@@ -496,6 +496,8 @@ fn bench_row(transport: &str, qps: f64, note: Option<&str>) -> BenchRow {
         connections: None,
         handshake_p50_ns: None,
         resumed: None,
+        bytes_per_query: None,
+        packets_per_query: None,
         note: note.map(Into::into),
     }
 }

@@ -14,6 +14,7 @@ pub mod h3;
 pub mod https;
 mod idtable;
 mod lane;
+mod meter;
 pub mod probe;
 pub mod quic;
 mod stream;

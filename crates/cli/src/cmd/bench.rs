@@ -8,7 +8,7 @@ use clap::Args;
 use volley_engine::{Load, Plan, QuerySet};
 use volley_report::BenchRow;
 use volley_responder::{ResponderConfig, Transport};
-use volley_transport::{HttpVersion, LaneOptions, Target, TlsSettings};
+use volley_transport::{ConnPolicy, HttpVersion, LaneOptions, Scheme, Target, TlsSettings};
 use volley_wire::{QType, QueryOptions};
 
 use crate::args::parse_duration;
@@ -26,14 +26,24 @@ Examples:
   An external server, a target per transport (its certificate checked against --ca):
     volley bench --target udp://127.0.0.1:53 --target tls://127.0.0.1:853 --ca ca.pem
 
+  What a query costs on the wire with persistent connections, then with a fresh connection
+  for every query (one connection per query in flight):
+    volley bench --transports udp,tcp,dot,doh2
+    volley bench --transports udp,tcp,dot,doh2 --fresh
+
 Transports: udp, tcp, dot (DNS over TLS), doh1, doh2, doh3 (DNS over HTTPS over HTTP/1.1,
 HTTP/2, HTTP/3), doq (DNS over QUIC).
 
 The table shows answered queries per second, the share answered, latency p50 and p99, the
 generator's CPU time per answered query (its worker threads only: with the embedded
-responder, the responder's threads are not counted), QPS relative to UDP, and for
+responder, the responder's threads are not counted), QPS relative to UDP, for
 connection-based transports the connections opened, their median handshake and how many
-resumed a TLS session.";
+resumed a TLS session, and what crossed the wire per answered query, both directions
+together, IP/TCP/UDP headers included (TCP_INFO counters for TCP, DoT, DoH/1.1 and /2, QUIC
+statistics for DoH/3 and DoQ, datagrams for UDP): bytes (B/query) and packets (pkts/query),
+also relative to UDP. Connection set-up and close are part of a query's cost: with --fresh
+(one query per connection) that is the cost of a fresh exchange, without it the cost on a
+persistent connection.";
 
 /// Every transport `volley bench` knows, in table order.
 const TRANSPORTS: &[&str] = &["udp", "tcp", "dot", "doh1", "doh2", "doh3", "doq"];
@@ -81,6 +91,13 @@ pub struct BenchArgs {
     /// Write every run's full results (and the table) as JSON to FILE.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+
+    /// One query per connection for connection-based transports (TCP, DoT, DoH, DoQ): each
+    /// connection is closed after its answer and a new one opened, with as many connections
+    /// as --concurrency. Shows what a fresh exchange costs (handshakes, bytes and packets on
+    /// the wire) against a persistent connection (the default).
+    #[arg(long)]
+    pub fresh: bool,
 
     /// Live progress line on standard error.
     #[arg(long, value_enum, default_value = "auto")]
@@ -182,15 +199,21 @@ pub fn run(a: BenchArgs) -> CliResult {
     let mut rows = Vec::new();
     let mut runs = Vec::new();
     println!(
-        "volley bench: {}s per transport, closed loop of {}, {} generator thread(s){}",
+        "volley bench: {}s per transport, closed loop of {}, {} generator thread(s){}{}",
         a.duration.as_secs_f64(),
         a.concurrency,
         threads,
-        if embedded.is_some() { ", embedded responder on loopback" } else { "" }
+        if embedded.is_some() { ", embedded responder on loopback" } else { "" },
+        if a.fresh { ", one query per connection" } else { "" }
     );
     for case in cases {
         let queries = QuerySet::single(&a.name, QType::A, QueryOptions::default()).map_err(CliError::usage)?;
         let h1 = case.lane.http == HttpVersion::Http1 && case.target.scheme.is_https();
+        let fresh = a.fresh && case.target.scheme != Scheme::Udp;
+        let mut lane = case.lane;
+        if fresh {
+            lane.conn = ConnPolicy { max_queries: Some(1), ..lane.conn };
+        }
         let plan = Plan {
             queries,
             load: Load::Closed { concurrency: a.concurrency },
@@ -198,9 +221,10 @@ pub fn run(a: BenchArgs) -> CliResult {
             count: None,
             timeout: Duration::from_secs(2),
             threads,
-            // HTTP/1.1 carries one request at a time per connection.
-            connections: if h1 { a.concurrency as usize } else { threads },
-            lane: case.lane,
+            // HTTP/1.1 carries one request at a time per connection; fresh connections carry
+            // one query each.
+            connections: if h1 || fresh { a.concurrency as usize } else { threads },
+            lane,
             batch_window: Duration::ZERO,
             target: case.target,
         };
@@ -208,6 +232,8 @@ pub fn run(a: BenchArgs) -> CliResult {
         let mut result = execute(&plan, a.progress, None, interrupt.clone())?;
         result.command = std::env::args().collect();
         let conns = result.connections.as_ref();
+        let t = &result.totals;
+        let per_query = |n: u64| (!t.wire.is_empty() && t.answered > 0).then(|| n as f64 / t.answered as f64);
         rows.push(BenchRow {
             transport: case.name,
             qps: result.qps.answered,
@@ -218,6 +244,8 @@ pub fn run(a: BenchArgs) -> CliResult {
             connections: conns.map(|c| c.opened),
             handshake_p50_ns: conns.and_then(|c| c.handshake_total.as_ref()).map(|h| h.p50_ns),
             resumed: conns.filter(|c| c.handshake_tls.is_some() || c.handshake_quic.is_some()).map(|c| c.resumed),
+            bytes_per_query: per_query(t.wire.bytes_out + t.wire.bytes_in),
+            packets_per_query: per_query(t.wire.packets_out + t.wire.packets_in),
             note: (!result.totals.balanced()).then(|| "accounting does not balance".to_string()),
         });
         runs.push(result);

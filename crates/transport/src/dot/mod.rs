@@ -14,6 +14,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use volley_metrics::{EarlyData, ErrorKind, Handshake};
 
+use crate::meter::TcpMeter;
 use crate::stream::{self, Buffers, Served};
 use crate::tls::{self, TlsSettings};
 use crate::{tcp, Exchange, IdTable, Lane, LaneOptions, Target};
@@ -21,8 +22,9 @@ use crate::{tcp, Exchange, IdTable, Lane, LaneOptions, Target};
 /// ALPN protocol of DoT (RFC 7858 registered `dot`).
 pub const ALPN: &[u8] = b"dot";
 
-/// The driver of one DoT lane.
-pub async fn drive<X: Exchange>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
+/// The driver of one DoT lane. Every connection (attempts that failed included) reports its
+/// bytes and packets on the wire from `TCP_INFO` when it ends.
+pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
     let (cfg, name) = match setup(&opts.tls, &target, &[ALPN]) {
         Ok(v) => v,
         Err(why) => {
@@ -38,22 +40,27 @@ pub async fn drive<X: Exchange>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: 
             return;
         }
         lane.begin_connection();
-        let mut tls = match connect(&target, &cfg, &name, &opts, &lane, &*x, &mut ids, &mut bufs, None).await {
-            Ok(s) => s,
-            Err((kind, why)) => {
-                x.conn_failed_why(kind, &why, x.now());
-                // Queries sent as early data on the failed attempt fail with it.
-                let now = x.now();
-                for t in ids.drain() {
-                    x.failed(t, kind, now);
+        let mut meter = None;
+        let mut tls =
+            match connect(&target, &cfg, &name, &opts, &lane, &*x, &mut ids, &mut bufs, None, &mut meter).await {
+                Ok(s) => s,
+                Err((kind, why)) => {
+                    if let Some(m) = meter {
+                        m.finish(&lane, &x);
+                    }
+                    x.conn_failed_why(kind, &why, x.now());
+                    // Queries sent as early data on the failed attempt fail with it.
+                    let now = x.now();
+                    for t in ids.drain() {
+                        x.failed(t, kind, now);
+                    }
+                    bufs.clear();
+                    if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
+                        return;
+                    }
+                    continue;
                 }
-                bufs.clear();
-                if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
-                    return;
-                }
-                continue;
-            }
-        };
+            };
         backoff = stream::BACKOFF;
         let served = {
             let (rd, wr) = tokio::io::split(&mut tls);
@@ -65,14 +72,23 @@ pub async fn drive<X: Exchange>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: 
                 // close_notify and FIN; nothing is outstanding.
                 let _ = tokio::time::timeout(Duration::from_millis(100), tls.shutdown()).await;
                 x.conn_closed(how, x.now());
+                if let Some(m) = meter {
+                    m.finish(&lane, &x);
+                }
                 if stream::after_turn(&lane, how).await {
                     return;
                 }
             }
             Served::Failed(kind) => {
-                if stream::end_connection(&lane, &*x, &mut ids, kind) {
+                let closing = stream::end_connection(&lane, &*x, &mut ids, kind);
+                if closing {
                     // close_notify, without waiting for the peer.
                     let _ = tokio::time::timeout(Duration::from_millis(10), tls.shutdown()).await;
+                }
+                if let Some(m) = meter {
+                    m.finish(&lane, &x);
+                }
+                if closing {
                     return;
                 }
             }
@@ -93,7 +109,9 @@ pub(crate) fn setup(
 
 /// Opens TCP then TLS and reports the connection (`conn_opened`). With early data allowed,
 /// the lane's waiting queries are framed (IDs from `ids`) and sent as 0-RTT data.
-/// `want_alpn`: the ALPN protocol the server must agree on (None: any or none).
+/// `want_alpn`: the ALPN protocol the server must agree on (None: any or none). `meter` gets
+/// the connection's [`TcpMeter`] as soon as its socket exists, whatever happens next: the
+/// caller finishes it when the connection (or the attempt) ends.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn connect<X: Exchange + ?Sized>(
     target: &Target,
@@ -105,9 +123,10 @@ pub(crate) async fn connect<X: Exchange + ?Sized>(
     ids: &mut IdTable,
     bufs: &mut Buffers,
     want_alpn: Option<&[u8]>,
+    meter: &mut Option<TcpMeter>,
 ) -> Result<TlsStream<TcpStream>, (ErrorKind, String)> {
     let began = x.now();
-    let tcp = tcp::connect(target.addr, opts.connect_timeout)
+    let tcp = tcp::connect_metered(target.addr, opts.connect_timeout, meter)
         .await
         .map_err(|e| (tcp::connect_error_kind(&e), format!("cannot connect to {}: {e}", target.addr)))?;
     let tcp_done = x.now();

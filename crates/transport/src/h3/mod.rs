@@ -15,6 +15,8 @@ use crate::{stream, Exchange, Lane, LaneOptions, Target, Token};
 
 /// ALPN protocol of HTTP/3.
 pub const ALPN: &[u8] = b"h3";
+/// H3_NO_ERROR, the code of a clean close.
+const H3_NO_ERROR: u32 = 0x100;
 
 type Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 
@@ -40,7 +42,8 @@ fn conn_kind(e: &h3::error::ConnectionError) -> ErrorKind {
     }
 }
 
-/// The driver of one DoH lane over HTTP/3.
+/// The driver of one DoH lane over HTTP/3. Every connection reports its datagrams on the wire
+/// when it closes (quinn's statistics; attempts whose handshake failed are not counted).
 pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
     let mut tpl = match RequestTemplate::new(&target, opts.doh_method, false) {
         Ok(t) => t,
@@ -58,7 +61,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
         let (mut driver, send) = match h3::client::new(h3_quinn::Connection::new(conn.clone())).await {
             Ok(v) => v,
             Err(e) => {
-                conn.close(0u32.into(), b"");
+                quic::close_and_report(&conn, 0, &lane, &x);
                 x.conn_closed(Close::Error, x.now());
                 if stream::after_failure(&lane, &*x, conn_kind(&e), &mut backoff).await {
                     return;
@@ -87,8 +90,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 tokio::task::spawn_local(request(x.clone(), send.clone(), t, req, body, msg.len(), opts.query_timeout));
             }
             if lane.closing() {
-                // H3_NO_ERROR
-                conn.close(0x100u32.into(), b"");
+                quic::close_and_report(&conn, H3_NO_ERROR, &lane, &x);
                 x.conn_closed(Close::ClientEnd, x.now());
                 return;
             }
@@ -104,14 +106,15 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
             }
         }
         if let Some(how) = turned {
-            // H3_NO_ERROR
-            conn.close(0x100u32.into(), b"");
+            quic::close_and_report(&conn, H3_NO_ERROR, &lane, &x);
             x.conn_closed(how, x.now());
             if stream::after_turn(&lane, how).await {
                 return;
             }
             continue;
         }
+        // Ended by the server: closes the QUIC connection if HTTP/3 alone ended.
+        quic::close_and_report(&conn, H3_NO_ERROR, &lane, &x);
         x.conn_closed(end.ended().unwrap_or(Close::Error), x.now());
     }
 }

@@ -18,6 +18,7 @@ use http_body_util::{BodyExt, Full};
 use tokio::sync::Notify;
 use volley_metrics::{Close, ErrorKind};
 
+use crate::meter::TcpMeter;
 use crate::stream::{self, Buffers};
 use crate::{dot, tls, DohMethod, Exchange, IdTable, Lane, LaneOptions, Target, Token};
 
@@ -170,24 +171,44 @@ impl ConnEnd {
     }
 }
 
+/// How long a driver lets hyper or h2 end a connection itself (on dropping its last handle)
+/// before the meter ends it (FIN) and reads its counters.
+const END_GRACE: Duration = Duration::from_millis(50);
+
+/// The meter of a connection's socket, if it got one.
+struct Metered(Option<TcpMeter>);
+
+impl Metered {
+    /// Ends the connection and reports its bytes and packets (see [`TcpMeter::finish`]).
+    fn finish<X: Exchange + 'static>(self, lane: &Rc<Lane>, x: &Rc<X>) {
+        if let Some(m) = self.0 {
+            m.finish(lane, x);
+        }
+    }
+}
+
 /// Sets the lane's capacity from a connection's stream limit.
 pub(crate) fn follow_limit(lane: &Lane, opts: &LaneOptions, streams: u64) {
     lane.set_capacity(streams.min(opts.max_in_flight as u64) as u32);
 }
 
+/// A TLS connection and the meter of its socket.
+type Opened = (tokio_rustls::client::TlsStream<tokio::net::TcpStream>, Option<TcpMeter>);
+
 /// Opens TCP and TLS with ALPN `alpn` (the server must agree on it) and reports the
-/// connection; on failure reports it and waits the backoff. None: the lane is closing.
+/// connection; on failure reports it (its bytes and packets too) and waits the backoff.
+/// None: the lane is closing.
 #[allow(clippy::too_many_arguments)]
-async fn open<X: Exchange + ?Sized>(
+async fn open<X: Exchange + 'static>(
     target: &Target,
     cfg: &std::sync::Arc<rustls::ClientConfig>,
     name: &rustls::pki_types::ServerName<'static>,
     opts: &LaneOptions,
-    lane: &Lane,
-    x: &X,
+    lane: &Rc<Lane>,
+    x: &Rc<X>,
     alpn: &[u8],
     backoff: &mut Duration,
-) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+) -> Option<Opened> {
     let mut ids = IdTable::with_capacity(1);
     let mut bufs = Buffers::default();
     loop {
@@ -195,14 +216,18 @@ async fn open<X: Exchange + ?Sized>(
             return None;
         }
         lane.begin_connection();
-        match dot::connect(target, cfg, name, opts, lane, x, &mut ids, &mut bufs, Some(alpn)).await {
+        let mut meter = None;
+        match dot::connect(target, cfg, name, opts, lane, &**x, &mut ids, &mut bufs, Some(alpn), &mut meter).await {
             Ok(s) => {
                 *backoff = stream::BACKOFF;
-                return Some(s);
+                return Some((s, meter));
             }
             Err((kind, why)) => {
+                if let Some(m) = meter {
+                    m.finish(lane, x);
+                }
                 x.conn_failed_why(kind, &why, x.now());
-                if stream::after_failure(lane, x, kind, backoff).await {
+                if stream::after_failure(lane, &**x, kind, backoff).await {
                     return None;
                 }
             }
@@ -224,7 +249,10 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
     loop {
-        let Some(tls) = open(&target, &cfg, &name, &opts, &lane, &*x, b"h2", &mut backoff).await else { return };
+        let Some((tls, meter)) = open(&target, &cfg, &name, &opts, &lane, &x, b"h2", &mut backoff).await else {
+            return;
+        };
+        let meter = Metered(meter);
         let mut b = h2::client::Builder::new();
         b.initial_window_size(1 << 20).initial_connection_window_size(4 << 20).max_concurrent_reset_streams(1 << 16);
         let (mut send, conn) = match b.handshake::<_, Bytes>(tls).await {
@@ -232,6 +260,7 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             Err(e) => {
                 let kind = h2_kind(&e);
                 x.conn_closed(Close::Error, x.now());
+                meter.finish(&lane, &x);
                 if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
                     return;
                 }
@@ -299,6 +328,10 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         let now = x.now();
         if lane.closing() {
             x.conn_closed(Close::ClientEnd, now);
+            // A moment for h2 to end the connection itself (GOAWAY) when nothing is outstanding.
+            drop(send);
+            let _ = tokio::time::timeout(END_GRACE, end.wait()).await;
+            meter.finish(&lane, &x);
             return;
         }
         if let Some(how) = turned {
@@ -306,6 +339,7 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             drop(send);
             let _ = tokio::time::timeout(Duration::from_millis(100), end.wait()).await;
             x.conn_closed(how, x.now());
+            meter.finish(&lane, &x);
             if stream::after_turn(&lane, how).await {
                 return;
             }
@@ -315,6 +349,7 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         drop(send);
         end.wait().await;
         x.conn_closed(end.ended().unwrap_or(Close::Error), now);
+        meter.finish(&lane, &x);
     }
 }
 
@@ -374,12 +409,16 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
     loop {
-        let Some(tls) = open(&target, &cfg, &name, &opts, &lane, &*x, b"http/1.1", &mut backoff).await else { return };
+        let Some((tls, meter)) = open(&target, &cfg, &name, &opts, &lane, &x, b"http/1.1", &mut backoff).await else {
+            return;
+        };
+        let meter = Metered(meter);
         let io = hyper_util::rt::TokioIo::new(tls);
         let (mut send, conn) = match hyper::client::conn::http1::Builder::new().handshake::<_, Full<Bytes>>(io).await {
             Ok(v) => v,
             Err(_) => {
                 x.conn_closed(Close::Error, x.now());
+                meter.finish(&lane, &x);
                 if stream::after_failure(&lane, &*x, ErrorKind::Io, &mut backoff).await {
                     return;
                 }
@@ -461,10 +500,14 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         match client_close {
             Some(Close::ClientEnd) => {
                 x.conn_closed(Close::ClientEnd, now);
+                let _ = tokio::time::timeout(END_GRACE, end.wait()).await;
+                meter.finish(&lane, &x);
                 return;
             }
             Some(how) => {
                 x.conn_closed(how, now);
+                let _ = tokio::time::timeout(END_GRACE, end.wait()).await;
+                meter.finish(&lane, &x);
                 if matches!(how, Close::ClientLifetime | Close::ClientIdle) && stream::after_turn(&lane, how).await {
                     return;
                 }
@@ -472,6 +515,7 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             None => {
                 end.wait().await;
                 x.conn_closed(end.ended().unwrap_or(Close::Error), now);
+                meter.finish(&lane, &x);
             }
         }
     }

@@ -16,6 +16,7 @@ use quinn::{ConnectionError, ReadError, ReadToEndError, WriteError};
 use volley_metrics::{Close, EarlyData, ErrorKind, Handshake};
 
 use crate::https::ConnEnd;
+use crate::meter;
 use crate::stream;
 use crate::tls::{self, SeenVerify};
 use crate::{Exchange, Lane, LaneOptions, Target, Token};
@@ -192,6 +193,12 @@ pub(crate) async fn open<X: Exchange + 'static>(
     }
 }
 
+/// Closes a connection with `code` (nothing happens when it is closed already) and reports its
+/// datagrams on the wire once the close has left ([`meter::close_quic`]).
+pub(crate) fn close_and_report<X: Exchange + 'static>(conn: &quinn::Connection, code: u32, lane: &Rc<Lane>, x: &Rc<X>) {
+    meter::close_quic(conn, code, lane, x);
+}
+
 /// Watches a connection: tells `end` how it closed.
 pub(crate) fn watch(conn: &quinn::Connection) -> Rc<ConnEnd> {
     let end = Rc::new(ConnEnd::default());
@@ -229,7 +236,8 @@ pub(crate) async fn lane_setup<X: Exchange>(
     }
 }
 
-/// The driver of one DoQ lane.
+/// The driver of one DoQ lane. Every connection reports its datagrams on the wire when it
+/// closes (quinn's statistics; attempts whose handshake failed are not counted).
 pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
     let Some((cfg, ep)) = lane_setup(&target, &lane, &*x, &opts, ALPN).await else { return };
     let mut backoff = stream::BACKOFF;
@@ -250,7 +258,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 tokio::task::spawn_local(query(x.clone(), conn.clone(), t, framed.freeze(), opts.query_timeout));
             }
             if lane.closing() {
-                conn.close(DOQ_NO_ERROR.into(), b"");
+                close_and_report(&conn, DOQ_NO_ERROR, &lane, &x);
                 x.conn_closed(Close::ClientEnd, x.now());
                 return;
             }
@@ -266,13 +274,15 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
             }
         }
         if let Some(how) = turned {
-            conn.close(DOQ_NO_ERROR.into(), b"");
+            close_and_report(&conn, DOQ_NO_ERROR, &lane, &x);
             x.conn_closed(how, x.now());
             if stream::after_turn(&lane, how).await {
                 return;
             }
             continue;
         }
+        // Closed by the server (or lost): its statistics are final.
+        close_and_report(&conn, DOQ_NO_ERROR, &lane, &x);
         x.conn_closed(end.ended().unwrap_or(Close::Error), x.now());
     }
 }

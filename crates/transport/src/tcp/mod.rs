@@ -7,15 +7,28 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use volley_metrics::{ErrorKind, Handshake};
 
+use crate::meter::TcpMeter;
 use crate::stream::{self, Buffers, Served};
 use crate::{error_kind, Exchange, IdTable, Lane, LaneOptions};
 
 /// Connects with TCP_NODELAY set (replies would otherwise wait on Nagle and delayed ACKs).
 pub async fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
-    let s = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+    connect_metered(addr, timeout, &mut None).await
+}
+
+/// As [`connect`], and puts a meter on the socket as soon as it exists (before the SYN), so
+/// that a failed attempt is counted on the wire too.
+pub(crate) async fn connect_metered(
+    addr: SocketAddr,
+    timeout: Duration,
+    meter: &mut Option<TcpMeter>,
+) -> io::Result<TcpStream> {
+    let sock = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    *meter = TcpMeter::new(&sock, addr);
+    let s = match tokio::time::timeout(timeout, sock.connect(addr)).await {
         Ok(r) => r?,
         Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")),
     };
@@ -23,8 +36,9 @@ pub async fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStrea
     Ok(s)
 }
 
-/// The driver of one TCP lane.
-pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
+/// The driver of one TCP lane. Every connection (attempts that failed included) reports its
+/// bytes and packets on the wire from `TCP_INFO` when it ends ([`TcpMeter`]).
+pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
     let mut backoff = stream::BACKOFF;
     let mut ids = IdTable::default();
     let mut bufs = Buffers::new();
@@ -34,9 +48,13 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
         }
         lane.begin_connection();
         let began = x.now();
-        let mut s = match connect(addr, opts.connect_timeout).await {
+        let mut meter = None;
+        let mut s = match connect_metered(addr, opts.connect_timeout, &mut meter).await {
             Ok(s) => s,
             Err(e) => {
+                if let Some(m) = meter {
+                    m.finish(&lane, &x);
+                }
                 let kind = connect_error_kind(&e);
                 x.conn_failed_why(kind, &e.to_string(), x.now());
                 if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
@@ -56,13 +74,20 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
                 // FIN; the connection has nothing outstanding.
                 let _ = s.shutdown().await;
                 x.conn_closed(how, x.now());
+                if let Some(m) = meter {
+                    m.finish(&lane, &x);
+                }
                 if stream::after_turn(&lane, how).await {
                     return;
                 }
             }
             Served::Failed(kind) => {
-                if stream::end_connection(&lane, &*x, &mut ids, kind) {
-                    // Graceful end: FIN after the last query's fate.
+                let closing = stream::end_connection(&lane, &*x, &mut ids, kind);
+                // FIN (graceful at the end of a run: after the last query's fate).
+                if let Some(m) = meter {
+                    m.finish(&lane, &x);
+                }
+                if closing {
                     return;
                 }
             }

@@ -10,9 +10,9 @@ use std::rc::Rc;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
-use volley_metrics::ErrorKind;
+use volley_metrics::{ErrorKind, WireStats};
 
-use crate::{deliver, error_kind, Exchange, IdTable, Lane, LaneOptions, Token};
+use crate::{deliver, error_kind, meter, Exchange, IdTable, Lane, LaneOptions, Token};
 
 pub use mmsg::Batch;
 
@@ -29,7 +29,8 @@ pub fn connect(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
     Ok(s.into())
 }
 
-/// The driver of one UDP lane: sends what the engine queues, delivers what comes back.
+/// The driver of one UDP lane: sends what the engine queues, delivers what comes back. What
+/// crosses the wire is reported per batch of datagrams: payload plus IP and UDP headers.
 pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
     let sock = match connect(addr).and_then(UdpSocket::from_std) {
         Ok(s) => s,
@@ -44,13 +45,14 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
         }
     };
     let fd = sock.as_raw_fd();
+    let header = meter::udp_header(addr);
     let mut ids = IdTable::with_capacity(1024);
     let mut out = Batch::new(BATCH, 512.max(opts.udp_payload.min(65_535)));
     let mut inb = Batch::new(BATCH, opts.udp_payload.clamp(512, 65_535));
     let mut tokens: Vec<Token> = Vec::with_capacity(BATCH);
     loop {
         while lane.queued() > 0 {
-            send_batch(&sock, fd, &lane, &*x, &mut ids, &mut out, &mut tokens).await;
+            send_batch(&sock, fd, &lane, &*x, &mut ids, &mut out, &mut tokens, header).await;
         }
         if lane.closing() {
             return;
@@ -65,8 +67,14 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
                     match sock.try_io(Interest::READABLE, || inb.recv(fd)) {
                         Ok(n) => {
                             let now = x.now();
+                            let mut bytes = 0;
                             for i in 0..n {
+                                bytes += inb.len_of(i) as u64;
                                 deliver(inb.msg(i), &mut ids, &*x, now);
+                            }
+                            if n > 0 {
+                                let n = n as u64;
+                                x.wire(&WireStats { bytes_in: bytes + n * header, packets_in: n, ..WireStats::default() });
                             }
                             if n < inb.capacity() {
                                 break;
@@ -89,7 +97,8 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
 }
 
 /// Takes up to one batch of queued queries, stamps IDs, sends them with one system call
-/// (more if the kernel takes part of it).
+/// (more if the kernel takes part of it). `header`: IP and UDP header bytes per datagram.
+#[allow(clippy::too_many_arguments)]
 async fn send_batch<X: Exchange>(
     sock: &UdpSocket,
     fd: i32,
@@ -98,6 +107,7 @@ async fn send_batch<X: Exchange>(
     ids: &mut IdTable,
     out: &mut Batch,
     tokens: &mut Vec<Token>,
+    header: u64,
 ) {
     out.count = 0;
     tokens.clear();
@@ -119,9 +129,13 @@ async fn send_batch<X: Exchange>(
         match sock.try_io(Interest::WRITABLE, || out.send(fd, from)) {
             Ok(n) => {
                 let now = x.now();
+                let mut bytes = 0;
                 for (i, &t) in tokens.iter().enumerate().skip(from).take(n) {
+                    bytes += out.len_of(i) as u64;
                     x.sent(t, out.len_of(i), now);
                 }
+                let k = n as u64;
+                x.wire(&WireStats { bytes_out: bytes + k * header, packets_out: k, ..WireStats::default() });
                 from += n;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

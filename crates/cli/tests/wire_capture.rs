@@ -1,0 +1,297 @@
+//! Bytes and packets on the wire: volley's `totals.wire` (TCP_INFO counters for TCP, DoT and
+//! DoH, datagram counts for UDP, IP and transport headers included) against a capture of the
+//! same run. tcpdump captures loopback on the responder's port while `volley run` queries it;
+//! tshark reads the capture; packets and bytes (frame length less the 14-byte Ethernet header
+//! of `lo`) are counted per direction and must agree with volley's within 3 %.
+//!
+//! `volley run` sends one probe query before the run (is anything listening?); the probe's
+//! socket is its own UDP flow or TCP connection, the first one in the capture, and is not
+//! part of the run: it is left out of the capture's counts.
+//!
+//! Needs root (capturing), tcpdump and tshark: a missing tool fails the test (run
+//! scripts/install-deps.sh). Every wait is bounded; tcpdump is stopped by its own pid.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use common::{require, run_cmd, run_volley, signal, wait_bounded, Server};
+use serde_json::Value;
+
+/// How long tcpdump may take to start or to stop.
+const WAIT: Duration = Duration::from_secs(20);
+/// Largest difference allowed between volley and the capture, per direction, for packets and
+/// for bytes. Observed: exact for UDP, TCP and DoT; DoH differs by a few bytes when the
+/// server answers the client's last TLS record with a RST (40 bytes of headers, no
+/// timestamps option, where volley counts 52 for every segment it cannot tell apart).
+const TOLERANCE: f64 = 0.03;
+/// Most packets the probe before a run may account for (a DoH probe is about 25).
+const PROBE_MAX_PACKETS: u64 = 60;
+
+/// A running tcpdump writing `lo` traffic on some ports to a file.
+struct Capture {
+    child: Child,
+    stderr: Option<JoinHandle<String>>,
+    path: PathBuf,
+}
+
+impl Capture {
+    /// Starts tcpdump on `lo` for `port` and waits (bounded) until it listens.
+    fn start(path: &Path, port: u16) -> Capture {
+        let tcpdump = require("tcpdump");
+        let mut child = Command::new(&tcpdump)
+            // Immediate mode and a large buffer: a burst of 400 datagrams in a few milliseconds
+            // must not be dropped by the kernel before tcpdump reads it.
+            .args(["-i", "lo", "-n", "-U", "--immediate-mode", "-B", "65536", "-w"])
+            .arg(path)
+            .arg(format!("port {port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", tcpdump.display()));
+        let (tx, rx) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        let stderr = thread::spawn(move || {
+            let mut all = String::new();
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                all.push_str(&l);
+                all.push('\n');
+                let _ = tx.send(l);
+            }
+            all
+        });
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(l) if l.contains("listening on") => break,
+                Ok(_) => {}
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "tcpdump did not start capturing on lo within {WAIT:?} (capturing needs root): {}",
+                        stderr.join().unwrap_or_default()
+                    );
+                }
+            }
+        }
+        // The socket filter is attached by now; a moment more for the ring to be live.
+        thread::sleep(Duration::from_millis(300));
+        Capture { child, stderr: Some(stderr), path: path.to_path_buf() }
+    }
+
+    /// Stops tcpdump (SIGINT to its pid), waits for it (bounded), and checks that the kernel
+    /// dropped nothing.
+    fn stop(mut self) -> PathBuf {
+        // The last packets of the run (closes) are on the wire by now; let tcpdump write them.
+        thread::sleep(Duration::from_millis(500));
+        signal(&self.child, libc::SIGINT);
+        let status = wait_bounded(&mut self.child, WAIT);
+        let err = self.stderr.take().map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        let status = status.unwrap_or_else(|| panic!("tcpdump still running {WAIT:?} after SIGINT; killed\n{err}"));
+        assert!(status.success(), "tcpdump: {status}\n{err}");
+        assert!(
+            err.lines().any(|l| l.trim() == "0 packets dropped by kernel"),
+            "tcpdump dropped packets: the capture is incomplete\n{err}"
+        );
+        self.path.clone()
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        // Only when a test failed between start and stop: do not leave tcpdump running.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Packets and bytes (IP packets: frame length less the Ethernet header) per direction.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Counts {
+    bytes_out: u64,
+    bytes_in: u64,
+    packets_out: u64,
+    packets_in: u64,
+}
+
+impl Counts {
+    fn packets(&self) -> u64 {
+        self.packets_out + self.packets_in
+    }
+}
+
+/// The capture's counts by flow (TCP connection or UDP flow, in order of first packet), as
+/// tshark reads them; "out" is towards `server_port`.
+fn capture_flows(file: &Path, server_port: u16) -> Vec<Counts> {
+    let tshark = require("tshark");
+    let mut cmd = Command::new(&tshark);
+    cmd.arg("-r").arg(file).args([
+        "-T",
+        "fields",
+        "-E",
+        "separator=/t",
+        "-e",
+        "frame.len",
+        "-e",
+        "tcp.srcport",
+        "-e",
+        "udp.srcport",
+        "-e",
+        "tcp.stream",
+        "-e",
+        "udp.stream",
+    ]);
+    let out = run_cmd(&mut cmd, WAIT);
+    assert!(out.status.success(), "tshark -r {}: {}\n{}", file.display(), out.status, out.stderr);
+    let mut order: Vec<String> = Vec::new();
+    let mut flows: BTreeMap<String, Counts> = BTreeMap::new();
+    for line in out.stdout.lines().filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = line.split('\t').collect();
+        assert_eq!(f.len(), 5, "tshark line: {line:?}");
+        let len: u64 = f[0].parse().unwrap_or_else(|_| panic!("frame.len in {line:?}"));
+        assert!(len > 14, "frame shorter than an Ethernet header: {line:?}");
+        let ip_len = len - 14;
+        let (src, flow) =
+            if !f[1].is_empty() { (f[1], format!("tcp{}", f[3])) } else { (f[2], format!("udp{}", f[4])) };
+        let src: u16 = src.parse().unwrap_or_else(|_| panic!("source port in {line:?}"));
+        if !flows.contains_key(&flow) {
+            order.push(flow.clone());
+        }
+        let c = flows.entry(flow).or_default();
+        if src == server_port {
+            c.packets_in += 1;
+            c.bytes_in += ip_len;
+        } else {
+            c.packets_out += 1;
+            c.bytes_out += ip_len;
+        }
+    }
+    order.iter().map(|k| flows[k]).collect()
+}
+
+/// `totals.wire` of a results file.
+fn volley_wire(v: &Value) -> Counts {
+    let w = &v["totals"]["wire"];
+    let n = |k: &str| w[k].as_u64().unwrap_or_else(|| panic!("totals.wire.{k} missing in\n{:#}", v["totals"]));
+    Counts {
+        bytes_out: n("bytes_out"),
+        bytes_in: n("bytes_in"),
+        packets_out: n("packets_out"),
+        packets_in: n("packets_in"),
+    }
+}
+
+/// Whether `got` is within [`TOLERANCE`] of `want`.
+fn close(got: u64, want: u64) -> bool {
+    (got as f64 - want as f64).abs() <= TOLERANCE * want as f64
+}
+
+/// Runs `volley run ARGS` against `port` under a capture and compares the counts; returns
+/// (volley, capture) for the report.
+fn check(what: &str, dir: &Path, port: u16, args: &[&str], answered: u64) -> (Counts, Counts) {
+    let file = dir.join(format!("{}.pcap", what.replace([' ', '/'], "_")));
+    let cap = Capture::start(&file, port);
+    let run = run_volley(args);
+    let file = cap.stop();
+    let v = run.ok();
+    assert_eq!(v["totals"]["answered"].as_u64(), Some(answered), "{what}: every query answered\n{}", run.stdout);
+    assert!(
+        run.stdout.lines().any(|l| l.starts_with("wire ") && l.contains("per answered query")),
+        "{what}: the summary has a wire line\n{}",
+        run.stdout
+    );
+    let got = volley_wire(v);
+    let flows = capture_flows(&file, port);
+    assert!(flows.len() >= 2, "{what}: the probe and the run in the capture, got {flows:?}");
+    // The probe before the run is the first flow.
+    let probe = flows[0];
+    assert!(
+        probe.packets() <= PROBE_MAX_PACKETS,
+        "{what}: the first flow ({probe:?}) is too big for the probe before the run"
+    );
+    let mut seen = Counts::default();
+    for c in &flows[1..] {
+        seen.bytes_out += c.bytes_out;
+        seen.bytes_in += c.bytes_in;
+        seen.packets_out += c.packets_out;
+        seen.packets_in += c.packets_in;
+    }
+    eprintln!("{what}: volley {got:?}\n{what}: capture {seen:?} (probe {probe:?} left out)");
+    for (name, g, s) in [
+        ("packets out", got.packets_out, seen.packets_out),
+        ("packets in", got.packets_in, seen.packets_in),
+        ("bytes out", got.bytes_out, seen.bytes_out),
+        ("bytes in", got.bytes_in, seen.bytes_in),
+    ] {
+        assert!(
+            close(g, s),
+            "{what}: {name}: volley {g}, capture {s} (more than {:.0} % apart)\nvolley {got:?}\ncapture {seen:?}",
+            TOLERANCE * 100.0
+        );
+    }
+    (got, seen)
+}
+
+#[test]
+fn wire_counts_match_a_capture() {
+    // Fail early, with the fix, when a tool is missing.
+    require("tcpdump");
+    require("tshark");
+    let dir = tempfile::tempdir().expect("temp dir for captures");
+    let ca = dir.path().join("ca.pem");
+    let ca_s = ca.to_str().unwrap();
+    let server = Server::start_with(&["--dot-port", "0", "--doh-port", "0", "--ca-out", ca_s]);
+    let deadline = Instant::now() + WAIT;
+    while !std::fs::read_to_string(&ca).map(|t| t.contains("BEGIN CERTIFICATE")).unwrap_or(false) {
+        assert!(Instant::now() < deadline, "volley serve wrote no CA to {}", ca.display());
+        thread::sleep(Duration::from_millis(20));
+    }
+    let (udp, tcp) = (server.udp_addr(), server.tcp_addr());
+    let (dot, doh) = (server.listener("dot"), server.listener("doh"));
+    let udp_url = format!("udp://{udp}");
+    let tcp_url = format!("tcp://{tcp}");
+    let dot_url = format!("tls://{dot}");
+    let doh_url = format!("https://localhost:{}/dns-query", doh.port());
+    let d = dir.path();
+
+    let rows = vec![
+        ("udp", check("udp", d, udp.port(), &[&udp_url, "-n", "200"], 200)),
+        ("tcp", check("tcp", d, tcp.port(), &[&tcp_url, "-n", "200"], 200)),
+        ("tcp fresh", check("tcp fresh", d, tcp.port(), &[&tcp_url, "-n", "50", "--conn-queries", "1"], 50)),
+        ("dot", check("dot", d, dot.port(), &[&dot_url, "--ca", ca_s, "-n", "200"], 200)),
+        (
+            "dot fresh",
+            check("dot fresh", d, dot.port(), &[&dot_url, "--ca", ca_s, "-n", "50", "--conn-queries", "1"], 50),
+        ),
+        ("doh", check("doh", d, doh.port(), &[&doh_url, "--ca", ca_s, "-n", "200"], 200)),
+    ];
+
+    // One query per connection: every connection's SYN, handshake and close are counted, so a
+    // fresh query costs several times a persistent one.
+    let per = |c: &Counts, n: u64| c.packets() as f64 / n as f64;
+    let (tcp_v, _) = rows[1].1;
+    let (fresh_v, _) = rows[2].1;
+    assert!(
+        per(&fresh_v, 50) > 3.0 * per(&tcp_v, 200),
+        "a fresh TCP query costs more packets than a persistent one: {fresh_v:?} vs {tcp_v:?}"
+    );
+    for (what, (got, seen)) in &rows {
+        eprintln!(
+            "{what:>10}: packets {}/{} (volley/capture), bytes {}/{}",
+            got.packets(),
+            seen.packets(),
+            got.bytes_out + got.bytes_in,
+            seen.bytes_out + seen.bytes_in
+        );
+    }
+}
