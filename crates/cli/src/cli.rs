@@ -29,6 +29,8 @@ pub enum Command {
     Query(cmd::query::QueryArgs),
     /// Measure every transport for a few seconds and print one comparison table.
     Bench(cmd::bench::BenchArgs),
+    /// Turn a capture (pcap, pcapng) into a clients file for replay; --dump prints one.
+    Pcap(cmd::pcap::PcapArgs),
     /// Write an HTML report, chart files, CSV or OpenMetrics text from results files.
     Report(cmd::report::ReportArgs),
     /// Compare the key figures of runs, or of repeated runs of two configurations.
@@ -59,6 +61,7 @@ pub fn run() -> CliResult {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Query(a) => cmd::query::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Pcap(a) => cmd::pcap::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Compare(a) => cmd::compare::run(a),
         Command::Merge(a) => cmd::merge::run(a),

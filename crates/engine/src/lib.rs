@@ -160,6 +160,15 @@ pub fn run(
             connect_at_start: true,
         }],
     };
+    // Scheduled loads read UDP answers when a lane wakes to send (or every millisecond) rather
+    // than waking for each; kernel receive stamps keep their latency exact. The closed loop
+    // answers each answer with its next query, so it reads them as they come.
+    let mut groups = groups;
+    if !matches!(plan.load, Load::Closed { .. }) {
+        for g in &mut groups {
+            g.spec.lane.udp_lazy_receive = Some(Duration::from_millis(1));
+        }
+    }
     // Clients are dealt to groups by weight, then to workers in turn.
     let assignment = match &plan.load {
         Load::Clients(c) => c.assignments(),

@@ -74,6 +74,9 @@ pub struct LaneOptions {
     pub query_timeout: std::time::Duration,
     /// When the client replaces its connections (connection-based transports).
     pub conn: ConnPolicy,
+    /// UDP: read answers when the lane wakes to send, or at least this often, rather than
+    /// waking for each one (scheduled loads; answers keep their kernel receive time).
+    pub udp_lazy_receive: Option<std::time::Duration>,
 }
 
 impl Default for LaneOptions {
@@ -87,6 +90,7 @@ impl Default for LaneOptions {
             doh_method: DohMethod::default(),
             query_timeout: std::time::Duration::from_secs(5),
             conn: ConnPolicy::default(),
+            udp_lazy_receive: None,
         }
     }
 }

@@ -145,6 +145,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "WEIGHT:PROFILE@URL", help_heading = "Clients")]
     pub mix: Vec<String>,
 
+    /// Replay a clients file (made by `volley pcap`): each simulated client sends a captured
+    /// client's queries at their captured times. --clients scales: fewer takes an even sample,
+    /// more repeats the capture's clients, each repetition shifted in time.
+    #[arg(long, value_name = "FILE", help_heading = "Clients", conflicts_with_all = ["queries", "name", "random_under"])]
+    pub replay: Option<PathBuf>,
+
     /// Worker threads [default: the number of cores].
     #[arg(short = 'T', long, value_name = "N", help_heading = "Load")]
     pub threads: Option<usize>,
@@ -234,7 +240,8 @@ pub enum ProgressMode {
 
 /// Builds a plan from the flags, or says which flag is wrong.
 pub fn plan(a: &RunArgs) -> CliResult<Plan> {
-    let clients = clients_load(a)?;
+    let replayed = a.replay.as_deref().map(crate::cmd::replay::load).transpose()?;
+    let clients = clients_load(a, replayed.as_ref().map(|(r, _)| r.clone()))?;
     let target: Target = match (&clients, &a.target) {
         (Some(c), _) => c.groups[0].target.clone(),
         (None, Some(t)) => t.parse().map_err(CliError::usage)?,
@@ -247,7 +254,9 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
     };
     let qtype: QType =
         a.qtype.parse().map_err(|_| CliError::usage(format!("unknown query type '{}' in --qtype", a.qtype)))?;
-    let queries = if let Some(path) = &a.queries {
+    let queries = if let Some((_, set)) = replayed {
+        Ok(set)
+    } else if let Some(path) = &a.queries {
         QuerySet::from_file(path, opts)
     } else if let Some(suffix) = &a.random_under {
         QuerySet::random_under(suffix, qtype, opts)
@@ -314,11 +323,11 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
 }
 
 /// The simulated clients of the flags: one group (TARGET with --profile) or a --mix.
-fn clients_load(a: &RunArgs) -> CliResult<Option<ClientsLoad>> {
-    if a.clients.is_none() && a.mix.is_empty() {
+fn clients_load(a: &RunArgs, replay: Option<Arc<volley_engine::clients::Replay>>) -> CliResult<Option<ClientsLoad>> {
+    if a.clients.is_none() && a.mix.is_empty() && a.replay.is_none() {
         return Ok(None);
     }
-    let count = a.clients.unwrap_or(100);
+    let count = a.clients.unwrap_or_else(|| replay.as_ref().map_or(100, |r| r.clients.len() as u64));
     if count == 0 {
         return Err(CliError::usage("invalid --clients 0: expected at least 1"));
     }
@@ -375,7 +384,7 @@ fn clients_load(a: &RunArgs) -> CliResult<Option<ClientsLoad>> {
         ArrivalsArg::Constant => Arrivals::Constant,
         ArrivalsArg::Poisson => Arrivals::Poisson,
     };
-    Ok(Some(ClientsLoad { count, rate: a.client_rate, arrivals, groups, replay: None }))
+    Ok(Some(ClientsLoad { count, rate: a.client_rate, arrivals, groups, replay }))
 }
 
 /// The transport settings of the flags (TLS, HTTP), checked.

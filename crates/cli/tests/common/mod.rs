@@ -151,6 +151,12 @@ pub struct Server {
     child: Child,
     udp: Option<SocketAddr>,
     tcp: Option<SocketAddr>,
+    /// Every `listening KIND ADDR` line seen at start: udp, tcp, dot, doh, doh3, doq.
+    listeners: Vec<(String, SocketAddr)>,
+    /// The CA file written by `--ca-out` (see [`Server::start_encrypted`]).
+    ca: Option<PathBuf>,
+    /// Keeps the directory of `ca` alive as long as the server.
+    _dir: Option<tempfile::TempDir>,
     stderr: Option<JoinHandle<String>>,
 }
 
@@ -161,10 +167,18 @@ impl Server {
     }
 
     /// Starts `volley serve -p 0 ARGS...` and waits (bounded) for its `listening udp ADDR` and
-    /// `listening tcp ADDR` lines (only the ones not turned off with --no-udp / --no-tcp).
+    /// `listening tcp ADDR` lines (only the ones not turned off with --no-udp / --no-tcp), and
+    /// for the `listening dot|doh|doh3|doq ADDR` lines of the encrypted listeners asked for
+    /// with `--dot-port`, `--doh-port`, `--doh3-port`, `--doq-port`.
     pub fn start_with(args: &[&str]) -> Server {
         let want_udp = !args.contains(&"--no-udp");
         let want_tcp = !args.contains(&"--no-tcp");
+        let want_enc: Vec<&str> =
+            [("--dot-port", "dot"), ("--doh-port", "doh"), ("--doh3-port", "doh3"), ("--doq-port", "doq")]
+                .iter()
+                .filter(|(flag, _)| args.contains(flag))
+                .map(|(_, kind)| *kind)
+                .collect();
         let mut cmd = Command::new(volley());
         cmd.arg("serve").arg("-p").arg("0").args(args);
         let shown = format!("{cmd:?}");
@@ -190,10 +204,12 @@ impl Server {
             }
         });
 
-        let mut server = Server { child, udp: None, tcp: None, stderr: Some(stderr) };
+        let mut server =
+            Server { child, udp: None, tcp: None, listeners: Vec::new(), ca: None, _dir: None, stderr: Some(stderr) };
         let deadline = Instant::now() + STARTUP_WAIT;
         let mut seen = Vec::new();
-        while (want_udp && server.udp.is_none()) || (want_tcp && server.tcp.is_none()) {
+        let missing_enc = |s: &Server| want_enc.iter().any(|k| !s.listeners.iter().any(|(l, _)| l == k));
+        while (want_udp && server.udp.is_none()) || (want_tcp && server.tcp.is_none()) || missing_enc(&server) {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
                 Ok(line) => {
@@ -201,6 +217,11 @@ impl Server {
                         server.udp = Some(addr);
                     } else if let Some(addr) = parse_listening(&line, "tcp") {
                         server.tcp = Some(addr);
+                    }
+                    for kind in ["udp", "tcp", "dot", "doh", "doh3", "doq"] {
+                        if let Some(addr) = parse_listening(&line, kind) {
+                            server.listeners.push((kind.to_string(), addr));
+                        }
                     }
                     seen.push(line);
                 }
@@ -249,13 +270,69 @@ impl Server {
         format!("tcp://{}", self.tcp_addr())
     }
 
-    /// The URL for `transport` ("udp" or "tcp").
+    /// The URL for `transport`: "udp", "tcp", and for a server started with the encrypted
+    /// listeners "tls" (DoT), "https" (DoH/1.1 and /2), "h3" (DoH/3), "quic" (DoQ).
     pub fn url(&self, transport: &str) -> String {
         match transport {
             "udp" => self.udp_url(),
             "tcp" => self.tcp_url(),
+            "tls" => format!("tls://{}", self.listener("dot")),
+            "https" => format!("https://{}/dns-query", self.listener("doh")),
+            "h3" => format!("h3://{}/dns-query", self.listener("doh3")),
+            "quic" => format!("quic://{}", self.listener("doq")),
             other => panic!("no such transport in these tests: {other}"),
         }
+    }
+
+    /// Starts the responder with UDP, TCP and every encrypted listener (DoT, DoH, DoH/3, DoQ)
+    /// on free ports, its certificate generated at start and its CA written to a temporary
+    /// file ([`Server::ca`]); `args` are added.
+    pub fn start_encrypted(args: &[&str]) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir for the responder's CA");
+        let ca = dir.path().join("ca.pem");
+        let ca_s = ca.to_str().unwrap().to_string();
+        let mut all: Vec<&str> =
+            vec!["--dot-port", "0", "--doh-port", "0", "--doh3-port", "0", "--doq-port", "0", "--ca-out", &ca_s];
+        all.extend_from_slice(args);
+        let mut s = Server::start_with(&all);
+        // The CA is written before the listeners are announced; wait (bounded) all the same.
+        let deadline = Instant::now() + STARTUP_WAIT;
+        while !fs::read_to_string(&ca).map(|t| t.contains("BEGIN CERTIFICATE")).unwrap_or(false) {
+            assert!(Instant::now() < deadline, "volley serve wrote no CA to {}", ca.display());
+            thread::sleep(Duration::from_millis(20));
+        }
+        s.ca = Some(ca);
+        s._dir = Some(dir);
+        s
+    }
+
+    /// The address of the `listening KIND ADDR` line (udp, tcp, dot, doh, doh3, doq).
+    pub fn listener(&self, kind: &str) -> SocketAddr {
+        self.listeners
+            .iter()
+            .find(|(k, _)| k == kind)
+            .map(|(_, a)| *a)
+            .unwrap_or_else(|| panic!("this server has no {kind} listener"))
+    }
+
+    /// The CA file the server wrote (servers from [`Server::start_encrypted`]).
+    pub fn ca(&self) -> &Path {
+        self.ca.as_deref().expect("this server was started without --ca-out")
+    }
+
+    /// The CA file as a &str, for command lines.
+    pub fn ca_str(&self) -> &str {
+        self.ca().to_str().unwrap()
+    }
+
+    /// Stops the server with SIGTERM, waits (bounded) and returns what it printed on stderr
+    /// (its `stats ...` line).
+    pub fn terminate(&mut self) -> String {
+        self.signal(libc::SIGTERM);
+        let status = self.wait(Duration::from_secs(10));
+        let err = self.kill_and_stderr();
+        assert!(status.is_some(), "volley serve still running 10 s after SIGTERM; stderr:\n{err}");
+        err
     }
 
     pub fn pid(&self) -> u32 {
@@ -727,4 +804,466 @@ pub fn parse_msg(m: &[u8]) -> Result<Msg, String> {
     }
     let [answers, authority, additional] = sections;
     Ok(Msg { id, flags, qdcount, question, answers, authority, additional })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encrypted transports: a test certificate, real servers speaking DoT/DoH/DoQ, checks of the
+// results' `connections` block.
+// ---------------------------------------------------------------------------------------------
+
+/// A self-signed P-256 certificate for `localhost` and 127.0.0.1, marked CA:FALSE (rustls
+/// rejects a self-signed CA:TRUE certificate as an end entity), made by openssl in a
+/// temporary directory. Trust it with `--ca cert.pem`.
+pub struct TestCert {
+    dir: tempfile::TempDir,
+}
+
+impl TestCert {
+    pub fn new() -> TestCert {
+        let openssl = require("openssl");
+        let dir = tempfile::tempdir().expect("temp dir for the test certificate");
+        let out = run_cmd(
+            Command::new(openssl)
+                .current_dir(dir.path())
+                .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"])
+                .args(["-keyout", "key.pem", "-out", "cert.pem", "-days", "30", "-subj", "/CN=localhost"])
+                .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+                .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+                .args(["-addext", "extendedKeyUsage=serverAuth"]),
+            Duration::from_secs(30),
+        );
+        assert!(out.status.success(), "openssl req failed: {}\n{}", out.stdout, out.stderr);
+        TestCert { dir }
+    }
+
+    pub fn cert(&self) -> PathBuf {
+        self.dir.path().join("cert.pem")
+    }
+
+    pub fn key(&self) -> PathBuf {
+        self.dir.path().join("key.pem")
+    }
+
+    /// The certificate's path as a &str (for `--ca`).
+    pub fn cert_str(&self) -> String {
+        self.cert().to_str().unwrap().to_string()
+    }
+}
+
+impl Default for TestCert {
+    fn default() -> Self {
+        TestCert::new()
+    }
+}
+
+/// Asks `name A` with kdig over an encrypted transport (`mode`: `+tls`, `+https`,
+/// `+https-get`, `+quic`), trusting `ca` and verifying the name `localhost`; returns kdig's
+/// `+short` output (the addresses, one per line), or Err with what kdig printed. Bounded.
+pub fn kdig_short(port: u16, mode: &str, ca: &Path, name: &str) -> Result<String, String> {
+    let kdig = require("kdig");
+    let out = run_cmd(
+        Command::new(kdig)
+            .arg("@127.0.0.1")
+            .arg("-p")
+            .arg(port.to_string())
+            .arg(mode)
+            .arg(format!("+tls-ca={}", ca.display()))
+            .arg("+tls-hostname=localhost")
+            .args(["+timeout=2", "+retry=0", "+short", name, "A"]),
+        Duration::from_secs(15),
+    );
+    if out.status.success() && !out.stdout.trim().is_empty() {
+        Ok(out.stdout.trim().to_string())
+    } else {
+        Err(format!("kdig {mode} -p {port} {name}: status {}\n{}{}", out.status, out.stdout, out.stderr))
+    }
+}
+
+/// Asks `name A` with `q` (natesales/q) at `server` (e.g. `quic://127.0.0.1:853`,
+/// `https://127.0.0.1:443/dns-query`) with `extra` flags, trusting `ca` (SSL_CERT_FILE, which
+/// Go honours) and verifying the name `localhost`. Returns q's output or Err. Bounded.
+pub fn q_query(server: &str, ca: &Path, name: &str, extra: &[&str]) -> Result<String, String> {
+    let q = require("q");
+    let out = run_cmd(
+        Command::new(q)
+            .env("SSL_CERT_FILE", ca)
+            .env_remove("SSL_CERT_DIR")
+            .arg(name)
+            .arg("A")
+            .arg(format!("@{server}"))
+            .arg("--tls-server-name=localhost")
+            .arg("--timeout=3s")
+            .args(extra),
+        Duration::from_secs(20),
+    );
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(format!("q @{server} {name}: status {}\n{}{}", out.status, out.stdout, out.stderr))
+    }
+}
+
+/// What a peer's readiness check asks: kdig over this mode at this port, or q at this URL.
+pub enum Ready {
+    /// `kdig +tls`, `+https`, ... at the port of this kind.
+    Kdig(&'static str, &'static str),
+    /// `q` at the URL made from the port of this kind (`{}` is replaced by the port).
+    Q(&'static str, &'static str),
+}
+
+/// Writes a peer's configuration into its directory and returns its command line arguments;
+/// given the directory, the certificate, and the port chosen for each listener kind.
+pub type PeerSetup<'a> = dyn Fn(&Path, &TestCert, &dyn Fn(&str) -> u16) -> Vec<String> + 'a;
+
+/// A real DNS server (unbound, kresd, named, dnsdist, dnsproxy) on free loopback ports with a
+/// generated configuration in a temporary directory; killed when dropped.
+pub struct Peer {
+    pub name: &'static str,
+    child: Child,
+    ports: Vec<(&'static str, u16)>,
+    dir: tempfile::TempDir,
+    log: PathBuf,
+    pub cert: TestCert,
+}
+
+impl Peer {
+    /// Starts `bin` with the arguments and configuration files made by `setup(dir, ports)`
+    /// (ports: one free port per kind in `kinds`), then polls (bounded) until every check in
+    /// `ready` gets `expect` in its answer to `name`. Tries new ports up to 5 times.
+    fn start(
+        name: &'static str,
+        bin: &str,
+        kinds: &[&'static str],
+        setup: &PeerSetup<'_>,
+        ready: &[Ready],
+        probe_name: &str,
+        expect: &str,
+    ) -> Peer {
+        let bin = require(bin);
+        require("kdig");
+        let mut last_err = String::new();
+        for _attempt in 0..5 {
+            let cert = TestCert::new();
+            let dir = tempfile::tempdir().expect("temp dir for a peer");
+            let ports: Vec<(&'static str, u16)> = kinds.iter().map(|k| (*k, free_port())).collect();
+            let port_of = |k: &str| ports.iter().find(|(n, _)| *n == k).map(|(_, p)| *p).unwrap();
+            let args = setup(dir.path(), &cert, &port_of);
+            let log = dir.path().join(format!("{name}.log"));
+            let logf = fs::File::create(&log).expect("create peer log");
+            let child = Command::new(&bin)
+                .args(&args)
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(logf.try_clone().unwrap())
+                .stderr(logf)
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+            let mut peer = Peer { name, child, ports, dir, log, cert };
+            match peer.wait_ready(ready, probe_name, expect) {
+                Ok(()) => return peer,
+                Err(e) => {
+                    last_err = format!("{e}\n{name} log:\n{}", fs::read_to_string(&peer.log).unwrap_or_default());
+                    peer.kill();
+                }
+            }
+        }
+        panic!("{name} did not start: {last_err}");
+    }
+
+    fn wait_ready(&mut self, ready: &[Ready], name: &str, expect: &str) -> Result<(), String> {
+        let deadline = Instant::now() + STARTUP_WAIT;
+        let ca = self.cert.cert();
+        for check in ready {
+            loop {
+                if let Ok(Some(status)) = self.child.try_wait() {
+                    return Err(format!("{} exited early: {status}", self.name));
+                }
+                let got = match check {
+                    Ready::Kdig(mode, kind) => kdig_short(self.port(kind), mode, &ca, name),
+                    Ready::Q(url, kind) => q_query(&url.replace("{}", &self.port(kind).to_string()), &ca, name, &[]),
+                };
+                match got {
+                    Ok(out) if out.contains(expect) => break,
+                    Ok(out) => return Err(format!("{} answered {name} with\n{out}\nnot {expect}", self.name)),
+                    Err(e) if Instant::now() >= deadline => {
+                        return Err(format!("{} not ready within {STARTUP_WAIT:?}: {e}", self.name))
+                    }
+                    Err(_) => thread::sleep(Duration::from_millis(100)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls (bounded) until kdig `mode` at the port of `kind` gets `expect` for `name`.
+    pub fn wait_answer(&self, mode: &str, kind: &str, name: &str, expect: &str) {
+        let deadline = Instant::now() + STARTUP_WAIT;
+        loop {
+            match kdig_short(self.port(kind), mode, &self.cert.cert(), name) {
+                Ok(out) if out.contains(expect) => return,
+                r if Instant::now() >= deadline => {
+                    panic!("{}: kdig {mode} {name} never got {expect}: {r:?}\n{}", self.name, self.log())
+                }
+                _ => thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// The port of a listener kind (`udp`, `dot`, `doh`, `doq`, ...).
+    pub fn port(&self, kind: &str) -> u16 {
+        self.ports
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, p)| *p)
+            .unwrap_or_else(|| panic!("{} has no {kind} port", self.name))
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Everything the peer logged so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// unbound with DoT (`dot`) and DoH/2 (`doh`, path /dns-query) and plain `udp`/`tcp`,
+/// answering `www.example.test` A 192.0.2.1 from a static local zone.
+pub fn unbound_tls() -> Peer {
+    Peer::start(
+        "unbound",
+        "unbound",
+        &["udp", "dot", "doh"],
+        &|dir, cert, port| {
+            let conf = format!(
+                "server:\n  username: \"\"\n  chroot: \"\"\n  directory: \"{dir}\"\n  pidfile: \"\"\n  use-syslog: no\n  logfile: \"\"\n  verbosity: 1\n  num-threads: 1\n  do-ip6: no\n  interface: 127.0.0.1@{udp}\n  interface: 127.0.0.1@{dot}\n  interface: 127.0.0.1@{doh}\n  tls-port: {dot}\n  https-port: {doh}\n  http-endpoint: \"/dns-query\"\n  tls-service-key: \"{key}\"\n  tls-service-pem: \"{cert}\"\n  access-control: 127.0.0.0/8 allow\n  incoming-num-tcp: 256\n  module-config: \"iterator\"\n  local-zone: \"example.test.\" static\n  local-data: \"www.example.test. 300 IN A 192.0.2.1\"\n",
+                dir = dir.display(),
+                udp = port("udp"),
+                dot = port("dot"),
+                doh = port("doh"),
+                key = cert.key().display(),
+                cert = cert.cert().display(),
+            );
+            let path = dir.join("unbound.conf");
+            fs::write(&path, conf).expect("write unbound.conf");
+            vec!["-d".into(), "-c".into(), path.to_str().unwrap().into()]
+        },
+        &[Ready::Kdig("+tls", "dot"), Ready::Kdig("+https", "doh")],
+        "www.example.test",
+        "192.0.2.1",
+    )
+}
+
+/// knot-resolver (kresd) with DoT (`dot`), DoH/2 (`doh`, path /dns-query) and `udp`; it
+/// answers NXDOMAIN for `.test` by default, so a policy answers A 192.0.2.4 for every name
+/// under `answer.test`.
+pub fn kresd() -> Peer {
+    Peer::start(
+        "kresd",
+        "kresd",
+        &["udp", "dot", "doh"],
+        &|dir, cert, port| {
+            let conf = format!(
+                "net.listen('127.0.0.1', {udp}, {{kind='dns'}})\nnet.listen('127.0.0.1', {dot}, {{kind='tls'}})\nnet.listen('127.0.0.1', {doh}, {{kind='doh2'}})\nnet.tls('{cert}', '{key}')\npolicy.add(policy.suffix(policy.ANSWER({{[kres.type.A]={{rdata=kres.str2ip('192.0.2.4'), ttl=300}}}}), {{todname('answer.test.')}}))\n",
+                udp = port("udp"),
+                dot = port("dot"),
+                doh = port("doh"),
+                cert = cert.cert().display(),
+                key = cert.key().display(),
+            );
+            let path = dir.join("kresd.conf");
+            fs::write(&path, conf).expect("write kresd.conf");
+            let rundir = dir.join("run");
+            fs::create_dir(&rundir).expect("kresd run dir");
+            // The config path must be absolute: kresd reads it from inside its run directory.
+            vec!["-n".into(), "-c".into(), path.to_str().unwrap().into(), rundir.to_str().unwrap().into()]
+        },
+        &[Ready::Kdig("+tls", "dot"), Ready::Kdig("+https", "doh")],
+        "www.answer.test",
+        "192.0.2.4",
+    )
+}
+
+/// BIND 9 (named) with DoT (`dot`) and DoH/2 (`doh`, path /dns-query) and `udp`,
+/// authoritative for `example.test` with `www.example.test` A 192.0.2.6.
+pub fn named() -> Peer {
+    Peer::start(
+        "named",
+        "named",
+        &["udp", "dot", "doh"],
+        &|dir, cert, port| {
+            let zone = "$TTL 300\n@ IN SOA ns.example.test. admin.example.test. 1 3600 600 86400 300\n@ IN NS ns.example.test.\nns IN A 127.0.0.1\nwww IN A 192.0.2.6\n";
+            fs::write(dir.join("example.test.zone"), zone).expect("write zone");
+            let conf = format!(
+                "tls local-tls {{ cert-file \"{cert}\"; key-file \"{key}\"; }};\nhttp local-http {{ endpoints {{ \"/dns-query\"; }}; }};\ncontrols {{ }};\noptions {{\n  directory \"{dir}\";\n  pid-file none;\n  session-keyfile \"{dir}/session.key\";\n  managed-keys-directory \"{dir}\";\n  listen-on port {udp} {{ 127.0.0.1; }};\n  listen-on port {dot} tls local-tls {{ 127.0.0.1; }};\n  listen-on port {doh} tls local-tls http local-http {{ 127.0.0.1; }};\n  listen-on-v6 {{ none; }};\n  recursion no;\n  dnssec-validation no;\n  allow-query {{ 127.0.0.0/8; }};\n}};\nzone \"example.test\" {{ type primary; file \"{dir}/example.test.zone\"; }};\n",
+                cert = cert.cert().display(),
+                key = cert.key().display(),
+                dir = dir.display(),
+                udp = port("udp"),
+                dot = port("dot"),
+                doh = port("doh"),
+            );
+            let path = dir.join("named.conf");
+            fs::write(&path, conf).expect("write named.conf");
+            vec!["-g".into(), "-n".into(), "1".into(), "-c".into(), path.to_str().unwrap().into()]
+        },
+        &[Ready::Kdig("+tls", "dot"), Ready::Kdig("+https", "doh")],
+        "www.example.test",
+        "192.0.2.6",
+    )
+}
+
+/// dnsdist with DoT (`dot`), DoH (`doh`, path /dns-query) and `udp`: `spoof.test` is answered
+/// A 192.0.2.5 by a SpoofAction; everything else goes to `backend` (dnsdist forwards queries
+/// that came over DoT and DoH over TCP: the backend must serve UDP and TCP on one port, as
+/// [`Unbound`] does).
+pub fn dnsdist(backend: SocketAddr) -> Peer {
+    let p = Peer::start(
+        "dnsdist",
+        "dnsdist",
+        &["udp", "dot", "doh"],
+        &|dir, cert, port| {
+            let conf = format!(
+                "setSecurityPollSuffix('')\nsetACL({{'127.0.0.0/8'}})\nsetLocal('127.0.0.1:{udp}')\naddTLSLocal('127.0.0.1:{dot}', '{cert}', '{key}', {{provider='openssl'}})\naddDOHLocal('127.0.0.1:{doh}', '{cert}', '{key}', '/dns-query')\naddAction(QNameRule('spoof.test.'), SpoofAction('192.0.2.5'))\nnewServer({{address='{backend}', checkName='www.example.test.'}})\n",
+                udp = port("udp"),
+                dot = port("dot"),
+                doh = port("doh"),
+                cert = cert.cert().display(),
+                key = cert.key().display(),
+            );
+            let path = dir.join("dnsdist.conf");
+            fs::write(&path, conf).expect("write dnsdist.conf");
+            vec!["--supervised".into(), "--disable-syslog".into(), "-C".into(), path.to_str().unwrap().into()]
+        },
+        &[Ready::Kdig("+tls", "dot"), Ready::Kdig("+https", "doh")],
+        "spoof.test",
+        "192.0.2.5",
+    );
+    // The backend is usable once dnsdist's health check has marked it up.
+    p.wait_answer("+tls", "dot", "www.example.test", "192.0.2.1");
+    p
+}
+
+/// AdGuard dnsproxy with DoQ (`doq`), DoH/2 and DoH/3 on one port (`doh`, TCP and UDP, path
+/// /dns-query) and `udp`, answering `fixed.example.test` A 192.0.2.7 from a hosts file (its
+/// upstream, 127.0.0.1:9, answers nothing).
+pub fn dnsproxy() -> Peer {
+    Peer::start(
+        "dnsproxy",
+        "dnsproxy",
+        &["udp", "doq", "doh"],
+        &|dir, cert, port| {
+            let hosts = dir.join("hosts");
+            fs::write(&hosts, "192.0.2.7 fixed.example.test\n").expect("write hosts");
+            vec![
+                "-l".into(),
+                "127.0.0.1".into(),
+                "-p".into(),
+                port("udp").to_string(),
+                "-q".into(),
+                port("doq").to_string(),
+                "-s".into(),
+                port("doh").to_string(),
+                "--http3".into(),
+                format!("--tls-crt={}", cert.cert().display()),
+                format!("--tls-key={}", cert.key().display()),
+                "--hosts-file-enabled".into(),
+                format!("--hosts-files={}", hosts.display()),
+                "-u".into(),
+                "127.0.0.1:9".into(),
+            ]
+        },
+        &[
+            Ready::Kdig("+https", "doh"),
+            Ready::Q("quic://127.0.0.1:{}", "doq"),
+            Ready::Q("https://127.0.0.1:{}/dns-query", "doh"),
+        ],
+        "fixed.example.test",
+        "192.0.2.7",
+    )
+}
+
+/// A `connections` count map entry (`connections.errors`, `connections.closed`,
+/// `connections.negotiated.alpn`, ...), 0 when absent.
+pub fn conn_map(v: &Value, path: &[&str], name: &str) -> u64 {
+    let mut m = &v["connections"];
+    for p in path {
+        m = &m[*p];
+    }
+    map_entry(m, name)
+}
+
+/// `connections.KEY` as an integer.
+pub fn conn_total(v: &Value, key: &str) -> u64 {
+    v["connections"][key].as_u64().unwrap_or_else(|| panic!("connections.{key} missing in\n{:#}", v["connections"]))
+}
+
+/// What an encrypted run must show about its connections.
+pub struct Expect<'a> {
+    /// The ALPN every connection agreed on, None when the server may agree on none (DoT).
+    pub alpn: Option<&'a str>,
+    /// `TLSv1.3` or `TLSv1.2`.
+    pub tls_version: &'a str,
+    /// QUIC (DoQ, DoH/3): `handshake_quic`; else TCP and TLS: `handshake_tcp`, `handshake_tls`.
+    pub quic: bool,
+}
+
+/// Checks a complete run of `count` queries that were all answered with `rcode`, over an
+/// encrypted transport, with the connections block: opened >= 1, no connection errors, the
+/// negotiated ALPN and TLS version on every connection, and the handshake histograms.
+pub fn check_encrypted_run(v: &Value, count: u64, rcode_name: &str, e: &Expect) {
+    check_accounting(v);
+    assert_eq!(v["status"], "complete", "{v:#}");
+    assert_eq!(total(v, "sent"), count, "-n {count}:\n{:#}", v["totals"]);
+    assert_eq!(total(v, "answered"), count, "every query answered:\n{:#}\n{:#}", v["totals"], v["connections"]);
+    assert_eq!(rcode(v, rcode_name), count, "every answer {rcode_name}:\n{:#}", v["totals"]);
+    assert_eq!(total(v, "in_flight"), 0);
+    assert_eq!(v["latency"]["count"].as_u64(), Some(count), "one latency sample per answer");
+    let c = &v["connections"];
+    let opened = conn_total(v, "opened");
+    assert!(opened >= 1, "no connection opened:\n{c:#}");
+    assert_eq!(map_sum(&c["errors"]), 0, "connection errors:\n{c:#}");
+    if let Some(alpn) = e.alpn {
+        assert_eq!(conn_map(v, &["negotiated", "alpn"], alpn), opened, "ALPN {alpn} on every connection:\n{c:#}");
+    }
+    assert_eq!(
+        conn_map(v, &["negotiated", "tls_version"], e.tls_version),
+        opened,
+        "{} on every connection:\n{c:#}",
+        e.tls_version
+    );
+    let need: &[&str] = if e.quic { &["handshake_quic"] } else { &["handshake_tcp", "handshake_tls"] };
+    for h in need {
+        let n = c[*h]["count"].as_u64().unwrap_or_else(|| panic!("connections.{h} missing:\n{c:#}"));
+        assert_eq!(n, opened, "one {h} sample per connection:\n{c:#}");
+        assert!(c[*h]["max_ns"].as_u64().unwrap_or(0) > 0, "{h} of zero:\n{c:#}");
+    }
+    let absent: &[&str] = if e.quic { &["handshake_tcp", "handshake_tls"] } else { &["handshake_quic"] };
+    for h in absent {
+        assert!(c[*h].is_null() || c[*h]["count"].as_u64() == Some(0), "{h} on this transport:\n{c:#}");
+    }
+}
+
+/// `stats ... KEY=N ...` from the responder's last stderr line.
+pub fn serve_stat(stderr: &str, key: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("stats "))
+        .unwrap_or_else(|| panic!("no `stats` line on volley serve's stderr:\n{stderr}"));
+    let pat = format!("{key}=");
+    let w = line.split_whitespace().find(|w| w.starts_with(&pat)).unwrap_or_else(|| panic!("no {key}= in: {line}"));
+    w[pat.len()..].parse().unwrap_or_else(|_| panic!("{key} is not a number in: {line}"))
 }

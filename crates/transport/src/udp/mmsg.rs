@@ -3,12 +3,19 @@
 use std::io;
 use std::os::fd::RawFd;
 
+/// Control bytes per datagram: room for one SCM_TIMESTAMPNS message.
+const CTRL: usize = 64;
+
 /// Fixed buffers for up to `n` datagrams, reused for every batch: no allocation per query.
 pub struct Batch {
     bufs: Vec<Vec<u8>>,
     lens: Vec<usize>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    /// Control buffers of received datagrams (kernel receive timestamps), `CTRL` bytes each.
+    ctrl: Vec<u64>,
+    /// Kernel receive time of each received datagram, CLOCK_REALTIME ns (0: none).
+    stamps: Vec<u64>,
     /// Datagrams filled for sending.
     pub count: usize,
 }
@@ -19,7 +26,7 @@ impl Batch {
         let iovs = bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: size }).collect();
         // SAFETY: mmsghdr is plain old data; all-zero is a valid empty header.
         let hdrs = (0..n).map(|_| unsafe { std::mem::zeroed::<libc::mmsghdr>() }).collect();
-        Batch { bufs, lens: vec![0; n], iovs, hdrs, count: 0 }
+        Batch { bufs, lens: vec![0; n], iovs, hdrs, ctrl: vec![0; n * CTRL / 8], stamps: vec![0; n], count: 0 }
     }
 
     pub fn capacity(&self) -> usize {
@@ -65,8 +72,13 @@ impl Batch {
             h.msg_hdr.msg_iovlen = 1;
             h.msg_hdr.msg_name = std::ptr::null_mut();
             h.msg_hdr.msg_namelen = 0;
-            h.msg_hdr.msg_control = std::ptr::null_mut();
-            h.msg_hdr.msg_controllen = 0;
+            if recv {
+                h.msg_hdr.msg_control = self.ctrl[i * CTRL / 8..].as_mut_ptr().cast();
+                h.msg_hdr.msg_controllen = CTRL as _;
+            } else {
+                h.msg_hdr.msg_control = std::ptr::null_mut();
+                h.msg_hdr.msg_controllen = 0;
+            }
             h.msg_hdr.msg_flags = 0;
             h.msg_len = 0;
         }
@@ -99,7 +111,50 @@ impl Batch {
         let r = r as usize;
         for i in 0..r {
             self.lens[i] = self.hdrs[i].msg_len as usize;
+            self.stamps[i] = timestamp(&self.hdrs[i].msg_hdr);
         }
         Ok(r)
     }
+
+    /// Kernel receive time of received datagram `i`, CLOCK_REALTIME ns, when the socket has
+    /// SO_TIMESTAMPNS on (0 otherwise).
+    pub fn stamp(&self, i: usize) -> u64 {
+        self.stamps[i]
+    }
+}
+
+/// Asks the kernel to stamp every received datagram (SO_TIMESTAMPNS).
+pub fn enable_timestamps(fd: RawFd) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads an int we own.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// The SCM_TIMESTAMPNS of a received message, ns since the epoch (0 when absent).
+fn timestamp(h: &libc::msghdr) -> u64 {
+    // SAFETY: the CMSG macros walk the control buffer the kernel filled, within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                return ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    0
 }

@@ -45,6 +45,9 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
         }
     };
     let fd = sock.as_raw_fd();
+    // Answers are timed by the kernel when they arrive, so reading them later (in batches, or
+    // in lazy mode) does not change their latency.
+    let stamped = mmsg::enable_timestamps(fd).is_ok();
     let header = meter::udp_header(addr);
     let mut ids = IdTable::with_capacity(1024);
     let mut out = Batch::new(BATCH, 512.max(opts.udp_payload.min(65_535)));
@@ -53,6 +56,20 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
     loop {
         while lane.queued() > 0 {
             send_batch(&sock, fd, &lane, &*x, &mut ids, &mut out, &mut tokens, header).await;
+        }
+        if let Some(poll) = opts.udp_lazy_receive {
+            // Scheduled loads: read what arrived whenever this lane wakes to send, or every
+            // `poll`, instead of waking for every answer — half the wake-ups per query.
+            receive(&sock, fd, &mut inb, &mut ids, &*x, header, stamped);
+            if lane.closing() {
+                return;
+            }
+            tokio::select! {
+                biased;
+                _ = lane.wait() => {}
+                _ = tokio::time::sleep(poll) => {}
+            }
+            continue;
         }
         if lane.closing() {
             return;
@@ -63,37 +80,66 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
                 if r.is_err() {
                     return;
                 }
-                loop {
-                    match sock.try_io(Interest::READABLE, || inb.recv(fd)) {
-                        Ok(n) => {
-                            let now = x.now();
-                            let mut bytes = 0;
-                            for i in 0..n {
-                                bytes += inb.len_of(i) as u64;
-                                deliver(inb.msg(i), &mut ids, &*x, now);
-                            }
-                            if n > 0 {
-                                let n = n as u64;
-                                x.wire(&WireStats { bytes_in: bytes + n * header, packets_in: n, ..WireStats::default() });
-                            }
-                            if n < inb.capacity() {
-                                break;
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        // ICMP port unreachable for an earlier datagram: not tied to a query.
-                        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => x.event("udp_icmp_refused"),
-                        Err(_) => {
-                            x.event("udp_recv_error");
-                            break;
-                        }
-                    }
-                }
+                receive(&sock, fd, &mut inb, &mut ids, &*x, header, stamped);
             }
             _ = lane.wait() => {}
         }
     }
+}
+
+/// Reads every datagram waiting on the socket, in batches, and hands them to the engine with
+/// their kernel receive time.
+fn receive<X: Exchange>(
+    sock: &UdpSocket,
+    fd: i32,
+    inb: &mut Batch,
+    ids: &mut IdTable,
+    x: &X,
+    header: u64,
+    stamped: bool,
+) {
+    loop {
+        match sock.try_io(Interest::READABLE, || inb.recv(fd)) {
+            Ok(n) => {
+                let now = x.now();
+                // Kernel stamps are CLOCK_REALTIME; the run's clock is CLOCK_MONOTONIC.
+                let shift = if stamped { realtime_ns().saturating_sub(now) } else { 0 };
+                let mut bytes = 0;
+                for i in 0..n {
+                    bytes += inb.len_of(i) as u64;
+                    let at = match inb.stamp(i) {
+                        0 => now,
+                        s => s.saturating_sub(shift).min(now),
+                    };
+                    deliver(inb.msg(i), ids, x, at);
+                }
+                if n > 0 {
+                    let n = n as u64;
+                    x.wire(&WireStats { bytes_in: bytes + n * header, packets_in: n, ..WireStats::default() });
+                }
+                if n < inb.capacity() {
+                    // Probably empty now; tokio clears readiness on the next WouldBlock.
+                    return;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // ICMP port unreachable for an earlier datagram: not tied to a query.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => x.event("udp_icmp_refused"),
+            Err(_) => {
+                x.event("udp_recv_error");
+                return;
+            }
+        }
+    }
+}
+
+/// CLOCK_REALTIME in ns.
+fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Takes up to one batch of queued queries, stamps IDs, sends them with one system call

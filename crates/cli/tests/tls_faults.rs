@@ -1,0 +1,397 @@
+//! Certificate verification and faults on the encrypted transports. A failed verification
+//! stops `volley run` before load with one line naming the reason; every other fault is a
+//! measurement: each query ends with its own error kind (tls, http_status, content_type,
+//! goaway, stream_reset, quic_stream_reset, quic_closed, idle_timeout, reset), the run ends,
+//! and the accounting equation balances.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+
+/// A run of `-n N -c 10` with a short query timeout against `url`, trusting `ca`.
+fn run_n(url: &str, ca: &str, name: &str, n: u64, extra: &[&str]) -> RunResult {
+    let n = n.to_string();
+    let mut args = vec![url, "--ca", ca, "--name", name, "-n", &n, "-c", "10", "-t", "3s"];
+    args.extend_from_slice(extra);
+    run_volley(&args)
+}
+
+/// A run that ended (status complete) with its accounting balanced; returns the results.
+fn ended(r: &RunResult) -> &serde_json::Value {
+    let v = r.ok();
+    check_accounting(v);
+    assert_eq!(v["status"], "complete", "{v:#}");
+    assert_eq!(total(v, "in_flight"), 0, "{:#}", v["totals"]);
+    v
+}
+
+/// Every query either answered or failed with `kind`, and at least `min` failed so.
+fn answered_or(v: &serde_json::Value, kind: &str, min: u64) {
+    let failed = total(v, "failed");
+    assert_eq!(error_count(v, kind), failed, "every failure is {kind}:\n{:#}\n{:#}", v["totals"], v["connections"]);
+    assert!(failed >= min, "at least {min} {kind} failures:\n{:#}\n{:#}", v["totals"], v["connections"]);
+    assert_eq!(total(v, "answered") + failed + total(v, "timed_out"), total(v, "sent"));
+    assert_eq!(total(v, "timed_out"), 0, "no timeouts:\n{:#}", v["totals"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Certificate verification
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn unknown_issuer_is_one_line_exit_2() {
+    let s = Server::start_encrypted(&[]);
+    for t in ["tls", "https", "h3", "quic"] {
+        let url = s.url(t);
+        let r = run_volley(&[&url, "-n", "50"]);
+        let line = assert_usage_error(&r);
+        let l = line.to_lowercase().replace(['_', ' '], "");
+        assert!(l.contains("unknownissuer"), "{t}: names the reason (unknown issuer): {line}");
+    }
+    // A self-signed leaf on a real server (unbound), not trusted without --ca.
+    let p = unbound_tls();
+    let r = run_volley(&[&format!("tls://127.0.0.1:{}", p.port("dot")), "--name", "www.example.test", "-n", "50"]);
+    let line = assert_usage_error(&r);
+    assert!(line.to_lowercase().replace(['_', ' '], "").contains("unknownissuer"), "unbound: {line}");
+}
+
+#[test]
+fn wrong_ca_is_one_line_exit_2() {
+    let s = Server::start_encrypted(&[]);
+    let other = TestCert::new();
+    for t in ["tls", "quic"] {
+        let r = run_volley(&[&s.url(t), "--ca", &other.cert_str(), "-n", "50"]);
+        let line = assert_usage_error(&r);
+        assert!(line.to_lowercase().contains("certificate"), "{t}: {line}");
+    }
+}
+
+#[test]
+fn wrong_sni_is_one_line_exit_2_naming_the_name() {
+    let s = Server::start_encrypted(&[]);
+    for t in ["tls", "https", "h3", "quic"] {
+        let r = run_volley(&[&s.url(t), "--ca", s.ca_str(), "--sni", "wrong.name", "-n", "50"]);
+        let line = assert_usage_error(&r);
+        assert!(line.contains("wrong.name"), "{t}: names the name: {line}");
+    }
+    // The right name, given explicitly, verifies.
+    let r = run_volley(&[&s.url("tls"), "--ca", s.ca_str(), "--sni", "localhost", "-n", "50"]);
+    assert_eq!(total(ended(&r), "answered"), 50);
+}
+
+#[test]
+fn insecure_runs_and_says_so() {
+    let s = Server::start_encrypted(&[]);
+    for t in ["tls", "https", "h3", "quic"] {
+        let r = run_volley(&[&s.url(t), "--insecure", "-n", "100", "-c", "10"]);
+        let v = ended(&r);
+        assert_eq!(total(v, "answered"), 100, "{t}:\n{:#}", v["totals"]);
+        let warnings = v["warnings"].as_array().unwrap_or_else(|| panic!("no warnings array:\n{v:#}"));
+        assert!(
+            warnings.iter().any(|w| w.as_str().unwrap_or("").to_lowercase().contains("insecure")),
+            "{t}: the results say the certificate was not verified: {warnings:?}"
+        );
+        assert!(r.stdout.to_lowercase().contains("insecure"), "{t}: the summary says so too:\n{}", r.stdout);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// tls: a handshake that fails after the probe
+// ---------------------------------------------------------------------------------------------
+
+/// A TCP front on 127.0.0.1: the first `pass` connections are relayed to `upstream` (so the
+/// probe before a run succeeds); every later one gets plain text instead of a TLS handshake.
+struct FlakyTls {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    accepted: Arc<AtomicUsize>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+impl FlakyTls {
+    fn start(upstream: Option<SocketAddr>, pass: usize) -> FlakyTls {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let addr = l.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (stop2, acc2) = (stop.clone(), accepted.clone());
+        let handle = thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((c, _)) => {
+                        c.set_nonblocking(false).unwrap();
+                        let i = acc2.fetch_add(1, Ordering::Relaxed);
+                        match upstream {
+                            Some(up) if i < pass => relay(c, up),
+                            _ => {
+                                thread::spawn(move || garbage(c));
+                            }
+                        }
+                    }
+                    Err(_) => thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        FlakyTls { addr, stop, accepted, handle: Some(handle) }
+    }
+}
+
+impl Drop for FlakyTls {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn relay(client: TcpStream, upstream: SocketAddr) {
+    let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(2)) else { return };
+    for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)] {
+        thread::spawn(move || {
+            let _ = std::io::copy(&mut from, &mut to);
+            let _ = to.shutdown(std::net::Shutdown::Write);
+        });
+    }
+}
+
+fn garbage(mut c: TcpStream) {
+    let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut buf = [0u8; 4096];
+    let _ = c.read(&mut buf); // the ClientHello
+    let _ = c.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\nthis is not TLS\r\n");
+    let _ = c.shutdown(std::net::Shutdown::Both);
+}
+
+#[test]
+fn tls_handshake_failure_counted() {
+    let s = Server::start_encrypted(&[]);
+    let front = FlakyTls::start(Some(s.listener("dot")), 1);
+    let url = format!("tls://{}", front.addr);
+    let r = run_n(&url, s.ca_str(), "www.example.test", 200, &["--sni", "localhost"]);
+    let v = r.ok();
+    check_accounting(v);
+    assert_eq!(v["status"], "complete", "{v:#}");
+    assert!(front.accepted.load(Ordering::Relaxed) >= 2, "the run connected after the probe");
+    assert!(error_count(v, "tls") > 0, "queries failed with tls:\n{:#}\n{:#}", v["totals"], v["connections"]);
+    assert!(conn_map(v, &["errors"], "tls") > 0, "connection errors tls:\n{:#}", v["connections"]);
+    assert_eq!(total(v, "answered"), 0, "{:#}", v["totals"]);
+}
+
+#[test]
+fn plain_tcp_on_the_tls_port_is_one_line_exit_2() {
+    let front = FlakyTls::start(None, 0);
+    let r = run_volley(&[&format!("tls://{}", front.addr), "--insecure", "-n", "20", "-t", "2s"]);
+    let line = assert_usage_error(&r);
+    assert!(line.contains("TLS"), "names TLS: {line}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// DoH: http_status, content_type, stream_reset, goaway
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn http_status_counted_doh2_and_doh3() {
+    let s = Server::start_encrypted(&["--fault", "http-status=503:1/10"]);
+    for t in ["https", "h3"] {
+        let r = run_n(&s.url(t), s.ca_str(), "www.example.test", 500, &[]);
+        let v = ended(&r);
+        answered_or(v, "http_status", 40);
+        assert!(total(v, "answered") >= 400, "{t}: the other 9 in 10 answered:\n{:#}", v["totals"]);
+    }
+    // HTTP/1.1 too.
+    let r = run_n(&s.url("https"), s.ca_str(), "www.example.test", 300, &["--http", "1.1"]);
+    answered_or(ended(&r), "http_status", 20);
+}
+
+#[test]
+fn content_type_counted_doh2_and_doh3() {
+    let s = Server::start_encrypted(&["--fault", "content-type=text/plain:1/10"]);
+    for t in ["https", "h3"] {
+        let r = run_n(&s.url(t), s.ca_str(), "www.example.test", 500, &[]);
+        let v = ended(&r);
+        answered_or(v, "content_type", 40);
+        assert!(total(v, "answered") >= 400, "{t}:\n{:#}", v["totals"]);
+    }
+}
+
+#[test]
+fn stream_reset_counted_doh2() {
+    let s = Server::start_encrypted(&["--fault", "rst-stream=1/10"]);
+    let r = run_n(&s.url("https"), s.ca_str(), "www.example.test", 500, &[]);
+    let v = ended(&r);
+    answered_or(v, "stream_reset", 40);
+}
+
+/// On HTTP/3 a reset request stream is a QUIC stream reset.
+#[test]
+fn stream_reset_counted_doh3() {
+    let s = Server::start_encrypted(&["--fault", "rst-stream=1/10"]);
+    let r = run_n(&s.url("h3"), s.ca_str(), "www.example.test", 500, &[]);
+    let v = ended(&r);
+    answered_or(v, "quic_stream_reset", 40);
+}
+
+/// HTTP/3 GOAWAY after 50 requests per connection: the queries the server will not take
+/// fail with `goaway`.
+#[test]
+fn goaway_counted_doh3() {
+    let s = Server::start_encrypted(&["--fault", "goaway-after=50"]);
+    let r = run_n(&s.url("h3"), s.ca_str(), "www.example.test", 500, &[]);
+    let v = ended(&r);
+    assert!(error_count(v, "goaway") > 0, "goaway counted:\n{:#}\n{:#}", v["totals"], v["connections"]);
+    assert_eq!(total(v, "answered") + total(v, "failed") + total(v, "timed_out"), 500);
+}
+
+/// After a GOAWAY the client opens a new connection and goes on: a GOAWAY ends one
+/// connection, not the measurement.
+fn goaway_then_reconnect(t: &str) {
+    let s = Server::start_encrypted(&["--fault", "goaway-after=50"]);
+    let r = run_n(&s.url(t), s.ca_str(), "www.example.test", 500, &["-T", "1"]);
+    let v = ended(&r);
+    let c = &v["connections"];
+    assert!(conn_total(v, "opened") >= 5, "{t}: a new connection after each GOAWAY:\n{c:#}");
+    // Every connection takes 50 requests: at least 400 of 500 answered even if each GOAWAY
+    // cost the queries in flight on its connection.
+    assert!(total(v, "answered") >= 400, "{t}: answered after reconnecting:\n{:#}\n{c:#}", v["totals"]);
+    assert_eq!(total(v, "failed"), error_count(v, "goaway"), "{t}: failures are goaway:\n{:#}", v["totals"]);
+}
+
+#[test]
+fn goaway_then_reconnect_doh2() {
+    goaway_then_reconnect("https");
+}
+
+#[test]
+fn goaway_then_reconnect_doh3() {
+    goaway_then_reconnect("h3");
+}
+
+/// Who closed the connection and how: the server's GOAWAY, not a bare FIN.
+#[test]
+fn goaway_close_recorded_doh2() {
+    let s = Server::start_encrypted(&["--fault", "goaway-after=50"]);
+    let r = run_n(&s.url("https"), s.ca_str(), "www.example.test", 500, &["-T", "1"]);
+    let v = ended(&r);
+    assert!(
+        conn_map(v, &["closed"], "server_goaway") >= 1,
+        "connections closed by GOAWAY recorded as server_goaway:\n{:#}",
+        v["connections"]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// DoT: reset
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn tcp_reset_counted_dot() {
+    let s = Server::start_encrypted(&["--fault", "tcp-reset-after=50"]);
+    let r = run_n(&s.url("tls"), s.ca_str(), "www.example.test", 500, &[]);
+    let v = ended(&r);
+    let failed = total(v, "failed");
+    assert!(error_count(v, "reset") > 0, "{:#}", v["totals"]);
+    assert_eq!(failed, error_count(v, "reset") + error_count(v, "closed"), "{:#}", v["totals"]);
+    assert!(conn_map(v, &["closed"], "server_reset") >= 1, "{:#}", v["connections"]);
+    assert!(conn_total(v, "opened") > 2, "reconnected after the resets:\n{:#}", v["connections"]);
+    assert!(total(v, "answered") >= 400, "{:#}", v["totals"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// QUIC: quic_stream_reset, idle_timeout, quic_closed
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn quic_stream_reset_counted_doq() {
+    let s = Server::start_encrypted(&["--fault", "quic-stream-reset=1/10"]);
+    let r = run_n(&s.url("quic"), s.ca_str(), "www.example.test", 500, &[]);
+    let v = ended(&r);
+    answered_or(v, "quic_stream_reset", 40);
+}
+
+/// The server never answers (`drop` names) and its QUIC idle timeout is 300 ms, well under
+/// the query timeout: the connection dies of idleness with the queries on it.
+#[test]
+fn idle_timeout_counted_doq_and_doh3() {
+    let s = Server::start_encrypted(&["--idle-timeout", "300ms"]);
+    for t in ["quic", "h3"] {
+        let r =
+            run_volley(&[&s.url(t), "--ca", s.ca_str(), "--name", "x.drop.test", "-n", "20", "-c", "10", "-t", "20s"]);
+        let v = ended(&r);
+        assert_eq!(total(v, "answered"), 0);
+        assert_eq!(error_count(v, "idle_timeout"), 20, "{t}: every query ended by idle_timeout:\n{:#}", v["totals"]);
+        assert!(conn_map(v, &["closed"], "idle_timeout") >= 1, "{t}:\n{:#}", v["connections"]);
+    }
+}
+
+/// The server closes its QUIC connections (SIGTERM: CONNECTION_CLOSE) while queries wait on
+/// them: those queries end with `quic_closed`, the others by reconnect failures.
+#[test]
+fn quic_closed_counted_doq_and_doh3() {
+    for t in ["quic", "h3"] {
+        let mut s = Server::start_encrypted(&[]);
+        let dir = tempfile::tempdir().unwrap();
+        // The first query (the probe) is answered; every second one is never answered.
+        let queries = write_queries(dir.path(), "q.txt", &["www.example.test A", "x.drop.test A"]);
+        let out = dir.path().join("r.json");
+        let mut child = Command::new(volley())
+            .arg("run")
+            .arg(s.url(t))
+            .args(["--ca", s.ca_str(), "-n", "40", "-c", "10", "-t", "30s", "-T", "1", "--progress", "always", "-q"])
+            .arg("-d")
+            .arg(&queries)
+            .arg("-o")
+            .arg(&out)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The first progress line (after the run's first second) says the load is on: by then
+        // the run holds 10 unanswerable queries on its connection.
+        let mut pipe = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let reader = thread::spawn(move || {
+            let mut all = Vec::new();
+            let mut buf = [0u8; 1024];
+            let mut told = false;
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                all.extend_from_slice(&buf[..n]);
+                if !told && String::from_utf8_lossy(&all).contains("qps") {
+                    told = true;
+                    let _ = tx.send(());
+                }
+            }
+            String::from_utf8_lossy(&all).into_owned()
+        });
+        let started = rx.recv_timeout(STARTUP_WAIT).is_ok();
+        let _ = s.terminate();
+        let status = wait_bounded(&mut child, RUN_WAIT).expect("volley run ended");
+        let err = reader.join().unwrap_or_default();
+        assert!(started, "{t}: no progress line within {STARTUP_WAIT:?}: {err}");
+        assert_eq!(status.code(), Some(0), "{t}: {err}");
+        let v = read_results(&out).unwrap_or_else(|| panic!("{t}: no results; {err}"));
+        check_accounting(&v);
+        assert_eq!(v["status"], "complete");
+        assert!(
+            error_count(&v, "quic_closed") >= 1,
+            "{t}: quic_closed counted:\n{:#}\n{:#}",
+            v["totals"],
+            v["connections"]
+        );
+        assert!(conn_map(&v, &["closed"], "server_quic_close") >= 1, "{t}:\n{:#}", v["connections"]);
+        assert_eq!(total(&v, "in_flight"), 0);
+    }
+}
