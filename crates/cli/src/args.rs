@@ -1,5 +1,109 @@
-//! Flag value parsers shared by subcommands.
+//! Flags and flag value parsers shared by subcommands.
 
 /// Durations as people write them: `500ms`, `1s`, `1.5s`, `2m`, `1h`, `250us`; a bare number
 /// is seconds. One parser for every flag and for the responder's rules and labels.
 pub use volley_responder::parse_duration;
+
+use std::path::PathBuf;
+
+use clap::Args;
+use volley_transport::{DohMethod, HttpVersion, LaneOptions, Scheme, Target, TlsSettings, TlsVersion};
+
+use crate::error::{CliError, CliResult};
+
+/// TLS and HTTP flags, defined once for every command that reaches a server.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "TLS and HTTP")]
+pub struct TlsArgs {
+    /// DoH: HTTP version: 1.1 (one request in flight per connection; --connections defaults
+    /// to the concurrency), 2 (multiplexed, up to the server's stream limit) or 3 (QUIC).
+    #[arg(long = "http", value_name = "VERSION", default_value = "2")]
+    pub http: String,
+
+    /// DoH: HTTP method: post (message as the body) or get (base64url in ?dns=). Both send
+    /// message ID 0 and application/dns-message.
+    #[arg(long = "doh-method", value_name = "METHOD", default_value = "post")]
+    pub doh_method: String,
+
+    /// Server name to send (SNI) and verify the certificate against [default: the target's
+    /// host when it is a name; for an IP address no SNI is sent and the certificate must
+    /// hold that address].
+    #[arg(long, value_name = "NAME")]
+    pub sni: Option<String>,
+
+    /// Trust the PEM certificates in FILE instead of the system roots (/etc/ssl/certs).
+    #[arg(long = "ca", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+
+    /// Do not verify the server's certificate (INSECURE; the results say so).
+    #[arg(long)]
+    pub insecure: bool,
+
+    /// Offer only this TLS version: 1.2 or 1.3 [default: both, 1.3 preferred; QUIC is
+    /// always 1.3].
+    #[arg(long = "tls-version", value_name = "VERSION")]
+    pub tls_version: Option<String>,
+
+    /// TLS session resumption on reconnects: on or off.
+    #[arg(long = "tls-resume", value_name = "on|off", default_value = "on")]
+    pub tls_resume: String,
+
+    /// Send queries as 0-RTT early data when a resumed session allows it (TLS 1.3 for DoT,
+    /// QUIC 0-RTT for DoQ and DoH/3). Needs --tls-resume on.
+    #[arg(long = "zero-rtt")]
+    pub zero_rtt: bool,
+}
+
+impl TlsArgs {
+    /// `base` with the TLS and HTTP settings of the flags, checked for `target`.
+    pub fn apply(&self, base: LaneOptions, target: &Target) -> CliResult<LaneOptions> {
+        let http = match self.http.as_str() {
+            "1.1" | "1" => HttpVersion::Http1,
+            "2" => HttpVersion::Http2,
+            "3" => HttpVersion::Http3,
+            v => return Err(CliError::usage(format!("invalid --http '{v}': expected 1.1, 2 or 3"))),
+        };
+        let doh_method = match self.doh_method.to_ascii_lowercase().as_str() {
+            "get" => DohMethod::Get,
+            "post" => DohMethod::Post,
+            _ => {
+                return Err(CliError::usage(format!(
+                    "invalid --doh-method '{}': expected get or post",
+                    self.doh_method
+                )))
+            }
+        };
+        let version = match self.tls_version.as_deref() {
+            None => None,
+            Some("1.2") => Some(TlsVersion::Tls12),
+            Some("1.3") => Some(TlsVersion::Tls13),
+            Some(v) => return Err(CliError::usage(format!("invalid --tls-version '{v}': expected 1.2 or 1.3"))),
+        };
+        let resume = match self.tls_resume.as_str() {
+            "on" => true,
+            "off" => false,
+            v => return Err(CliError::usage(format!("invalid --tls-resume '{v}': expected on or off"))),
+        };
+        if self.zero_rtt && !resume {
+            return Err(CliError::usage("--zero-rtt needs --tls-resume on (0-RTT data rides on a resumed session)"));
+        }
+        if self.sni.as_deref() == Some("") {
+            return Err(CliError::usage("invalid --sni '': expected a server name"));
+        }
+        let tls = TlsSettings {
+            sni: self.sni.clone(),
+            ca_file: self.ca.clone(),
+            insecure: self.insecure,
+            version,
+            resume,
+            zero_rtt: self.zero_rtt,
+        };
+        let opts = LaneOptions { tls, http, doh_method, ..base };
+        if target.scheme.is_encrypted() {
+            let quic = target.scheme == Scheme::Quic || opts.http_for(target.scheme) == HttpVersion::Http3;
+            volley_transport::tls::check(&opts.tls, quic).map_err(CliError::usage)?;
+            volley_transport::tls::server_name(&opts.tls, target).map_err(CliError::usage)?;
+        }
+        Ok(opts)
+    }
+}

@@ -181,7 +181,9 @@ pub struct Replay {
 impl Replay {
     /// Which captured client simulated client `i` of `n` replays, and how much later it starts.
     /// Fewer clients than captured: an even sample. More: the capture's clients repeat, each
-    /// repetition shifted by an equal share of the capture's span, so load grows linearly.
+    /// repetition shifted by an equal share of the capture's span and wrapped round it (the
+    /// engine plays the shifted tail first), so the load is the capture's times n/clients,
+    /// evenly over the span.
     pub fn source_of(&self, i: u64, n: u64) -> (u32, u64) {
         let c = self.clients.len().max(1) as u64;
         if n <= c {

@@ -85,7 +85,8 @@ pub fn run(
     interrupt: Arc<AtomicBool>,
     mut progress: impl FnMut(&Progress),
 ) -> Result<RunResult, EngineError> {
-    let stop_by = plan.duration.is_some() || plan.count.is_some();
+    let replay = matches!(&plan.load, Load::Clients(c) if c.replay.is_some());
+    let stop_by = plan.duration.is_some() || plan.count.is_some() || replay;
     if !stop_by {
         return Err(EngineError::Plan("a run needs a duration or a count".into()));
     }
@@ -253,7 +254,7 @@ pub fn run(
 
     // The sending phase: the planned duration, or until the last query was issued.
     let sending_s = match (plan.duration, interrupted) {
-        (Some(d), false) => d.as_secs_f64(),
+        (Some(d), false) if !replay => d.as_secs_f64(),
         _ => {
             let last = got.series.iter().rposition(|r| r.sent > 0).map_or(0, |i| i + 1);
             // Whole seconds with sends, trimmed to the elapsed time.

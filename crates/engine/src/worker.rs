@@ -685,9 +685,29 @@ async fn replay_schedule(
     end: Option<u64>,
 ) {
     let timer = precise_timer(&w);
+    // A shifted repetition wraps round the capture's span, so that the load is even over the
+    // whole replay: its queries past the span's end come first, moved back by the span.
+    let period = replay.span_ns + 1;
+    let rot: Vec<usize> = sources
+        .iter()
+        .map(|&(src, shift)| {
+            let qs = &replay.clients[src as usize];
+            if shift == 0 {
+                0
+            } else {
+                qs.iter().position(|&(off, _)| off + shift >= period).unwrap_or(0)
+            }
+        })
+        .collect();
     let due_of = |c: usize, pos: usize| -> Option<(u64, u32)> {
         let (src, shift) = sources[c];
-        replay.clients[src as usize].get(pos).map(|&(off, q)| (start + shift + off, q))
+        let qs = &replay.clients[src as usize];
+        if pos >= qs.len() {
+            return None;
+        }
+        let (off, q) = qs[(rot[c] + pos) % qs.len()];
+        let t = off + shift;
+        Some((start + if t >= period { t - period } else { t }, q))
     };
     // (due, client, position in its captured queries)
     let mut heap: BinaryHeap<Reverse<(u64, u32, u32)>> =

@@ -287,6 +287,7 @@ fn add_totals(into: &mut Totals, t: &Totals) {
     into.truncated += t.truncated;
     into.bytes_out += t.bytes_out;
     into.bytes_in += t.bytes_in;
+    into.wire.add(&t.wire);
     add_map(&mut into.rcodes, &t.rcodes);
     add_map(&mut into.errors, &t.errors);
     add_map(&mut into.unexpected, &t.unexpected);
@@ -373,6 +374,8 @@ impl HistSumRow {
         }
         if let Some(c) = &r.connections {
             let a = self.conns.get_or_insert_with(SecondConnections::default);
+            // Runs made at the same time: their open connections add up too.
+            a.active += c.active;
             a.opened += c.opened;
             a.closed += c.closed;
             a.failed += c.failed;

@@ -71,6 +71,39 @@ fn text_lines(r: &RunResult) -> Vec<String> {
     push_labeled(&mut out, "qps", &format!("{} sent/s, {} answered/s", fmt_rate(r.qps.sent), fmt_rate(r.qps.answered)));
     out.push(String::new());
 
+    // Simulated clients in a mixture: one line per group.
+    if !r.groups.is_empty() {
+        let mut g = Table::new()
+            .column("group", Align::Left)
+            .column("clients", Align::Right)
+            .column("sent", Align::Right)
+            .column("answered", Align::Right)
+            .column("timed out", Align::Right)
+            .column("failed", Align::Right)
+            .column("p50", Align::Right)
+            .column("p99", Align::Right)
+            .column("conns", Align::Right);
+        for grp in &r.groups {
+            let t = &grp.totals;
+            g.row([
+                grp.name.clone(),
+                grp.clients.to_string(),
+                t.sent.to_string(),
+                fmt_pct(t.answered, t.sent),
+                t.timed_out.to_string(),
+                t.failed.to_string(),
+                fmt_ns(grp.latency.p50_ns),
+                fmt_ns(grp.latency.p99_ns),
+                grp.connections.as_ref().map_or("-".into(), |c| c.opened.to_string()),
+            ]);
+        }
+        for (i, line) in g.lines().into_iter().enumerate() {
+            let label = if i == 0 { "groups" } else { "" };
+            out.push(format!("{label:<LABEL$}{line}").trim_end().to_string());
+        }
+        out.push(String::new());
+    }
+
     // Answers and the events around them: name, count, share, basis.
     let mut tbl = Table::new()
         .column("", Align::Left)

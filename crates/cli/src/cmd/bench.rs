@@ -12,7 +12,7 @@ use volley_transport::{ConnPolicy, HttpVersion, LaneOptions, Scheme, Target, Tls
 use volley_wire::{QType, QueryOptions};
 
 use crate::args::parse_duration;
-use crate::cmd::run::{check_output, check_target, execute, interrupt_flag, ProgressMode};
+use crate::cmd::run::{check_output, check_target, execute, insecure_warning, interrupt_flag, ProgressMode};
 use crate::error::{CliError, CliResult};
 
 const EXAMPLES: &str = "\
@@ -231,6 +231,9 @@ pub fn run(a: BenchArgs) -> CliResult {
         check_target(&plan)?;
         let mut result = execute(&plan, a.progress, None, interrupt.clone())?;
         result.command = std::env::args().collect();
+        if let Some(w) = insecure_warning(&plan) {
+            result.warnings.insert(0, w);
+        }
         let conns = result.connections.as_ref();
         let t = &result.totals;
         let per_query = |n: u64| (!t.wire.is_empty() && t.answered > 0).then(|| n as f64 / t.answered as f64);

@@ -162,6 +162,9 @@ pub fn run(a: LimitArgs) -> CliResult {
     let settings = Search { start: a.start, max: a.max, growth, refine: a.refine, resolution: 0.02 };
     let quantile = max_latency.map_or(0.99, |(q, _)| q);
 
+    if !a.also.is_empty() && !a.run.mix.is_empty() {
+        return Err(CliError::usage("--also searches other targets; a --mix names its own: use one or the other"));
+    }
     let mut targets: Vec<Option<String>> = vec![a.run.target.clone()];
     targets.extend(a.also.iter().cloned().map(Some));
     let interrupt = interrupt_flag();
@@ -180,7 +183,9 @@ pub fn run(a: LimitArgs) -> CliResult {
             r
         };
         let first = plan(&step_args(a.start))?;
-        check_target(&first)?;
+        if let Some(w) = check_target(&first)? {
+            eprintln!("volley: warning: {w}");
+        }
         let name = first.target.to_string();
         eprintln!("searching the limit of {name} by {} ({})", a.by.unit(), describe(&objective));
         let mut failure = None;
@@ -287,6 +292,9 @@ fn write_table(searches: &[SearchResult], w: &mut impl Write) -> std::io::Result
             volley_engine::limit::Stopped::Found => "",
             volley_engine::limit::Stopped::BelowStart => "below --start",
             volley_engine::limit::Stopped::AboveMax => "at least (reached --max)",
+            volley_engine::limit::Stopped::GeneratorBound if s.limit.is_none() => {
+                "unknown: the generator was the bottleneck from the first step"
+            }
             volley_engine::limit::Stopped::GeneratorBound => "at least (the generator was the bottleneck)",
             volley_engine::limit::Stopped::Interrupted => "interrupted",
         };

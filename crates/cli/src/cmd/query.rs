@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use clap::Args;
-use volley_transport::probe::{exchange, OneShotError};
-use volley_transport::{Scheme, Target};
+use volley_transport::probe::{exchange_with, OneShotError};
+use volley_transport::{LaneOptions, Scheme, Target};
 use volley_wire::{Edns, Header, Name, QType, QueryOptions, QueryTemplate};
 
-use crate::args::parse_duration;
+use crate::args::{parse_duration, TlsArgs};
 use crate::error::{CliError, CliResult};
 
 const EXAMPLES: &str = "\
@@ -22,7 +22,8 @@ nothing listening at the target.";
 #[derive(Args, Debug)]
 #[command(after_long_help = EXAMPLES)]
 pub struct QueryArgs {
-    /// Server to ask: udp://HOST[:PORT] or tcp://HOST[:PORT].
+    /// Server to ask: udp://, tcp://, tls:// (DoT), https://HOST/PATH (DoH, --http 1.1|2|3),
+    /// h3:// (DoH over HTTP/3) or quic:// (DoQ).
     #[arg(value_name = "TARGET")]
     pub target: String,
 
@@ -61,6 +62,9 @@ pub struct QueryArgs {
     /// Message ID to use.
     #[arg(long, value_name = "ID", default_value_t = 0x5eed)]
     pub id: u16,
+
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 pub fn run(a: QueryArgs) -> CliResult {
@@ -75,8 +79,13 @@ pub fn run(a: QueryArgs) -> CliResult {
     let mut wire = Vec::new();
     QueryTemplate::new(&name, qtype, opts).write(a.id, &mut wire);
 
+    let lane = a.tls.apply(LaneOptions { query_timeout: a.timeout, ..LaneOptions::default() }, &target)?;
+    if a.tls.insecure && target.scheme.is_encrypted() {
+        let w = b";; WARNING: --insecure: the server's certificate was not verified\n";
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), w);
+    }
     let ask = |scheme: Scheme| {
-        exchange(&target, scheme, &wire, a.timeout).map_err(|e| match e {
+        exchange_with(&target, scheme, &wire, a.timeout, &lane).map_err(|e| match e {
             OneShotError::Unreachable(m) => CliError::usage(m),
             OneShotError::NoAnswer(m) => CliError::failure(m),
         })
@@ -85,17 +94,19 @@ pub fn run(a: QueryArgs) -> CliResult {
     let (mut msg, mut took) = ask(scheme)?;
     let truncated = Header::parse(&msg).is_ok_and(|h| h.truncated());
     if truncated && scheme == Scheme::Udp && !a.ignore_tc {
-        println!(";; Truncated, retrying over TCP");
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), b";; Truncated, retrying over TCP\n");
         scheme = Scheme::Tcp;
         (msg, took) = ask(scheme)?;
     }
-    match volley_wire::display::format_message(&msg) {
-        Ok(text) => print!("{text}"),
-        Err(e) => println!(";; malformed response ({e}), {} bytes: {}", msg.len(), hex(&msg)),
-    }
-    println!(";; Query time: {:.3} ms", took.as_secs_f64() * 1e3);
-    println!(";; SERVER: {}#{}({scheme})", target.addr.ip(), target.addr.port());
-    println!(";; MSG SIZE  rcvd: {}", msg.len());
+    let mut text = match volley_wire::display::format_message(&msg) {
+        Ok(text) => text,
+        Err(e) => format!(";; malformed response ({e}), {} bytes: {}\n", msg.len(), hex(&msg)),
+    };
+    text += &format!(";; Query time: {:.3} ms\n", took.as_secs_f64() * 1e3);
+    text += &format!(";; SERVER: {}#{}({scheme})\n", target.addr.ip(), target.addr.port());
+    text += &format!(";; MSG SIZE  rcvd: {}\n", msg.len());
+    // A closed pipe (`| head`) is not an error.
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
     Ok(())
 }
 

@@ -9,12 +9,10 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use volley_engine::{Arrivals, ClientsLoad, Group, Load, Plan, Profile, QuerySet};
 use volley_metrics::{RunResult, Status};
-use volley_transport::{
-    probe::probe_with, ConnPolicy, DohMethod, HttpVersion, LaneOptions, Scheme, Target, TlsSettings, TlsVersion,
-};
+use volley_transport::{probe::probe_with, ConnPolicy, HttpVersion, LaneOptions, Scheme, Target};
 use volley_wire::{Edns, QType, QueryOptions};
 
-use crate::args::parse_duration;
+use crate::args::{parse_duration, TlsArgs};
 use crate::error::{CliError, CliResult};
 
 const EXAMPLES: &str = "\
@@ -159,43 +157,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", help_heading = "Load")]
     pub connections: Option<usize>,
 
-    /// DoH: HTTP version: 1.1 (one request in flight per connection; --connections defaults
-    /// to the concurrency), 2 (multiplexed, up to the server's stream limit) or 3 (QUIC).
-    #[arg(long = "http", value_name = "VERSION", default_value = "2", help_heading = "TLS and HTTP")]
-    pub http: String,
-
-    /// DoH: HTTP method: post (message as the body) or get (base64url in ?dns=). Both send
-    /// message ID 0 and application/dns-message.
-    #[arg(long = "doh-method", value_name = "METHOD", default_value = "post", help_heading = "TLS and HTTP")]
-    pub doh_method: String,
-
-    /// Server name to send (SNI) and verify the certificate against [default: the target's
-    /// host when it is a name; for an IP address no SNI is sent and the certificate must
-    /// hold that address].
-    #[arg(long, value_name = "NAME", help_heading = "TLS and HTTP")]
-    pub sni: Option<String>,
-
-    /// Trust the PEM certificates in FILE instead of the system roots (/etc/ssl/certs).
-    #[arg(long = "ca", value_name = "FILE", help_heading = "TLS and HTTP")]
-    pub ca: Option<PathBuf>,
-
-    /// Do not verify the server's certificate (INSECURE; the results say so).
-    #[arg(long, help_heading = "TLS and HTTP")]
-    pub insecure: bool,
-
-    /// Offer only this TLS version: 1.2 or 1.3 [default: both, 1.3 preferred; QUIC is
-    /// always 1.3].
-    #[arg(long = "tls-version", value_name = "VERSION", help_heading = "TLS and HTTP")]
-    pub tls_version: Option<String>,
-
-    /// TLS session resumption on reconnects: on or off.
-    #[arg(long = "tls-resume", value_name = "on|off", default_value = "on", help_heading = "TLS and HTTP")]
-    pub tls_resume: String,
-
-    /// Send queries as 0-RTT early data when a resumed session allows it (TLS 1.3 for DoT,
-    /// QUIC 0-RTT for DoQ and DoH/3). Needs --tls-resume on.
-    #[arg(long = "zero-rtt", help_heading = "TLS and HTTP")]
-    pub zero_rtt: bool,
+    #[command(flatten)]
+    pub tls: TlsArgs,
 
     /// Write the results as JSON to FILE (atomically; schema in docs/results-schema.md).
     #[arg(short = 'o', long, value_name = "FILE", help_heading = "Output")]
@@ -294,6 +257,8 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
     }
     let duration = match (a.duration, a.count) {
         (Some(d), _) if d.is_zero() => return Err(CliError::usage("invalid --duration: must be above 0")),
+        // A replay ends with its capture.
+        (None, None) if a.replay.is_some() => None,
         (None, None) => Some(Duration::from_secs(10)),
         (d, _) => d,
     };
@@ -368,10 +333,12 @@ fn clients_load(a: &RunArgs, replay: Option<Arc<volley_engine::clients::Replay>>
         let profile = Profile::load(&name).map_err(CliError::usage)?;
         let mut lane = lane_options_with(a, &target, ConnPolicy::default())?;
         if target.scheme != Scheme::Udp {
-            lane.conn = if user_policy.is_none() {
-                profile.policy_for(a.client_rate, &parse_duration).map_err(CliError::usage)?
-            } else {
-                user_policy
+            // The profile's policy, with each connection flag given replacing its part.
+            let p = profile.policy_for(a.client_rate, &parse_duration).map_err(CliError::usage)?;
+            lane.conn = ConnPolicy {
+                max_queries: user_policy.max_queries.or(p.max_queries),
+                lifetime: user_policy.lifetime.or(p.lifetime),
+                idle: user_policy.idle.or(p.idle),
             };
         }
         let fallback = (profile.tcp_on_truncation && target.scheme == Scheme::Udp)
@@ -395,53 +362,13 @@ fn lane_options(a: &RunArgs, target: &Target) -> CliResult<LaneOptions> {
 
 /// [`lane_options`] with the connection policy given.
 fn lane_options_with(a: &RunArgs, target: &Target, policy: ConnPolicy) -> CliResult<LaneOptions> {
-    let http = match a.http.as_str() {
-        "1.1" | "1" => HttpVersion::Http1,
-        "2" => HttpVersion::Http2,
-        "3" => HttpVersion::Http3,
-        v => return Err(CliError::usage(format!("invalid --http '{v}': expected 1.1, 2 or 3"))),
-    };
-    let doh_method = match a.doh_method.to_ascii_lowercase().as_str() {
-        "get" => DohMethod::Get,
-        "post" => DohMethod::Post,
-        _ => return Err(CliError::usage(format!("invalid --doh-method '{}': expected get or post", a.doh_method))),
-    };
-    let version = match a.tls_version.as_deref() {
-        None => None,
-        Some("1.2") => Some(TlsVersion::Tls12),
-        Some("1.3") => Some(TlsVersion::Tls13),
-        Some(v) => return Err(CliError::usage(format!("invalid --tls-version '{v}': expected 1.2 or 1.3"))),
-    };
-    let resume = match a.tls_resume.as_str() {
-        "on" => true,
-        "off" => false,
-        v => return Err(CliError::usage(format!("invalid --tls-resume '{v}': expected on or off"))),
-    };
-    if a.zero_rtt && !resume {
-        return Err(CliError::usage("--zero-rtt needs --tls-resume on (0-RTT data rides on a resumed session)"));
-    }
-    if let Some(n) = &a.sni {
-        if n.is_empty() {
-            return Err(CliError::usage("invalid --sni '': expected a server name"));
-        }
-    }
-    let tls = TlsSettings {
-        sni: a.sni.clone(),
-        ca_file: a.ca.clone(),
-        insecure: a.insecure,
-        version,
-        resume,
-        zero_rtt: a.zero_rtt,
-    };
-    let opts = LaneOptions {
+    let base = LaneOptions {
         udp_payload: (a.edns_size as usize).max(4096),
-        tls,
-        http,
-        doh_method,
         query_timeout: a.timeout,
         conn: policy,
         ..LaneOptions::default()
     };
+    let opts = a.tls.apply(base, target)?;
     if a.conn_queries == Some(0) {
         return Err(CliError::usage("invalid --conn-queries 0: expected at least 1"));
     }
@@ -452,11 +379,6 @@ fn lane_options_with(a: &RunArgs, target: &Target, policy: ConnPolicy) -> CliRes
         return Err(CliError::usage(
             "--conn-queries, --conn-lifetime and --idle-timeout apply to connections: use tcp://, tls://, https:// or quic://",
         ));
-    }
-    if target.scheme.is_encrypted() {
-        let quic = target.scheme == Scheme::Quic || opts.http_for(target.scheme) == HttpVersion::Http3;
-        volley_transport::tls::check(&opts.tls, quic).map_err(CliError::usage)?;
-        volley_transport::tls::server_name(&opts.tls, target).map_err(CliError::usage)?;
     }
     Ok(opts)
 }
