@@ -244,3 +244,72 @@ vs_dnsperf() {
         echo "| closed loop, $inflight in flight: answered qps | $dpm_qps | $vm_qps | $(div "$vm_qps" "$dpm_qps") |"
     } | write_fragment "$name"
 }
+
+# ---- Encrypted transports (encrypted_vs_dnsperf.sh, quic_vs_dnspyre.sh, responder_encrypted.sh,
+# ---- transport_cost.sh)
+
+# The port of a `volley serve` listener of KIND (udp tcp dot doh doh3 doq), from its
+# "listening KIND ADDR" lines in $2 (default: start_responder's log); waits up to 10 s.
+serve_port() {
+    local kind="$1" log="${2:-$WORK/serve.out}" i p
+    for i in $(seq 1 100); do
+        p="$(awk -v k="$kind" '$1 == "listening" && $2 == k { n = split($3, a, ":"); print a[n]; exit }' "$log" 2>/dev/null)"
+        if [ -n "$p" ]; then
+            echo "$p"
+            return 0
+        fi
+        sleep 0.1
+    done
+    die "volley serve printed no 'listening $kind' line in 10 s"
+}
+
+# Polls (bounded, ~20 s) until URL answers a query from `volley run` (any transport). Usage:
+# wait_url_answers VOLLEY_BIN URL [extra volley run arguments, e.g. --ca FILE]
+# On failure the last probe's error and the tail of $WAIT_LOG (a server log, if set) are shown.
+wait_url_answers() {
+    local bin="$1" url="$2" i
+    shift 2
+    for i in $(seq 1 40); do
+        rm -f "$WORK/probe.json"
+        if "$bin" run "$url" "$@" -n 1 -c 1 -T 1 -t 1s --progress never -q -o "$WORK/probe.json" \
+            >"$WORK/probe.err" 2>&1 && [ "$(jq -r '.totals.answered' "$WORK/probe.json" 2>/dev/null)" = "1" ]; then
+            return 0
+        fi
+        sleep 0.5
+    done
+    die "nothing answers at $url after 20 s: $(tail -3 "$WORK/probe.err"; jq -c '.totals.errors' "$WORK/probe.json" 2>/dev/null)${WAIT_LOG:+; $(tail -5 "$WAIT_LOG" 2>/dev/null)}"
+}
+
+# A private copy of the volley binary in $WORK, so that a `cargo build` elsewhere in the
+# checkout cannot replace it in the middle of a run: VOLLEY_BIN="$(volley_bin_copy)".
+volley_bin_copy() {
+    local bin
+    bin="$(volley_bin)"
+    cp "$bin" "$WORK/volley" || die "cannot copy $bin"
+    echo "$WORK/volley"
+}
+
+# A P-256 certificate for localhost and 127.0.0.1 that every peer and rustls accept (PEERS.md):
+# writes DIR/cert.pem and DIR/key.pem.
+make_cert() {
+    local dir="$1"
+    need openssl
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+        -keyout "$dir/key.pem" -out "$dir/cert.pem" -days 30 -subj /CN=localhost \
+        -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+        -addext "basicConstraints=critical,CA:FALSE" -addext extendedKeyUsage=serverAuth \
+        >/dev/null 2>&1 || die "openssl could not make a certificate"
+}
+
+# dnspyre's --json report: prints "answered duration_s" (answered = any RCODE).
+dnspyre_stats() {
+    jq -r '[(.totalSuccessResponses + .totalNegativeResponses + .totalErrorResponses), .benchmarkDurationSeconds] | @tsv' "$1"
+}
+
+# Arithmetic on decimals: calc 'a * 1e6 / b' a=1 b=2 ... (awk expression with -v bindings).
+calc() {
+    local expr="$1" args=() kv
+    shift
+    for kv in "$@"; do args+=(-v "$kv"); done
+    awk "${args[@]}" "BEGIN { print $expr }"
+}

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use volley_metrics::{LatencySummary, Status};
 
-use crate::chart::{all_charts, ChartData};
+use crate::chart::{all_charts, ChartData, LimitResult};
 use crate::compare::{compare, Comparison};
 use crate::input::NamedRun;
 use crate::json::ReportError;
@@ -375,6 +375,12 @@ fn comparison_table(out: &mut String, c: &Comparison) {
 /// the accounting equation, latency, answers by RCODE, errors by kind, unexpected responses,
 /// events, connections, warnings and its charts.
 pub fn write_html_report(runs: &[NamedRun], w: &mut impl Write) -> io::Result<()> {
+    write_html_report_with_limits(runs, &[], w)
+}
+
+/// [`write_html_report`] with limit searches (`volley limit` results): their step curves
+/// and limits in a section of their own.
+pub fn write_html_report_with_limits(runs: &[NamedRun], limits: &[LimitResult], w: &mut impl Write) -> io::Result<()> {
     let mut out = String::new();
     let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
     let _ = writeln!(
@@ -412,6 +418,27 @@ pub fn write_html_report(runs: &[NamedRun], w: &mut impl Write) -> io::Result<()
         }
         out.push_str("</section>\n");
     }
+    if !limits.is_empty() {
+        out.push_str("<section class=\"limits\" id=\"limits\"><h2>Limit searches</h2>\n<table><tr><th>search</th><th>limit</th><th>unit</th><th>steps</th></tr>\n");
+        for l in limits {
+            let limit = l.limit.map_or("-".to_string(), |v| format!("{v:.0}"));
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&l.name),
+                esc(&limit),
+                esc(&l.unit),
+                l.steps.len()
+            );
+        }
+        out.push_str("</table>\n");
+        for c in [crate::chart::limit_series(limits), crate::chart::limit_latency_series(limits)] {
+            if !c.is_empty() {
+                figure(&mut out, &c)?;
+            }
+        }
+        out.push_str("</section>\n");
+    }
     for (k, run) in runs.iter().enumerate() {
         run_section(&mut out, k + 1, run)?;
     }
@@ -421,8 +448,17 @@ pub fn write_html_report(runs: &[NamedRun], w: &mut impl Write) -> io::Result<()
 
 /// Writes the HTML report to `path` atomically (temporary file, fsync, rename).
 pub fn write_html_report_file(runs: &[NamedRun], path: &Path) -> Result<(), ReportError> {
+    write_html_report_file_with_limits(runs, &[], path)
+}
+
+/// [`write_html_report_file`] with limit searches.
+pub fn write_html_report_file_with_limits(
+    runs: &[NamedRun],
+    limits: &[LimitResult],
+    path: &Path,
+) -> Result<(), ReportError> {
     let mut bytes = Vec::new();
-    write_html_report(runs, &mut bytes).map_err(|source| ReportError::Io {
+    write_html_report_with_limits(runs, limits, &mut bytes).map_err(|source| ReportError::Io {
         path: path.to_path_buf(),
         op: "write the report",
         source,

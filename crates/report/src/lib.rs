@@ -45,7 +45,10 @@ pub use compare::{
     NOISE_RULE,
 };
 pub use csv::write_csv_series;
-pub use html::{shell_quote, write_html_report, write_html_report_file};
+pub use html::{
+    shell_quote, write_html_report, write_html_report_file, write_html_report_file_with_limits,
+    write_html_report_with_limits,
+};
 pub use input::{unique_names, MergedPart, NamedRun};
 pub use json::{read_json_file, write_file_atomic, write_json, write_json_file_atomic, ReportError};
 pub use merge::{merge_runs, write_merged_file, MergeError, Merged};

@@ -26,7 +26,8 @@ Examples:
 Each step runs for --step-duration at a load; the load grows (--growth x2: doubles; +5000:
 adds) until a step breaks the objective, then the search bisects between the last good and
 the first bad step (--refine). A step where the generator, not the target, was the
-bottleneck (its CPU saturated, or its sends more than 10 ms late at p99) ends the search: the
+bottleneck (its CPU saturated, its sends late by more than 1 ms at the median, or less than
+95 % of the load sent) ends the search: the
 limit is then at least the last good load, and the table says so.
 
 Every other flag of `volley run` applies to each step (queries, TLS, connections, profiles).";
@@ -138,11 +139,18 @@ fn parse_growth(s: &str) -> Result<Growth, String> {
     Err(bad())
 }
 
-/// Whether a step measured the generator rather than the target.
-fn generator_bound(r: &RunResult) -> bool {
+/// Whether a step measured the generator rather than the target: its CPU was saturated, or
+/// it sent systematically late (median lateness over 1 ms: a busy machine's hiccups move the
+/// tail, not the median), or it sent less than 95 % of the load asked for.
+fn generator_bound(r: &RunResult, load: f64, by: By) -> bool {
     let busy = r.generator.cpu_s / (r.duration_s.max(1e-3) * r.generator.threads.max(1) as f64);
-    let late = r.send_lateness.as_ref().is_some_and(|l| l.count > 0 && l.p99_ns > 10_000_000);
-    busy > 0.9 || late
+    let late = r.send_lateness.as_ref().is_some_and(|l| l.count > 0 && l.p50_ns > 1_000_000);
+    let asked = match by {
+        By::Qps => load,
+        By::Clients => r.load.rate.unwrap_or(0.0),
+    };
+    let short = asked > 0.0 && r.qps.sent < 0.95 * asked;
+    busy > 0.9 || late || short
 }
 
 pub fn run(a: LimitArgs) -> CliResult {
@@ -201,7 +209,7 @@ pub fn run(a: LimitArgs) -> CliResult {
                         answered_ratio: r.totals.answered_ratio(),
                         latency_ns: lat.quantile(quantile),
                         p99_ns: r.latency.p99_ns,
-                        generator_bound: generator_bound(&r),
+                        generator_bound: generator_bound(&r, load, a.by),
                         interrupted: interrupt.load(Ordering::Relaxed),
                     };
                     eprintln!(

@@ -43,8 +43,13 @@ pub enum ChartFormat {
 #[command(after_long_help = EXAMPLES)]
 pub struct ReportArgs {
     /// Results files (volley.results/1): one run each, or merged runs.
-    #[arg(value_name = "RESULTS.json", required = true)]
+    #[arg(value_name = "RESULTS.json", required_unless_present = "limit")]
     pub files: Vec<PathBuf>,
+
+    /// A `volley limit` results file (volley.limit/1): its searches' step curves, with the
+    /// limits marked, in the report and the charts (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub limit: Vec<PathBuf>,
 
     /// Write the HTML report to FILE (atomically).
     #[arg(short = 'o', long, value_name = "FILE")]
@@ -100,6 +105,27 @@ fn write_out(path: &Path, bytes: &[u8]) -> CliResult {
     fs::write(path, bytes).map_err(|e| CliError::failure(format!("{}: cannot write: {e}", path.display())))
 }
 
+/// Reads `volley limit` results: every search of every file.
+fn read_limits(files: &[PathBuf]) -> CliResult<Vec<volley_report::LimitResult>> {
+    let mut out = Vec::new();
+    for f in files {
+        let text = fs::read(f).map_err(|e| CliError::usage(format!("{}: cannot read: {e}", f.display())))?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&text).map_err(|e| CliError::usage(format!("{}: not JSON: {e}", f.display())))?;
+        if v["schema"] != "volley.limit/1" {
+            return Err(CliError::usage(format!(
+                "{}: not a limit search (schema {}, expected volley.limit/1)",
+                f.display(),
+                v["schema"]
+            )));
+        }
+        let searches: Vec<volley_report::LimitResult> = serde_json::from_value(v["searches"].clone())
+            .map_err(|e| CliError::usage(format!("{}: searches: {e}", f.display())))?;
+        out.extend(searches);
+    }
+    Ok(out)
+}
+
 pub fn run(a: ReportArgs) -> CliResult {
     if a.output.is_none() && a.charts.is_none() && a.csv.is_none() && a.openmetrics.is_none() {
         return Err(CliError::usage(
@@ -111,14 +137,17 @@ pub fn run(a: ReportArgs) -> CliResult {
         return Err(CliError::usage(format!("--csv and --openmetrics take one results file, got {}", a.files.len())));
     }
     let runs = read_runs(&a.files, &a.label)?;
+    let limits = read_limits(&a.limit)?;
 
     if let Some(path) = &a.output {
-        volley_report::write_html_report_file(&runs, path).map_err(CliError::failure)?;
+        volley_report::write_html_report_file_with_limits(&runs, &limits, path).map_err(CliError::failure)?;
         eprintln!("volley: report written to {}", path.display());
     }
     if let Some(dir) = &a.charts {
         fs::create_dir_all(dir).map_err(|e| CliError::failure(format!("{}: cannot create: {e}", dir.display())))?;
-        for c in all_charts(&runs) {
+        let limit_charts = (!limits.is_empty())
+            .then(|| [volley_report::limit_series(&limits), volley_report::limit_latency_series(&limits)]);
+        for c in all_charts(&runs).into_iter().chain(limit_charts.into_iter().flatten()) {
             if a.chart_format.contains(&ChartFormat::Svg) {
                 let svg = render_svg(&c, CHART_SIZE).map_err(CliError::failure)?;
                 write_out(&dir.join(format!("{}.svg", c.id)), svg.as_bytes())?;
