@@ -11,7 +11,7 @@ DURATION=${DURATION:-600}
 RATE=${RATE:-20000}
 TRANSPORT=${TRANSPORT:-udp}
 FIRST=${FIRST:-60}
-BIN=target/release/volley
+BIN=${VOLLEY:-target/release/volley}
 [ -x "$BIN" ] || cargo build --release -p volley
 mkdir -p bench/out
 out=$(mktemp -d)

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::answer::Answerer;
 use crate::faults::Active;
+use crate::policy::Limits;
 use crate::stats::Counters;
 
 /// Per-thread settings shared by the connections of every async transport on that thread.
@@ -15,6 +16,10 @@ pub(crate) struct Ctx {
     pub counters: Arc<Counters>,
     /// A connection with no traffic for this long is closed.
     pub idle_timeout: Duration,
+    /// Close a connection gracefully once it has taken this many queries (None: never).
+    pub max_queries: Option<u64>,
+    /// The most connections each listener holds (shared by every thread).
+    pub limits: Arc<Limits>,
     /// HTTP/2 and QUIC: most concurrent streams a client may open.
     pub max_streams: u32,
     /// DoH path, e.g. `/dns-query`.

@@ -26,6 +26,7 @@ mod doq;
 mod dot;
 mod duration;
 mod faults;
+mod policy;
 mod quic;
 mod server;
 mod stats;

@@ -41,10 +41,21 @@ pub struct ResponderConfig {
     /// I/O threads per transport; 0 means one per available core (default 0).
     pub threads: usize,
     /// A connection with nothing received, nothing pending and nothing written for this
-    /// long is closed (TCP and DoT: FIN; HTTP/2: GOAWAY; QUIC: idle timeout) (default 10 s).
+    /// long is closed (TCP and DoT: FIN; HTTP/2: GOAWAY; HTTP/1.1: FIN when no request
+    /// comes on a kept-alive connection; QUIC: the transport's idle timeout, which clients
+    /// see as such) (default 10 s).
     pub idle_timeout: Duration,
     /// Most concurrent streams per HTTP/2 or QUIC connection (default 100).
     pub max_streams: u32,
+    /// Close a connection gracefully after answering this many queries on it (TCP and DoT:
+    /// FIN after the last answer; HTTP/2 and HTTP/3: GOAWAY, then close when its streams are
+    /// done; HTTP/1.1: `connection: close` on the last response; DoQ: CONNECTION_CLOSE with
+    /// DOQ_NO_ERROR once the last stream is answered). None: no limit (default).
+    pub max_queries_per_conn: Option<u64>,
+    /// The most connections each connection-oriented listener (TCP, DoT, DoH, DoH/3, DoQ) holds
+    /// at once, over all its threads; more are closed right after accept (QUIC: refused with
+    /// CONNECTION_REFUSED). None: no limit (default).
+    pub max_conns: Option<u64>,
     /// The DoH path (default `/dns-query`).
     pub doh_path: String,
     /// Certificates, tickets, 0-RTT.
@@ -71,6 +82,8 @@ impl Default for ResponderConfig {
             threads: 0,
             idle_timeout: Duration::from_secs(10),
             max_streams: 100,
+            max_queries_per_conn: None,
+            max_conns: None,
             doh_path: "/dns-query".to_string(),
             tls: TlsConfig::default(),
             retry: false,
@@ -277,6 +290,8 @@ struct IoShared {
     answerer: Arc<Answerer>,
     idle_timeout: Duration,
     max_streams: u32,
+    max_queries: Option<u64>,
+    limits: Arc<crate::policy::Limits>,
     doh_path: Arc<str>,
     faults: Arc<Active>,
     cache_control: http::HeaderValue,
@@ -299,6 +314,12 @@ fn check(config: &ResponderConfig) -> Result<(), String> {
     }
     if config.max_streams == 0 {
         return Err("max streams must be at least 1".into());
+    }
+    if config.max_queries_per_conn == Some(0) {
+        return Err("max queries per connection must be at least 1".into());
+    }
+    if config.max_conns == Some(0) {
+        return Err("max connections must be at least 1".into());
     }
     if config.tls.zero_rtt && !config.tls.tickets {
         return Err("0-RTT needs session resumption: --zero-rtt and --no-tickets do not go together".into());
@@ -326,6 +347,8 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
         answerer: answerer.clone(),
         idle_timeout: config.idle_timeout,
         max_streams: config.max_streams,
+        max_queries: config.max_queries_per_conn,
+        limits: Arc::new(crate::policy::Limits::new(config.max_conns)),
         doh_path: Arc::from(config.doh_path.as_str()),
         faults: Arc::new(Active::new(&config.faults).map_err(ResponderError::Config)?),
         cache_control: http::HeaderValue::from_str(&format!("max-age={}", config.answer.ttl))
@@ -445,6 +468,8 @@ fn io_thread(
             answerer: shared.answerer.clone(),
             counters,
             idle_timeout: shared.idle_timeout,
+            max_queries: shared.max_queries,
+            limits: shared.limits.clone(),
             max_streams: shared.max_streams,
             doh_path: shared.doh_path.clone(),
             faults: shared.faults.clone(),
@@ -463,7 +488,15 @@ fn io_thread(
         let (retry, zero_rtt) = (shared.retry, shared.zero_rtt);
         if let (Some(s), Some(q)) = (sockets.doh3, &shared.doh3_quic) {
             let ep = crate::quic::endpoint(s.into(), q.clone())?;
-            let f = crate::quic::accept_loop(ep, ctx.clone(), retry, zero_rtt, stop.clone(), crate::doh3::connection);
+            let f = crate::quic::accept_loop(
+                ep,
+                ctx.clone(),
+                Transport::Doh3,
+                retry,
+                zero_rtt,
+                stop.clone(),
+                crate::doh3::connection,
+            );
             tasks.push(tokio::task::spawn_local(async move {
                 f.await;
                 Ok(())
@@ -471,7 +504,15 @@ fn io_thread(
         }
         if let (Some(s), Some(q)) = (sockets.doq, &shared.doq_quic) {
             let ep = crate::quic::endpoint(s.into(), q.clone())?;
-            let f = crate::quic::accept_loop(ep, ctx.clone(), retry, zero_rtt, stop.clone(), crate::doq::connection);
+            let f = crate::quic::accept_loop(
+                ep,
+                ctx.clone(),
+                Transport::Doq,
+                retry,
+                zero_rtt,
+                stop.clone(),
+                crate::doq::connection,
+            );
             tasks.push(tokio::task::spawn_local(async move {
                 f.await;
                 Ok(())

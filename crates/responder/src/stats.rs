@@ -35,18 +35,28 @@ pub struct Stats {
     pub early_data: u64,
     /// QUIC Retry packets sent (address validation, `--retry`).
     pub retry_sent: u64,
+    /// Connections the server closed after their last query (`--max-queries-per-conn`): TCP
+    /// and DoT FIN, HTTP/2 and HTTP/3 GOAWAY, HTTP/1.1 `connection: close`, DoQ
+    /// CONNECTION_CLOSE (DOQ_NO_ERROR).
+    pub closed_max_queries: u64,
+    /// Connections the server closed after `--idle-timeout` without traffic (QUIC: the idle
+    /// timeout expired).
+    pub closed_idle: u64,
+    /// Connections turned away because their listener held `--max-conns` already (TCP, DoT,
+    /// DoH: closed right after accept; QUIC: refused with CONNECTION_REFUSED).
+    pub refused_max_conns: u64,
 }
 
 impl fmt::Display for Stats {
     /// `stats queries=.. answered=.. dropped=.. delayed=.. truncated=.. formerr=.. tcp_connections=..
     /// dot_connections=.. doh_connections=.. doh3_connections=.. doq_connections=.. tls_resumed=..
-    /// early_data=.. retry_sent=..`
+    /// early_data=.. retry_sent=.. closed_max_queries=.. closed_idle=.. refused_max_conns=..`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "stats queries={} answered={} dropped={} delayed={} truncated={} formerr={} tcp_connections={} \
              dot_connections={} doh_connections={} doh3_connections={} doq_connections={} tls_resumed={} \
-             early_data={} retry_sent={}",
+             early_data={} retry_sent={} closed_max_queries={} closed_idle={} refused_max_conns={}",
             self.queries,
             self.answered,
             self.dropped,
@@ -60,7 +70,10 @@ impl fmt::Display for Stats {
             self.doq_connections,
             self.tls_resumed,
             self.early_data,
-            self.retry_sent
+            self.retry_sent,
+            self.closed_max_queries,
+            self.closed_idle,
+            self.refused_max_conns
         )
     }
 }
@@ -84,6 +97,9 @@ pub(crate) struct Counters {
     pub tls_resumed: AtomicU64,
     pub early_data: AtomicU64,
     pub retry_sent: AtomicU64,
+    pub closed_max_queries: AtomicU64,
+    pub closed_idle: AtomicU64,
+    pub refused_max_conns: AtomicU64,
 }
 
 /// Adds `by` to a counter that only the calling thread writes.
@@ -111,6 +127,9 @@ impl Counters {
             tls_resumed: self.tls_resumed.load(Relaxed),
             early_data: self.early_data.load(Relaxed),
             retry_sent: self.retry_sent.load(Relaxed),
+            closed_max_queries: self.closed_max_queries.load(Relaxed),
+            closed_idle: self.closed_idle.load(Relaxed),
+            refused_max_conns: self.refused_max_conns.load(Relaxed),
         }
     }
 
@@ -147,5 +166,8 @@ impl std::ops::AddAssign for Stats {
         self.tls_resumed += o.tls_resumed;
         self.early_data += o.early_data;
         self.retry_sent += o.retry_sent;
+        self.closed_max_queries += o.closed_max_queries;
+        self.closed_idle += o.closed_idle;
+        self.refused_max_conns += o.refused_max_conns;
     }
 }

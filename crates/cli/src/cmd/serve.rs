@@ -36,6 +36,12 @@ Faults (--fault, repeatable; for provoking client errors):
   quic-stream-reset=N/M     DoQ: reset N of every M streams (DOQ_INTERNAL_ERROR)
   N/M counts the requests of the whole server: the last N of each block of M.
 
+Server policies (what public resolvers do to their connections):
+  --max-queries-per-conn N  close each connection gracefully after N answers (Cloudflare: 10000)
+  --idle-timeout DUR        close connections idle for DUR (Quad9: about 20s)
+  --max-conns N             hold at most N connections per listener; close/refuse the others
+  --max-streams N           concurrent streams per HTTP/2 or QUIC connection
+
 Output:
   One line per listener on stdout, then nothing until SIGINT/SIGTERM, then one stats line
   on stderr:
@@ -44,7 +50,8 @@ Output:
     listening dot 127.0.0.1:8853
     stats queries=.. answered=.. dropped=.. delayed=.. truncated=.. formerr=.. tcp_connections=..
           dot_connections=.. doh_connections=.. doh3_connections=.. doq_connections=..
-          tls_resumed=.. early_data=.. retry_sent=..
+          tls_resumed=.. early_data=.. retry_sent=.. closed_max_queries=.. closed_idle=..
+          refused_max_conns=..
 
 Examples:
   Serve on 127.0.0.1:5353, UDP and TCP, one thread per core:
@@ -53,6 +60,8 @@ Examples:
     volley serve -p 0
   Every 25th query answered 1 s late, 1 in 100 dropped, 2 threads:
     volley serve --delay 1s:1/25 --drop 1/100 -T 2
+  A resolver that closes like Cloudflare and Quad9 together:
+    volley serve --dot-port 8853 --max-queries-per-conn 10000 --idle-timeout 20s
   Every transport, CA written for clients:
     volley serve --dot-port 8853 --doh-port 8443 --doh3-port 8443 --doq-port 8853 --ca-out ca.pem
   Try it with kdig:
@@ -114,9 +123,24 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_qps: Option<u64>,
 
-    /// Close a connection (TCP, DoT, DoH, QUIC) after this long without a query (e.g. 10s, 500ms).
+    /// Close a connection (TCP, DoT, DoH/1.1 and /2, DoH/3, DoQ) after this long without a
+    /// query (e.g. 10s, 500ms; Quad9 closes after about 20 s). TCP and DoT: FIN; HTTP/2:
+    /// GOAWAY; HTTP/1.1: FIN; QUIC: the transport's idle timeout.
     #[arg(long, value_name = "DUR", default_value = "10s")]
     pub idle_timeout: String,
+
+    /// Close each connection gracefully after answering N queries on it (Cloudflare: 10000).
+    /// TCP and DoT: FIN after the N-th answer; HTTP/2 and HTTP/3: GOAWAY, then close once its
+    /// streams are done; HTTP/1.1: `connection: close` on the N-th response; DoQ:
+    /// CONNECTION_CLOSE (DOQ_NO_ERROR) once the N-th stream is answered.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_queries_per_conn: Option<u64>,
+
+    /// Hold at most N connections per listener (TCP, DoT, DoH, DoH/3, DoQ; over all threads):
+    /// further TCP connections are closed right after accept, QUIC ones refused
+    /// (CONNECTION_REFUSED).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_conns: Option<u64>,
 
     /// UDP payload size advertised in the OPT record of responses to EDNS queries.
     #[arg(long, value_name = "N", default_value_t = 1232, value_parser = clap::value_parser!(u16).range(512..))]
@@ -229,6 +253,8 @@ fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
         threads: args.threads.map_or(0, usize::from),
         idle_timeout,
         max_streams: args.max_streams,
+        max_queries_per_conn: args.max_queries_per_conn,
+        max_conns: args.max_conns,
         doh_path: args.doh_path.clone(),
         tls: TlsConfig { cert, ca_out: args.ca_out.clone(), tickets: !args.no_tickets, zero_rtt: args.zero_rtt },
         retry: args.retry,

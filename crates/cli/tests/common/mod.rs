@@ -1267,3 +1267,61 @@ pub fn serve_stat(stderr: &str, key: &str) -> u64 {
     let w = line.split_whitespace().find(|w| w.starts_with(&pat)).unwrap_or_else(|| panic!("no {key}= in: {line}"));
     w[pat.len()..].parse().unwrap_or_else(|_| panic!("{key} is not a number in: {line}"))
 }
+
+// ---------------------------------------------------------------------------------------------
+// Connections seen on the wire (iproute2 `ss`)
+// ---------------------------------------------------------------------------------------------
+
+/// TCP connections in state ESTABLISHED whose local port is `port` (the server's side of
+/// each connection to a listener on `port`), counted by `ss -tn`. A missing `ss` is a
+/// failure (iproute2: scripts/install-deps.sh).
+pub fn ss_established(port: u16) -> usize {
+    let ss = require("ss");
+    let filter = format!("( sport = :{port} )");
+    let out = run_cmd(Command::new(ss).args(["-Htn", "state", "established", &filter]), Duration::from_secs(10));
+    assert!(out.status.success(), "ss failed: {}", out.stderr);
+    out.stdout.lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+/// A `volley run ARGS... --progress never -q -o FILE` started in the background, killed when
+/// dropped; [`BackgroundRun::finish`] waits for it (bounded) and parses its results.
+pub struct BackgroundRun {
+    child: Child,
+    stderr: Option<JoinHandle<String>>,
+    output: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl BackgroundRun {
+    pub fn start(args: &[&str]) -> BackgroundRun {
+        let dir = tempfile::tempdir().expect("temp dir for results");
+        let output = dir.path().join("results.json");
+        let mut child = Command::new(volley())
+            .arg("run")
+            .args(args)
+            .args(["--progress", "never", "-q", "-o"])
+            .arg(&output)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start volley run");
+        let stderr = Some(drain(child.stderr.take().unwrap()));
+        BackgroundRun { child, stderr, output, _dir: dir }
+    }
+
+    /// Waits for the run (bounded by [`RUN_WAIT`]); its results, asserting exit 0.
+    pub fn finish(mut self) -> Value {
+        let status = wait_bounded(&mut self.child, RUN_WAIT);
+        let err = self.stderr.take().map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        assert_eq!(status.and_then(|s| s.code()), Some(0), "volley run: {status:?}\nstderr:\n{err}");
+        read_results(&self.output).unwrap_or_else(|| panic!("volley run wrote no results; stderr:\n{err}"))
+    }
+}
+
+impl Drop for BackgroundRun {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

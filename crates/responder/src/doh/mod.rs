@@ -38,9 +38,13 @@ pub(crate) async fn serve(
     stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let acceptor = TlsAcceptor::from(tls);
-    crate::tcp::accept_loop(listener, stop, |stream| {
+    crate::tcp::accept_loop(listener, &ctx.clone(), Transport::Doh, stop, |stream, slot| {
         add(&ctx.counters.doh_connections, 1);
-        tokio::task::spawn_local(connection(stream, ctx.clone(), acceptor.clone()));
+        let (ctx, acceptor) = (ctx.clone(), acceptor.clone());
+        tokio::task::spawn_local(async move {
+            connection(stream, ctx, acceptor).await;
+            drop(slot);
+        });
     })
     .await
 }
@@ -237,7 +241,17 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
             Ok(Some(Ok((req, respond)))) => {
                 served += 1;
                 h2_request(&ctx, req, respond, &mut scratch, &mut out, &closed, fd);
-                if !closing && ctx.faults.goaway_after.is_some_and(|n| served >= n) {
+                if closing {
+                    continue;
+                }
+                // --max-queries-per-conn, or the goaway-after fault: GOAWAY (graceful:
+                // requests the client sent before it saw it are still answered), then
+                // close once the streams are done.
+                if ctx.max_queries.is_some_and(|n| served >= n) {
+                    add(&ctx.counters.closed_max_queries, 1);
+                    conn.graceful_shutdown();
+                    closing = true;
+                } else if ctx.faults.goaway_after.is_some_and(|n| served >= n) {
                     conn.graceful_shutdown();
                     closing = true;
                 }
@@ -249,6 +263,7 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
                 if closing {
                     break;
                 }
+                add(&ctx.counters.closed_idle, 1);
                 conn.graceful_shutdown();
                 closing = true;
             }
@@ -285,8 +300,13 @@ async fn h1_request(
     let mut scratch = Vec::new();
     let n = served.get() + 1;
     served.set(n);
-    let close = ctx.faults.goaway_after.is_some_and(|g| n >= g);
+    // --max-queries-per-conn or the goaway-after fault: the last response of the connection.
+    let spent = ctx.max_queries.is_some_and(|m| n == m);
+    let close = spent || ctx.faults.goaway_after.is_some_and(|g| n >= g);
     let finish = |mut r: Response<()>, body: Bytes| {
+        if spent {
+            add(&ctx.counters.closed_max_queries, 1);
+        }
         if close {
             r.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
         }
@@ -323,8 +343,14 @@ async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
         let ctx = ctx.clone();
         hyper::service::service_fn(move |req| h1_request(ctx.clone(), req, served.clone()))
     };
+    // The header read timeout runs from the moment hyper waits for a request head, so it is
+    // the keep-alive idle timeout too: no request for that long, and the connection closes.
     let mut b = hyper::server::conn::http1::Builder::new();
     b.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(ctx.idle_timeout).keep_alive(true);
     let conn = b.serve_connection(hyper_util::rt::TokioIo::new(io), svc);
-    let _ = conn.await;
+    if let Err(e) = conn.await {
+        if e.is_timeout() {
+            add(&ctx.counters.closed_idle, 1);
+        }
+    }
 }

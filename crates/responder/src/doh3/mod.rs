@@ -23,23 +23,62 @@ type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
 /// Serves one HTTP/3 connection.
 pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAccepted>, ctx: Rc<Ctx>) {
     add(&ctx.counters.doh3_connections, 1);
+    let quic = conn.clone();
     let Ok(mut h3c) =
         h3::server::builder().max_field_section_size(16 << 10).build::<_, Bytes>(h3_quinn::Connection::new(conn)).await
     else {
+        note_idle(&quic, &ctx);
         return;
     };
     // Dropped when the connection ends: releases streams held unanswered.
     let (_closed_tx, closed) = watch::channel(());
     let mut served = 0u64;
     let mut closing = false;
+    let mut requests = Vec::new();
     while let Ok(Some(resolver)) = h3c.accept().await {
         crate::quic::note_first_stream(&ctx, &mut zero_rtt);
         served += 1;
-        tokio::task::spawn_local(request(resolver, ctx.clone(), closed.clone()));
-        if !closing && ctx.faults.goaway_after.is_some_and(|n| served >= n) {
+        requests.retain(|r: &tokio::task::JoinHandle<()>| !r.is_finished());
+        requests.push(tokio::task::spawn_local(request(resolver, ctx.clone(), closed.clone())));
+        if closing {
+            continue;
+        }
+        // --max-queries-per-conn, or the goaway-after fault: GOAWAY (requests after this one
+        // are refused).
+        let spent = ctx.max_queries.is_some_and(|n| served >= n);
+        if spent || ctx.faults.goaway_after.is_some_and(|n| served >= n) {
             closing = true;
             let _ = h3c.shutdown(0).await;
         }
+        if spent {
+            // h3 ends its accept loop only once the client has sent its own GOAWAY: close
+            // the connection here, once every request taken is answered (bounded by the idle
+            // timeout), with H3_NO_ERROR.
+            add(&ctx.counters.closed_max_queries, 1);
+            let answered = tokio::time::timeout(ctx.idle_timeout, async {
+                for r in std::mem::take(&mut requests) {
+                    let _ = r.await;
+                }
+            });
+            let refuse_more = async { while let Ok(Some(_)) = h3c.accept().await {} };
+            tokio::select! {
+                _ = answered => {}
+                _ = refuse_more => {}
+            }
+            quic.close(H3_NO_ERROR.into(), b"");
+            return;
+        }
+    }
+    note_idle(&quic, &ctx);
+}
+
+/// H3_NO_ERROR (RFC 9114 section 8.1).
+const H3_NO_ERROR: u32 = 0x100;
+
+/// Counts a connection that ended by the QUIC idle timeout.
+fn note_idle(conn: &Connection, ctx: &Ctx) {
+    if matches!(conn.close_reason(), Some(quinn::ConnectionError::TimedOut)) {
+        add(&ctx.counters.closed_idle, 1);
     }
 }
 

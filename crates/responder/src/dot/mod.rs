@@ -26,9 +26,13 @@ pub(crate) async fn serve(
     stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let acceptor = TlsAcceptor::from(tls);
-    crate::tcp::accept_loop(listener, stop, |stream| {
+    crate::tcp::accept_loop(listener, &ctx.clone(), Transport::Dot, stop, |stream, slot| {
         add(&ctx.counters.dot_connections, 1);
-        tokio::task::spawn_local(connection(stream, ctx.clone(), acceptor.clone()));
+        let (ctx, acceptor) = (ctx.clone(), acceptor.clone());
+        tokio::task::spawn_local(async move {
+            connection(stream, ctx, acceptor).await;
+            drop(slot);
+        });
     })
     .await
 }

@@ -10,7 +10,9 @@ use std::task::Context;
 use quinn::{Connection, ZeroRttAccepted};
 use tokio::sync::watch;
 
+use crate::answer::Transport;
 use crate::ctx::Ctx;
+use crate::policy::Admit;
 use crate::stats::add;
 
 /// The quinn server configuration: TLS 1.3 from `tls`, idle timeout, stream limits.
@@ -43,11 +45,14 @@ pub(crate) fn still_handshaking(accepted: &mut ZeroRttAccepted) -> bool {
 }
 
 /// Accepts connections until `stop` turns true: sends a Retry to every client whose address
-/// is not validated yet when `retry` is on; with 0-RTT, hands the connection over before the
-/// handshake completes (0.5-RTT), with the future telling when it did.
+/// is not validated yet when `retry` is on; refuses (CONNECTION_REFUSED) a connection beyond
+/// the listener's `--max-conns`; with 0-RTT, hands the connection over before the handshake
+/// completes (0.5-RTT), with the future telling when it did.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn accept_loop<F, Fut>(
     ep: quinn::Endpoint,
     ctx: Rc<Ctx>,
+    transport: Transport,
     retry: bool,
     zero_rtt: bool,
     mut stop: watch::Receiver<bool>,
@@ -73,9 +78,20 @@ pub(crate) async fn accept_loop<F, Fut>(
             }
             continue;
         }
+        let slot = match ctx.limits.admit(transport) {
+            Admit::Refused => {
+                add(&ctx.counters.refused_max_conns, 1);
+                incoming.refuse();
+                continue;
+            }
+            Admit::Counted(s) => Some(s),
+            Admit::Free => None,
+        };
         let Ok(connecting) = incoming.accept() else { continue };
         let ctx = ctx.clone();
         tokio::task::spawn_local(async move {
+            // Holds the connection's place under --max-conns until it is served.
+            let _slot = slot;
             if zero_rtt {
                 match connecting.into_0rtt() {
                     Ok((conn, accepted)) => serve(conn, Some(accepted), ctx).await,

@@ -24,6 +24,7 @@ use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::answer::{Transport, Verdict};
 use crate::ctx::Ctx;
+use crate::policy::{Admit, Slot};
 use crate::stats::add;
 
 /// Pending output above which a connection stops reading until the peer catches up.
@@ -68,11 +69,15 @@ pub(crate) fn quick_ack(fd: std::os::fd::RawFd) {
 }
 
 /// Accepts on `listener` until `stop` turns true, handing each connection (TCP_NODELAY set)
-/// to `on_accept`, which spawns its task.
+/// to `on_accept`, which spawns its task, with its place under `--max-conns` (the task keeps
+/// it until the connection ends). A connection beyond `--max-conns` is closed at once (FIN,
+/// or RST when the client had sent something already) and counted as refused.
 pub(crate) async fn accept_loop(
     listener: std::net::TcpListener,
+    ctx: &Ctx,
+    transport: Transport,
     mut stop: watch::Receiver<bool>,
-    mut on_accept: impl FnMut(TcpStream),
+    mut on_accept: impl FnMut(TcpStream, Option<Slot>),
 ) -> io::Result<()> {
     let listener = TcpListener::from_std(listener)?;
     loop {
@@ -82,10 +87,19 @@ pub(crate) async fn accept_loop(
         tokio::select! {
             _ = stop.changed() => {}
             r = listener.accept() => match r {
-                Ok((stream, _)) => {
-                    let _ = stream.set_nodelay(true);
-                    on_accept(stream);
-                }
+                Ok((stream, _)) => match ctx.limits.admit(transport) {
+                    Admit::Refused => {
+                        add(&ctx.counters.refused_max_conns, 1);
+                        drop(stream);
+                    }
+                    admitted => {
+                        let _ = stream.set_nodelay(true);
+                        on_accept(stream, match admitted {
+                            Admit::Counted(s) => Some(s),
+                            _ => None,
+                        });
+                    }
+                },
                 // Out of file descriptors and the like: back off briefly instead of spinning.
                 Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
             },
@@ -99,9 +113,13 @@ pub(crate) async fn serve(
     ctx: Rc<Ctx>,
     stop: watch::Receiver<bool>,
 ) -> io::Result<()> {
-    accept_loop(listener, stop, |stream| {
+    accept_loop(listener, &ctx.clone(), Transport::Tcp, stop, |stream, slot| {
         add(&ctx.counters.tcp_connections, 1);
-        tokio::task::spawn_local(connection(stream, ctx.clone(), Transport::Tcp, Vec::new()));
+        let ctx = ctx.clone();
+        tokio::task::spawn_local(async move {
+            connection(stream, ctx, Transport::Tcp, Vec::new()).await;
+            drop(slot);
+        });
     })
     .await
 }
@@ -145,6 +163,9 @@ struct Conn {
     queries: u64,
     /// The reset fault fired: reset once the answers before it are written.
     reset: bool,
+    /// `--max-queries-per-conn` reached: read nothing more, close (FIN) once the answers
+    /// are written.
+    spent: bool,
     eof: bool,
     last_activity: Instant,
 }
@@ -174,6 +195,7 @@ impl Conn {
             seq: 0,
             queries: 0,
             reset: false,
+            spent: false,
             eof: false,
             last_activity: Instant::now(),
         }
@@ -183,7 +205,7 @@ impl Conn {
     fn process(&mut self, ctx: &Ctx, transport: Transport) {
         let mut at = 0;
         let now = Instant::now();
-        while self.rlen - at >= 2 && !self.reset {
+        while self.rlen - at >= 2 && !self.reset && !self.spent {
             let len = u16::from_be_bytes([self.rbuf[at], self.rbuf[at + 1]]) as usize;
             if self.rlen - at - 2 < len {
                 break;
@@ -197,6 +219,10 @@ impl Conn {
                 break;
             }
             self.queries += 1;
+            if ctx.max_queries.is_some_and(|m| self.queries >= m) {
+                // The last query this connection takes: what follows it is never read.
+                self.spent = true;
+            }
             match ctx.answerer.answer(query, transport, &mut self.out) {
                 Verdict::Drop => add(&ctx.counters.dropped, 1),
                 Verdict::Reply { delay: None } => {
@@ -214,7 +240,7 @@ impl Conn {
                 }
             }
         }
-        if self.reset {
+        if self.reset || self.spent {
             self.rlen = 0;
             return;
         }
@@ -291,7 +317,7 @@ impl Conn {
         if progress {
             self.last_activity = Instant::now();
         }
-        if !self.eof && !self.reset && self.pending_write() < HIGH_WATER {
+        if !self.eof && !self.reset && !self.spent && self.pending_write() < HIGH_WATER {
             if self.rlen == self.rbuf.len() {
                 self.rbuf.resize(self.rbuf.len() * 2, 0);
             }
@@ -335,7 +361,12 @@ pub(crate) async fn connection<S: Stream>(mut stream: S, ctx: Rc<Ctx>, transport
     let idle = ctx.idle_timeout;
     let mut idle_sleep = pin!(sleep_until(c.last_activity + idle));
     let mut timer_sleep = pin!(sleep_until(c.last_activity));
+    // Closed by a server policy: linger after the FIN for the client's own close.
+    let mut by_policy = c.spent && c.timers.is_empty() && c.pending_write() == 0;
     loop {
+        if by_policy {
+            break;
+        }
         if let Some(t) = c.timers.peek() {
             if timer_sleep.deadline() != t.0.due {
                 timer_sleep.as_mut().reset(t.0.due);
@@ -358,6 +389,8 @@ pub(crate) async fn connection<S: Stream>(mut stream: S, ctx: Rc<Ctx>, transport
             Event::Timer => c.fire_due(&ctx),
             Event::Idle => {
                 if Instant::now() >= c.last_activity + idle {
+                    add(&ctx.counters.closed_idle, 1);
+                    by_policy = true;
                     break;
                 }
             }
@@ -371,10 +404,39 @@ pub(crate) async fn connection<S: Stream>(mut stream: S, ctx: Rc<Ctx>, transport
         if c.eof && c.timers.is_empty() && c.pending_write() == 0 && !c.unflushed {
             break;
         }
+        if c.spent && c.timers.is_empty() && c.pending_write() == 0 && !c.unflushed {
+            by_policy = true;
+        }
+    }
+    if c.spent {
+        add(&ctx.counters.closed_max_queries, 1);
     }
     // Graceful close: FIN (after close_notify over TLS) after whatever could be written.
     if c.pending_write() > 0 {
         let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&c.wbuf[c.wpos..])).await;
     }
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.shutdown()).await;
+    if by_policy {
+        linger(&mut stream).await;
+    }
 }
+
+/// After the server's FIN: reads (and drops) what the client still sends until it closes
+/// too, for at most [`LINGER`], so that the kernel does not answer queries already on their
+/// way with a RST (which could destroy answers the client has not read yet). The client
+/// sees the FIN, not a reset.
+async fn linger<S: Stream>(stream: &mut S) {
+    use tokio::io::AsyncReadExt;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// The longest a connection closed by a server policy waits for the client's close.
+const LINGER: Duration = Duration::from_secs(1);

@@ -1,0 +1,240 @@
+//! Connection policies observed on the wire, not only in volley's counters (issue 4): the
+//! client's (`--conn-queries`, `--conn-lifetime`, `--idle-timeout`, `--connections`) checked
+//! against the responder's own counters (its `stats` line) and `ss`, and the server's
+//! (`volley serve --max-queries-per-conn`, `--idle-timeout`, `--max-conns`) seen by the
+//! client with the right "who closed" record.
+//!
+//! `volley run` sends one probe query on a connection of its own before the load: the
+//! responder counts one connection and one answer more than the run's results.
+
+mod common;
+
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+/// The closes of a run, `connections.closed.KIND`.
+fn closed(v: &Value, kind: &str) -> u64 {
+    conn_map(v, &["closed"], kind)
+}
+
+fn show(v: &Value) -> String {
+    format!("totals:\n{:#}\nconnections:\n{:#}", v["totals"], v["connections"])
+}
+
+/// A complete run whose accounting balances.
+fn complete(r: &RunResult) -> Value {
+    let v = r.ok().clone();
+    check_accounting(&v);
+    assert_eq!(v["status"], "complete", "{v:#}");
+    assert_eq!(total(&v, "in_flight"), 0, "{}", show(&v));
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client policies
+// ---------------------------------------------------------------------------------------------
+
+/// One query per connection: connections opened equal queries answered, in volley's results
+/// and in the responder's own counters, over TCP and DoT.
+#[test]
+fn one_query_per_connection_tcp_and_dot() {
+    let mut s = Server::start_encrypted(&["-T", "1"]);
+    let tcp = run_volley(&[&s.tcp_url(), "--conn-queries", "1", "-n", "200", "-c", "5", "-T", "1"]);
+    let dot =
+        run_volley(&[&s.url("tls"), "--ca", s.ca_str(), "--conn-queries", "1", "-n", "200", "-c", "5", "-T", "1"]);
+    let stats = s.terminate();
+    for (name, r, key) in [("tcp", &tcp, "tcp_connections"), ("dot", &dot, "dot_connections")] {
+        let v = complete(r);
+        assert_eq!(total(&v, "answered"), 200, "{name}: {}", show(&v));
+        assert_eq!(conn_total(&v, "opened"), 200, "{name}: one connection per query:\n{}", show(&v));
+        assert_eq!(
+            closed(&v, "client_lifetime"),
+            200,
+            "{name}: each closed by the client after its query:\n{}",
+            show(&v)
+        );
+        // The responder's view: one connection per query, plus the probe's.
+        assert_eq!(serve_stat(&stats, key), 201, "{name}: responder's {key} (probe + 200):\n{stats}");
+    }
+    assert_eq!(serve_stat(&stats, "answered"), 402, "{stats}");
+    assert_eq!(serve_stat(&stats, "closed_max_queries"), 0, "{stats}");
+}
+
+/// `--conn-lifetime 300ms` over a 2 s run on 5 connections: about 2 / 0.3 x 5 connections
+/// (within 40 %), seen by the responder, each ended as client_lifetime but the last ones.
+#[test]
+fn conn_lifetime_replaces_connections() {
+    let mut s = Server::start_with(&["-T", "1"]);
+    let r = run_volley(&[
+        &s.tcp_url(),
+        "--conn-lifetime",
+        "300ms",
+        "-l",
+        "2s",
+        "-c",
+        "10",
+        "--connections",
+        "5",
+        "-T",
+        "1",
+    ]);
+    let stats = s.terminate();
+    let v = complete(&r);
+    let opened = conn_total(&v, "opened");
+    let server = serve_stat(&stats, "tcp_connections") - 1;
+    assert_eq!(server, opened, "the responder saw the connections volley opened:\n{stats}\n{}", show(&v));
+    let expect = 2.0 / 0.3 * 5.0;
+    assert!(
+        (server as f64) > expect * 0.6 && (server as f64) < expect * 1.4,
+        "about {expect:.0} connections (±40 %), responder saw {server}:\n{}",
+        show(&v)
+    );
+    assert_eq!(closed(&v, "client_lifetime") + closed(&v, "client_end"), opened, "{}", show(&v));
+    assert!(closed(&v, "client_end") <= 5, "{}", show(&v));
+    assert_eq!(total(&v, "failed"), 0, "{}", show(&v));
+}
+
+/// Client `--idle-timeout 200ms` with 2 queries per second: the connection closes between
+/// queries and the next query opens a new one.
+#[test]
+fn client_idle_timeout_closes_between_queries() {
+    let mut s = Server::start_with(&["-T", "1"]);
+    let r = run_volley(&[&s.tcp_url(), "--idle-timeout", "200ms", "-Q", "2", "-l", "3s", "-T", "1"]);
+    let stats = s.terminate();
+    let v = complete(&r);
+    assert_eq!(total(&v, "answered"), total(&v, "sent"), "{}", show(&v));
+    assert!(closed(&v, "client_idle") >= 2, "closed when idle:\n{}", show(&v));
+    let opened = conn_total(&v, "opened");
+    assert!(opened >= 3, "reopened for the next query:\n{}", show(&v));
+    assert_eq!(serve_stat(&stats, "tcp_connections") - 1, opened, "{stats}");
+}
+
+/// `--connections 7 -c 14`: exactly 7 connections established for the whole run, counted
+/// by `ss` on the responder's port.
+#[test]
+fn fixed_pool_holds_exact_connections_on_the_wire() {
+    let s = Server::start_with(&["-T", "1"]);
+    let port = s.tcp_addr().port();
+    let run = BackgroundRun::start(&[&s.tcp_url(), "--connections", "7", "-c", "14", "-l", "3s", "-T", "1"]);
+    thread::sleep(Duration::from_millis(1200));
+    let samples: Vec<usize> = (0..5)
+        .map(|_| {
+            thread::sleep(Duration::from_millis(150));
+            ss_established(port)
+        })
+        .collect();
+    let v = run.finish();
+    check_accounting(&v);
+    assert_eq!(samples, vec![7; 5], "ss: established connections to :{port} during the run");
+    assert_eq!(conn_total(&v, "opened"), 7, "{}", show(&v));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server policies, seen by the client
+// ---------------------------------------------------------------------------------------------
+
+/// `volley run -n 500 -c 1` against `--max-queries-per-conn 50`: about 10 connections, each
+/// ended by the server as `close`, the client reconnecting; a query sent as the server closed
+/// may fail (`closed` or the transport's kind), at most one per connection.
+fn max_queries_seen_as(url_kind: &str, close: &[&str], error_kinds: &[&str]) {
+    let mut s = Server::start_encrypted(&["-T", "1", "--max-queries-per-conn", "50"]);
+    let r = run_volley(&[&s.url(url_kind), "--ca", s.ca_str(), "-n", "500", "-c", "1", "-T", "1"]);
+    let stats = s.terminate();
+    let v = complete(&r);
+    let opened = conn_total(&v, "opened");
+    let failed = total(&v, "failed");
+    let by_server: u64 = close.iter().map(|k| closed(&v, k)).sum();
+    assert!((9..=11).contains(&by_server), "{url_kind}: about 10 closes as {close:?}:\n{}", show(&v));
+    assert!(failed <= opened, "{url_kind}: at most one failure per connection:\n{}", show(&v));
+    let known: u64 = error_kinds.iter().map(|k| error_count(&v, k)).sum();
+    assert_eq!(known, failed, "{url_kind}: failures are {error_kinds:?}:\n{}", show(&v));
+    assert_eq!(total(&v, "answered") + failed, 500, "{}", show(&v));
+    let policy = serve_stat(&stats, "closed_max_queries");
+    assert!((9..=12).contains(&policy), "{url_kind}: the responder's closes by policy:\n{stats}");
+}
+
+#[test]
+fn server_max_queries_tcp_is_server_fin() {
+    let mut s = Server::start_with(&["-T", "1", "--max-queries-per-conn", "50"]);
+    let r = run_volley(&[&s.tcp_url(), "-n", "500", "-c", "1", "-T", "1"]);
+    let stats = s.terminate();
+    let v = complete(&r);
+    let opened = conn_total(&v, "opened");
+    let failed = total(&v, "failed");
+    assert!((9..=11).contains(&closed(&v, "server_fin")), "about 10 server_fin:\n{}", show(&v));
+    assert_eq!(closed(&v, "server_reset"), 0, "a FIN, never a reset:\n{}", show(&v));
+    assert!(failed <= opened, "{}", show(&v));
+    assert_eq!(error_count(&v, "closed"), failed, "{}", show(&v));
+    assert_eq!(serve_stat(&stats, "tcp_connections") - 1, opened, "{stats}");
+    // Ten connections of 50 when every query is answered, nine when the last few failed.
+    assert!((9..=10).contains(&serve_stat(&stats, "closed_max_queries")), "{stats}");
+}
+
+#[test]
+fn server_max_queries_dot_is_server_fin() {
+    max_queries_seen_as("tls", &["server_fin"], &["closed"]);
+}
+
+/// HTTP/2: the server's GOAWAY must be recorded as `server_goaway`.
+#[test]
+fn server_max_queries_doh2_is_server_goaway() {
+    max_queries_seen_as("https", &["server_goaway"], &["goaway", "closed"]);
+}
+
+/// DoQ: CONNECTION_CLOSE (DOQ_NO_ERROR) is `server_quic_close`.
+#[test]
+fn server_max_queries_doq_is_server_quic_close() {
+    max_queries_seen_as("quic", &["server_quic_close"], &["quic_closed"]);
+}
+
+/// HTTP/3: GOAWAY, then CONNECTION_CLOSE (H3_NO_ERROR) once the requests are answered; the
+/// client records whichever it saw first.
+#[test]
+fn server_max_queries_doh3_is_goaway_or_quic_close() {
+    max_queries_seen_as("h3", &["server_goaway", "server_quic_close"], &["goaway", "quic_closed"]);
+}
+
+/// Server `--idle-timeout 300ms`, one query a second: the server closes each idle
+/// connection, seen as `server_fin` over TCP and `idle_timeout` over QUIC.
+#[test]
+fn server_idle_timeout_seen_by_the_client() {
+    let mut s = Server::start_encrypted(&["-T", "1", "--idle-timeout", "300ms"]);
+    let tcp = run_volley(&[&s.tcp_url(), "--rate", "1", "-l", "3s", "-T", "1"]);
+    let doq = run_volley(&[&s.url("quic"), "--ca", s.ca_str(), "--rate", "1", "-l", "3s", "-T", "1"]);
+    let stats = s.terminate();
+    for (name, r, kind) in [("tcp", &tcp, "server_fin"), ("doq", &doq, "idle_timeout")] {
+        let v = complete(r);
+        assert_eq!(total(&v, "answered"), total(&v, "sent"), "{name}: {}", show(&v));
+        assert!(closed(&v, kind) >= 2, "{name}: idle connections closed by the server as {kind}:\n{}", show(&v));
+        assert_eq!(closed(&v, "client_idle") + closed(&v, "client_lifetime"), 0, "{name}: {}", show(&v));
+    }
+    assert!(serve_stat(&stats, "closed_idle") >= 4, "{stats}");
+}
+
+/// `--max-conns 3`: three connections are served (exactly three on the wire); with five
+/// asked for, the others are turned away (TCP: closed at accept; QUIC: CONNECTION_REFUSED,
+/// a failed connection for the client).
+#[test]
+fn server_max_conns() {
+    let mut s = Server::start_encrypted(&["-T", "2", "--max-conns", "3"]);
+    let port = s.tcp_addr().port();
+    let run = BackgroundRun::start(&[&s.tcp_url(), "--connections", "3", "-c", "6", "-l", "2s", "-T", "1"]);
+    thread::sleep(Duration::from_millis(1000));
+    let on_wire = ss_established(port);
+    let v = run.finish();
+    check_accounting(&v);
+    assert_eq!(on_wire, 3, "ss: established connections to :{port}");
+    assert_eq!(total(&v, "failed"), 0, "three connections fit:\n{}", show(&v));
+
+    let r = run_volley(&[&s.url("quic"), "--ca", s.ca_str(), "--connections", "5", "-c", "10", "-l", "1s", "-T", "1"]);
+    let stats = s.terminate();
+    let v = complete(&r);
+    assert!(total(&v, "answered") > 0, "{}", show(&v));
+    assert!(conn_total(&v, "failed") >= 2, "refused connections fail:\n{}", show(&v));
+    assert!(conn_map(&v, &["errors"], "quic_closed") >= 2, "{}", show(&v));
+    assert!(serve_stat(&stats, "refused_max_conns") >= 2, "{stats}");
+    assert_eq!(serve_stat(&stats, "doq_connections"), 3 + 1, "three held, plus the probe's:\n{stats}");
+}

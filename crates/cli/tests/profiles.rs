@@ -1,0 +1,166 @@
+//! Simulated clients and their profiles, observed on the wire (issue 4): the `browser`
+//! opens parallel connections at start and switches to short sequential connections under
+//! load; the `forwarder` holds one connection per client while busy and closes it after its
+//! idle period; the `stub` asks truncated answers again over TCP; a mixture reports each
+//! group, and the groups add up to the run.
+
+mod common;
+
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+fn show(v: &Value) -> String {
+    format!("totals:\n{:#}\nconnections:\n{:#}\nevents:\n{:#}", v["totals"], v["connections"], v["events"])
+}
+
+fn complete(v: &Value) {
+    check_accounting(v);
+    assert_eq!(v["status"], "complete", "{v:#}");
+}
+
+/// 20 browsers at 0.5 qps: three connections each in the first second. At 5 qps (busy):
+/// connections of a few queries each, closed by the client and replaced.
+#[test]
+fn browser_parallel_at_start_then_short_connections() {
+    let s = Server::start_encrypted(&["-T", "1"]);
+    let url = s.url("https");
+    let common = ["--ca", s.ca_str(), "--clients", "20", "--profile", "browser", "-l", "3s"];
+
+    let light = run_volley(&[&[url.as_str(), "--client-rate", "0.5"][..], &common[..]].concat());
+    let v = light.ok();
+    complete(v);
+    let first = v["series"][0]["connections"]["opened"].as_u64().unwrap_or(0);
+    assert!(first >= 3 * 20, "three parallel connections per client in the first second, got {first}:\n{}", show(v));
+    assert_eq!(total(v, "failed"), 0, "{}", show(v));
+
+    let busy = run_volley(&[&[url.as_str(), "--client-rate", "5"][..], &common[..]].concat());
+    let v = busy.ok();
+    complete(v);
+    let lifetime = conn_map(v, &["closed"], "client_lifetime");
+    assert!(lifetime >= 2 * 20, "short connections closed by the clients, many per client:\n{}", show(v));
+    // Each connection ended by its lifetime is replaced while the client still sends.
+    assert!(conn_total(v, "opened") > 3 * 20, "new connections opened in sequence:\n{}", show(v));
+    assert_eq!(total(v, "failed"), 0, "{}", show(v));
+}
+
+/// The built-in forwarder: one connection per client for the whole busy run (volley's count
+/// and `ss` on the responder's port).
+#[test]
+fn forwarder_holds_one_connection_per_client() {
+    let s = Server::start_with(&["-T", "1"]);
+    let port = s.tcp_addr().port();
+    let run = BackgroundRun::start(&[
+        &s.tcp_url(),
+        "--clients",
+        "5",
+        "--client-rate",
+        "2",
+        "--profile",
+        "forwarder",
+        "-l",
+        "3s",
+    ]);
+    thread::sleep(Duration::from_millis(1500));
+    let on_wire = ss_established(port);
+    let v = run.finish();
+    complete(&v);
+    assert_eq!(on_wire, 5, "ss: one established connection per client");
+    assert_eq!(conn_total(&v, "opened"), 5, "{}", show(&v));
+    assert_eq!(conn_map(&v, &["closed"], "client_end"), 5, "{}", show(&v));
+}
+
+/// A forwarder whose idle period (300 ms) is shorter than the gap between its queries (1 s):
+/// its connection closes after each query, and the next query opens another.
+#[test]
+fn forwarder_closes_after_its_idle_period() {
+    let s = Server::start_with(&["-T", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("fwd.toml");
+    std::fs::write(
+        &profile,
+        "name = \"forwarder-300ms\"\nconnections = 1\nconnect_at_start = false\n\n[light]\nidle_timeout = \"300ms\"\n",
+    )
+    .unwrap();
+    let r = run_volley(&[
+        &s.tcp_url(),
+        "--clients",
+        "5",
+        "--client-rate",
+        "1",
+        "--profile",
+        profile.to_str().unwrap(),
+        "-l",
+        "3s",
+    ]);
+    let v = r.ok();
+    complete(v);
+    assert_eq!(total(v, "failed"), 0, "{}", show(v));
+    assert!(conn_map(v, &["closed"], "client_idle") >= 5, "closed after the idle period:\n{}", show(v));
+    assert_eq!(conn_total(v, "opened"), total(v, "sent"), "every query finds its connection closed:\n{}", show(v));
+}
+
+/// Stub clients over UDP ask for a 2000-octet TXT (TC=1 over UDP) and ask again over TCP to
+/// the same port: one retry per truncated answer, one TCP connection per retry.
+#[test]
+fn stub_retries_truncated_answers_over_tcp() {
+    let port = free_port().to_string();
+    let mut s = Server::start_with(&["-T", "1", "--udp-port", &port, "--tcp-port", &port]);
+    assert_eq!(s.udp_addr().port(), s.tcp_addr().port());
+    let r = run_volley(&[
+        &s.udp_url(),
+        "--clients",
+        "5",
+        "--client-rate",
+        "2",
+        "--profile",
+        "stub",
+        "--name",
+        "size-2000.test",
+        "--qtype",
+        "TXT",
+        "-l",
+        "2s",
+    ]);
+    let stats = s.terminate();
+    let v = r.ok();
+    complete(v);
+    let truncated = total(v, "truncated");
+    let retries = v["events"]["tcp_retries_after_truncation"].as_u64().unwrap_or(0);
+    assert!(truncated >= 5, "{}", show(v));
+    assert_eq!(retries, truncated, "one TCP retry per truncated answer:\n{}", show(v));
+    assert_eq!(conn_total(v, "opened"), retries, "one connection per retry:\n{}", show(v));
+    assert_eq!(total(v, "failed"), 0, "{}", show(v));
+    // The responder saw those connections on its TCP side of the same port (the probe went
+    // over UDP).
+    assert_eq!(serve_stat(&stats, "tcp_connections"), retries, "{stats}");
+}
+
+/// `--mix 60:stub@udp --mix 40:forwarder@tcp --clients 100`: two groups of 60 and 40
+/// clients, each balanced, adding up to the run's totals.
+#[test]
+fn mixture_groups_add_up() {
+    let s = Server::start_with(&["-T", "1"]);
+    let stub = format!("60:stub@{}", s.udp_url());
+    let fwd = format!("40:forwarder@{}", s.tcp_url());
+    let r = run_volley(&["--mix", &stub, "--mix", &fwd, "--clients", "100", "--client-rate", "2", "-l", "2s"]);
+    let v = r.ok();
+    complete(v);
+    let groups = v["groups"].as_array().unwrap_or_else(|| panic!("no groups:\n{v:#}"));
+    assert_eq!(groups.len(), 2, "{:#}", v["groups"]);
+    let clients: Vec<u64> = groups.iter().map(|g| g["clients"].as_u64().unwrap()).collect();
+    assert_eq!(clients, [60, 40]);
+    for key in ["sent", "answered", "timed_out", "failed", "in_flight"] {
+        let sum: u64 = groups.iter().map(|g| g["totals"][key].as_u64().unwrap()).sum();
+        assert_eq!(sum, total(v, key), "groups' {key} add up to the run's");
+    }
+    for g in groups {
+        let t = &g["totals"];
+        let n = |k: &str| t[k].as_u64().unwrap();
+        assert_eq!(n("sent"), n("answered") + n("timed_out") + n("failed") + n("in_flight"), "{}: {t:#}", g["name"]);
+        assert!(n("answered") > 0, "{}: {t:#}", g["name"]);
+    }
+    assert_eq!(total(v, "sent"), 400, "100 clients x 2 qps x 2 s:\n{}", show(v));
+}
