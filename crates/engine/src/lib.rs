@@ -133,7 +133,13 @@ pub fn run(
     let (tx, rx) = mpsc::channel();
     // Scheduled loads start a moment after the workers do, so that their first queries are
     // not late only because threads, runtimes and sockets were still being set up.
-    let start_ns = clock::now_ns() + if matches!(plan.load, Load::Closed { .. }) { 0 } else { 30_000_000 };
+    // Simulated clients also need their schedules built (a heap of every client's next send).
+    let warm_up = match &plan.load {
+        Load::Closed { .. } => 0,
+        Load::Open { .. } => 30_000_000,
+        Load::Clients(c) => 30_000_000 + (c.count / threads as u64).saturating_mul(300).min(3_000_000_000),
+    };
+    let start_ns = clock::now_ns() + warm_up;
     let started_unix_ms = clock::unix_ms();
     let end_ns = plan.duration.map(|d| start_ns + d.as_nanos() as u64);
     let groups: Vec<worker::GroupRt> = match &plan.load {
