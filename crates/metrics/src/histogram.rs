@@ -81,14 +81,16 @@ impl Histogram {
 
     /// The non-empty buckets, for the results file.
     pub fn to_sparse(&self) -> SparseHistogram {
-        let buckets = self.h.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())).collect();
-        SparseHistogram { sigfig: self.h.sigfig(), buckets }
+        SparseHistogram::from_pairs(
+            self.h.sigfig(),
+            self.h.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())),
+        )
     }
 
     /// Rebuilds a histogram from its sparse form: every value falls in the bucket it came from.
     pub fn from_sparse(s: &SparseHistogram) -> Histogram {
         let mut h = Histogram::new(s.sigfig.clamp(1, 5));
-        for &(v, n) in &s.buckets {
+        for (v, n) in s.iter() {
             h.record_n(v, n);
         }
         h
@@ -98,10 +100,101 @@ impl Histogram {
 /// A histogram as stored in results: precision and `[value_ns, count]` pairs of its non-empty
 /// buckets, where `value_ns` is the highest value of the bucket. Recording each pair into an
 /// empty histogram of the same precision rebuilds it exactly, so files merge exactly.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+///
+/// In memory the pairs are varint-encoded (value deltas and counts, a few bytes a bucket), so
+/// that a long run's per-second histograms cost little; in JSON they are plain pairs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SparseHistogram {
     pub sigfig: u8,
-    pub buckets: Vec<(u64, u64)>,
+    data: Vec<u8>,
+    len: u32,
+}
+
+impl SparseHistogram {
+    /// From `(value, count)` pairs in increasing value order.
+    pub fn from_pairs(sigfig: u8, pairs: impl IntoIterator<Item = (u64, u64)>) -> SparseHistogram {
+        let mut s = SparseHistogram { sigfig, data: Vec::new(), len: 0 };
+        let mut prev = 0u64;
+        for (v, n) in pairs {
+            put_varint(&mut s.data, v.wrapping_sub(prev));
+            put_varint(&mut s.data, n);
+            prev = v;
+            s.len += 1;
+        }
+        s.data.shrink_to_fit();
+        s
+    }
+
+    /// The `(value, count)` pairs, in increasing value order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let mut at = 0;
+        let mut prev = 0u64;
+        std::iter::from_fn(move || {
+            if at >= self.data.len() {
+                return None;
+            }
+            let d = get_varint(&self.data, &mut at);
+            let n = get_varint(&self.data, &mut at);
+            prev = prev.wrapping_add(d);
+            Some((prev, n))
+        })
+    }
+
+    /// The pairs as a vector.
+    pub fn pairs(&self) -> Vec<(u64, u64)> {
+        self.iter().collect()
+    }
+
+    /// Number of non-empty buckets.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(b: &[u8], at: &mut usize) -> u64 {
+    let mut v = 0u64;
+    let mut shift = 0;
+    while let Some(&c) = b.get(*at) {
+        *at += 1;
+        v |= ((c & 0x7F) as u64) << shift;
+        if c & 0x80 == 0 || shift >= 63 {
+            break;
+        }
+        shift += 7;
+    }
+    v
+}
+
+/// The JSON form: `{"sigfig": 3, "buckets": [[value_ns, count], ...]}`.
+#[derive(Serialize, Deserialize)]
+struct SparseJson {
+    sigfig: u8,
+    buckets: Vec<(u64, u64)>,
+}
+
+impl Serialize for SparseHistogram {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        SparseJson { sigfig: self.sigfig, buckets: self.pairs() }.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for SparseHistogram {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let j = SparseJson::deserialize(d)?;
+        Ok(SparseHistogram::from_pairs(j.sigfig, j.buckets))
+    }
 }
 
 #[cfg(test)]
@@ -129,6 +222,18 @@ mod tests {
         }
         assert_eq!(m.count(), all.count());
         assert_eq!(m.to_sparse(), all.to_sparse());
+    }
+
+    #[test]
+    fn compact_pairs_round_trip() {
+        let pairs = vec![(1u64, 5u64), (127, 1), (128, 300), (3_600_000_000_000, 1)];
+        let s = SparseHistogram::from_pairs(3, pairs.clone());
+        assert_eq!(s.pairs(), pairs);
+        assert_eq!(s.len(), 4);
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(json, r#"{"sigfig":3,"buckets":[[1,5],[127,1],[128,300],[3600000000000,1]]}"#);
+        let back: SparseHistogram = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, s);
     }
 
     #[test]

@@ -390,14 +390,13 @@ pub fn handshake_cdf_series(runs: &[NamedRun]) -> ChartData {
 
 /// `(value_ns, cumulative %)` for each bucket of a sparse histogram, exactly.
 pub fn cdf_points(h: &SparseHistogram) -> Vec<(f64, f64)> {
-    let total: u64 = h.buckets.iter().map(|b| b.1).sum();
+    let total: u64 = h.iter().map(|b| b.1).sum();
     if total == 0 {
         return Vec::new();
     }
     let mut cum = 0u64;
-    h.buckets
-        .iter()
-        .map(|&(v, n)| {
+    h.iter()
+        .map(|(v, n)| {
             cum += n;
             (v as f64, cum as f64 * 100.0 / total as f64)
         })

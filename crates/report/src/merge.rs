@@ -354,7 +354,7 @@ impl HistSumRow {
         add_map(&mut m.errors, &r.errors);
         add_map(&mut m.unexpected, &r.unexpected);
         // A second without answers stores an empty histogram whose precision says nothing.
-        if !r.latency.histogram.buckets.is_empty() {
+        if !r.latency.histogram.is_empty() {
             let part = Histogram::from_sparse(&r.latency.histogram);
             match &mut self.h {
                 None => self.h = Some((part, file.to_string())),

@@ -89,7 +89,7 @@ impl<W: Write> Om<'_, W> {
     /// The histogram family: cumulative buckets at [`LATENCY_BOUNDS_NS`], `+Inf`, count, sum.
     fn histogram(&mut self, name: &str, help: &str, h: &SparseHistogram, sum_ns: f64) -> io::Result<()> {
         self.family(name, "histogram", Some("seconds"), help)?;
-        let count: u64 = h.buckets.iter().map(|b| b.1).sum();
+        let count: u64 = h.iter().map(|b| b.1).sum();
         for (bound, n) in cumulative_buckets(h) {
             self.sample(&format!("{name}_bucket"), &[("le", &secs(bound))], n)?;
         }
@@ -103,7 +103,7 @@ impl<W: Write> Om<'_, W> {
 /// bound. A bucket counts when its highest value is at most the bound, so a bucket that
 /// straddles a bound counts above it: the error is within the histogram's precision.
 pub fn cumulative_buckets(h: &SparseHistogram) -> Vec<(u64, u64)> {
-    LATENCY_BOUNDS_NS.iter().map(|&b| (b, h.buckets.iter().filter(|(v, _)| *v <= b).map(|(_, n)| n).sum())).collect()
+    LATENCY_BOUNDS_NS.iter().map(|&b| (b, h.iter().filter(|(v, _)| *v <= b).map(|(_, n)| n).sum())).collect()
 }
 
 /// Writes the OpenMetrics text of a finished (or interrupted) run, ending with `# EOF`.
@@ -241,7 +241,7 @@ impl LiveTotals {
                 *into.entry(k.clone()).or_insert(0) += v;
             }
         }
-        if !row.latency.histogram.buckets.is_empty() {
+        if !row.latency.histogram.is_empty() {
             self.latency.merge(&Histogram::from_sparse(&row.latency.histogram));
         }
         if let Some(c) = &row.connections {

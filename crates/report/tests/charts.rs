@@ -123,7 +123,7 @@ fn connections_over_time_and_handshake_cdf() {
     assert_eq!(names(&h), vec!["tcp (tcp)"]);
     let p = points(&h, "tcp (tcp)");
     let total = tcp.result.connections.as_ref().unwrap().handshake_total.as_ref().unwrap();
-    assert_eq!(p.len(), total.histogram.buckets.len());
+    assert_eq!(p.len(), total.histogram.len());
     assert_eq!(p.last().unwrap().1, 100.0);
     assert!(p.windows(2).all(|w| w[1].0 > w[0].0 && w[1].1 > w[0].1));
     // 20 handshakes from 50 µs to 69 µs: the first is 5 % of connections.

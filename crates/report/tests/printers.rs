@@ -280,7 +280,7 @@ fn json_round_trips_through_a_file() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.ends_with("}\n") && text.contains("\n  \"schema\": \"volley.results/1\""));
     // One line per histogram bucket: `[value_ns, count]`.
-    let (v, n) = r.latency.histogram.buckets[0];
+    let (v, n) = r.latency.histogram.pairs()[0];
     assert!(text.contains(&format!("\"buckets\": [\n        [{v}, {n}],\n")), "{text}");
     // Still plain JSON for any reader.
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();

@@ -178,10 +178,12 @@ pub(crate) fn fail_queued<X: Exchange + ?Sized>(lane: &Lane, x: &X, kind: ErrorK
     }
 }
 
-/// After the policy closed a connection (already reported): waits for a query before the next
-/// one after an idle close. Returns true when the lane is closing (the driver ends).
+/// After the client closed a connection (already reported): when its policy closed it (idle,
+/// or lifetime by time or queries), waits for a query before the next one, so that the new
+/// connection opens lazily and its handshake is part of that query's latency. Returns true
+/// when the lane is closing (the driver ends).
 pub(crate) async fn after_turn(lane: &Lane, how: Close) -> bool {
-    how == Close::ClientIdle && !lane.wait_for_work().await || lane.closing()
+    matches!(how, Close::ClientIdle | Close::ClientLifetime) && !lane.wait_for_work().await || lane.closing()
 }
 
 /// Ends the outstanding queries of a dead connection and reports its close. Returns true

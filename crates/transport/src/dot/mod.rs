@@ -151,17 +151,34 @@ pub(crate) async fn connect<X: Exchange + ?Sized>(
     };
     let (s, offered) = match tokio::time::timeout(left, handshake).await {
         Ok(Ok(v)) => v,
-        Ok(Err(e)) => {
-            let kind = match tls::io_error_kind(&e) {
-                k @ (ErrorKind::Tls | ErrorKind::Alpn) => k,
-                // The server closed or reset during the handshake: a TLS failure too.
-                _ => ErrorKind::Tls,
-            };
-            return Err((kind, format!("TLS handshake with {} failed: {}", target, tls::describe(&e))));
-        }
+        Ok(Err(e)) => return Err(handshake_failed(target, &e)),
         Err(_) => return Err((ErrorKind::Tls, format!("TLS handshake with {} timed out", target))),
     };
-    let tls_ns = x.now() - tcp_done;
+    report(x, target, &s, tcp_ns, x.now() - tcp_done, offered, want_alpn)?;
+    Ok(s)
+}
+
+/// The error kind and text of a failed TLS handshake.
+pub(crate) fn handshake_failed(target: &Target, e: &std::io::Error) -> (ErrorKind, String) {
+    let kind = match tls::io_error_kind(e) {
+        k @ (ErrorKind::Tls | ErrorKind::Alpn) => k,
+        // The server closed or reset during the handshake: a TLS failure too.
+        _ => ErrorKind::Tls,
+    };
+    (kind, format!("TLS handshake with {} failed: {}", target, tls::describe(e)))
+}
+
+/// Reports a connection whose TLS handshake is done (`conn_opened`): `offered` whether early
+/// data was sent. Fails when the server did not agree on `want_alpn` (None: any or none).
+pub(crate) fn report<X: Exchange + ?Sized>(
+    x: &X,
+    target: &Target,
+    s: &TlsStream<TcpStream>,
+    tcp_ns: u64,
+    tls_ns: u64,
+    offered: bool,
+    want_alpn: Option<&[u8]>,
+) -> Result<(), (ErrorKind, String)> {
     let (io, conn) = s.get_ref();
     let n = tls::negotiated(conn);
     if let Some(want) = want_alpn {
@@ -194,5 +211,5 @@ pub(crate) async fn connect<X: Exchange + ?Sized>(
         ..Handshake::default()
     };
     x.conn_opened(&h, x.now());
-    Ok(s)
+    Ok(())
 }

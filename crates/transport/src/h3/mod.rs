@@ -2,11 +2,14 @@
 //! connection per lane, one request stream per query, awaited by its own local task.
 //! Requests are written as for HTTP/2 (`https::RequestTemplate`).
 
+use std::cell::Cell;
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
+use h3::ConnectionState;
+use tokio::sync::Notify;
 use volley_metrics::{Close, ErrorKind};
 
 use crate::https::{check_head, RequestTemplate};
@@ -17,6 +20,8 @@ use crate::{stream, Exchange, Lane, LaneOptions, Target, Token};
 pub const ALPN: &[u8] = b"h3";
 /// H3_NO_ERROR, the code of a clean close.
 const H3_NO_ERROR: u32 = 0x100;
+/// H3_REQUEST_REJECTED: the server did not process the request (RFC 9114 section 8.1).
+const H3_REQUEST_REJECTED: u64 = 0x10b;
 
 type Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 
@@ -24,9 +29,11 @@ type Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 fn stream_kind(e: &h3::error::StreamError) -> ErrorKind {
     use h3::error::StreamError as S;
     match e {
+        // Refused unprocessed (a request beyond the server's GOAWAY).
+        S::RemoteTerminate { code, .. } if *code == H3_REQUEST_REJECTED => ErrorKind::Goaway,
         S::RemoteTerminate { .. } => ErrorKind::QuicStreamReset,
         S::ConnectionError { 0: c, .. } => conn_kind(c),
-        S::RemoteClosing { .. } => ErrorKind::Goaway,
+        S::RemoteClosing => ErrorKind::Goaway,
         S::HeaderTooBig { .. } => ErrorKind::Malformed,
         _ => ErrorKind::Io,
     }
@@ -36,14 +43,61 @@ fn stream_kind(e: &h3::error::StreamError) -> ErrorKind {
 fn conn_kind(e: &h3::error::ConnectionError) -> ErrorKind {
     use h3::error::ConnectionError as C;
     match e {
-        C::Timeout { .. } => ErrorKind::IdleTimeout,
+        C::Timeout => ErrorKind::IdleTimeout,
         C::Remote { 0: h3::quic::ConnectionErrorIncoming::Timeout, .. } => ErrorKind::IdleTimeout,
         _ => ErrorKind::QuicClosed,
     }
 }
 
+/// Requests in flight on one connection: a connection the server sent GOAWAY on is closed
+/// once they are done.
+#[derive(Default)]
+struct InFlight {
+    n: Cell<usize>,
+    done: Notify,
+}
+
+impl InFlight {
+    fn enter(self: &Rc<Self>) -> Busy {
+        self.n.set(self.n.get() + 1);
+        Busy(self.clone())
+    }
+
+    async fn idle(&self) {
+        while self.n.get() > 0 {
+            self.done.notified().await;
+        }
+    }
+}
+
+/// One request in flight (until dropped).
+struct Busy(Rc<InFlight>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let f = &self.0;
+        f.n.set(f.n.get() - 1);
+        if f.n.get() == 0 {
+            f.done.notify_waiters();
+        }
+    }
+}
+
+/// A connection the server sent GOAWAY on: takes no new request; closed (and reported) once
+/// the requests in flight on it are done, it closes, or the lane closes.
+async fn drain<X: Exchange + 'static>(conn: quinn::Connection, busy: Rc<InFlight>, lane: Rc<Lane>, x: Rc<X>) {
+    tokio::select! {
+        _ = busy.idle() => {}
+        _ = conn.closed() => {}
+        _ = stream::closed(&lane) => {}
+    }
+    quic::close_and_report(&conn, H3_NO_ERROR, &lane, &x);
+    x.conn_closed(Close::ServerGoaway, x.now());
+}
+
 /// The driver of one DoH lane over HTTP/3. Every connection reports its datagrams on the wire
 /// when it closes (quinn's statistics; attempts whose handshake failed are not counted).
+/// After a GOAWAY the lane goes on on a new connection; the old one ends its requests.
 pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
     let mut tpl = match RequestTemplate::new(&target, opts.doh_method, false) {
         Ok(t) => t,
@@ -72,13 +126,22 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
         {
             let end = end.clone();
             tokio::task::spawn_local(async move {
-                let e = poll_fn(|cx| driver.poll_close(cx)).await;
+                let e = poll_fn(|cx| {
+                    let r = driver.poll_close(cx);
+                    // A GOAWAY came: no new request on this connection.
+                    if r.is_pending() && driver.is_closing() && end.ended().is_none() {
+                        end.end(Close::ServerGoaway, ErrorKind::Goaway);
+                    }
+                    r
+                })
+                .await;
                 // The QUIC watcher usually tells first, with the precise reason.
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 let kind = conn_kind(&e);
                 end.end(if e.is_h3_no_error() { Close::ServerGoaway } else { stream::close_of(kind) }, kind);
             });
         }
+        let busy = Rc::new(InFlight::default());
         let mut turned = None;
         loop {
             while end.ended().is_none() {
@@ -87,7 +150,12 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                     continue;
                 }
                 let (req, body) = tpl.request(&msg);
-                tokio::task::spawn_local(request(x.clone(), send.clone(), t, req, body, msg.len(), opts.query_timeout));
+                let b = busy.enter();
+                let r = request(x.clone(), send.clone(), t, req, body, msg.len(), opts.query_timeout);
+                tokio::task::spawn_local(async move {
+                    r.await;
+                    drop(b);
+                });
             }
             if lane.closing() {
                 quic::close_and_report(&conn, H3_NO_ERROR, &lane, &x);
@@ -111,6 +179,12 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
             if stream::after_turn(&lane, how).await {
                 return;
             }
+            continue;
+        }
+        if end.ended() == Some(Close::ServerGoaway) && conn.close_reason().is_none() {
+            // GOAWAY on a live connection: it ends the requests it took while the lane goes on
+            // on a new one.
+            tokio::task::spawn_local(drain(conn, busy, lane.clone(), x.clone()));
             continue;
         }
         // Ended by the server: closes the QUIC connection if HTTP/3 alone ended.

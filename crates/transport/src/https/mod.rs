@@ -8,19 +8,28 @@
 
 use std::cell::Cell;
 use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::sync::Notify;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
 use volley_metrics::{Close, ErrorKind};
 
 use crate::meter::TcpMeter;
 use crate::stream::{self, Buffers};
-use crate::{dot, tls, DohMethod, Exchange, IdTable, Lane, LaneOptions, Target, Token};
+use crate::{dot, tcp, tls, DohMethod, Exchange, IdTable, Lane, LaneOptions, Target, Token};
 
 /// The media type of DNS messages over HTTP.
 pub const DNS_MESSAGE: &str = "application/dns-message";
@@ -192,35 +201,275 @@ pub(crate) fn follow_limit(lane: &Lane, opts: &LaneOptions, streams: u64) {
     lane.set_capacity(streams.min(opts.max_in_flight as u64) as u32);
 }
 
-/// A TLS connection and the meter of its socket.
-type Opened = (tokio_rustls::client::TlsStream<tokio::net::TcpStream>, Option<TcpMeter>);
+/// Where the TLS handshake of an HTTP connection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hs {
+    /// Going on (0-RTT: the HTTP connection writes early data meanwhile).
+    Pending,
+    /// Done and reported (`conn_opened`).
+    Open,
+    /// Failed and reported (`conn_failed`) with this kind.
+    Failed(ErrorKind),
+}
+
+/// Runs once when a handshake that goes on under the HTTP connection ends, with the stream or
+/// the error that ended it; an error it returns fails the I/O call that saw the end.
+type OnHandshake = Box<dyn FnOnce(Result<&TlsStream<TcpStream>, &io::Error>) -> io::Result<()>>;
+
+/// The TLS stream of an HTTP connection. With 0-RTT its handshake may still be going on when
+/// HTTP starts: what HTTP writes meanwhile (HTTP/2 preface, SETTINGS, the first requests)
+/// goes as early data, and tokio-rustls sends it again after the handshake if the server
+/// refused it; reads wait for the handshake. `done` reports the handshake when an I/O call
+/// sees it end.
+struct Tls {
+    s: TlsStream<TcpStream>,
+    done: Option<OnHandshake>,
+    cork: Rc<Cork>,
+    /// What was written while corked, not yet handed to TLS.
+    held: Vec<u8>,
+}
+
+/// Holds what HTTP/2 writes during a burst of POSTs, so that the burst leaves in one write
+/// (one TLS record, few packets) although the connection task writes each request apart
+/// (see [`drive_h2`]).
+#[derive(Default)]
+struct Cork {
+    on: Cell<bool>,
+    /// The connection task, to wake when the cork comes off.
+    task: Cell<Option<Waker>>,
+}
+
+impl Cork {
+    fn set(&self, on: bool) {
+        if self.on.replace(on) && !on {
+            if let Some(w) = self.task.take() {
+                w.wake();
+            }
+        }
+    }
+}
+
+/// The most a cork holds; beyond it writes go through.
+const CORK_MAX: usize = 64 * 1024;
+
+impl Tls {
+    fn new(s: TlsStream<TcpStream>, done: Option<OnHandshake>) -> Tls {
+        Tls { s, done, cork: Rc::default(), held: Vec::new() }
+    }
+
+    #[inline]
+    fn seen<T>(&mut self, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if self.done.is_none() {
+            return r;
+        }
+        let handshaking = self.s.get_ref().1.is_handshaking();
+        let outcome = match &r {
+            Poll::Ready(Err(e)) if handshaking => Err(e),
+            _ if !handshaking => Ok(&self.s),
+            _ => return r,
+        };
+        let done = self.done.take().expect("checked");
+        match done(outcome) {
+            Err(e) => Poll::Ready(Err(e)),
+            Ok(()) => r,
+        }
+    }
+
+    /// Whether to hold this write (the cork is on and has room); notes the task to wake.
+    #[inline]
+    fn holds(&mut self, cx: &Context<'_>, len: usize) -> bool {
+        if !self.cork.on.get() || self.held.len() + len > CORK_MAX {
+            return false;
+        }
+        let w = self.cork.task.take().filter(|w| w.will_wake(cx.waker()));
+        self.cork.task.set(Some(w.unwrap_or_else(|| cx.waker().clone())));
+        true
+    }
+
+    /// Hands what was held to TLS.
+    fn release(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.held.is_empty() {
+            let r = Pin::new(&mut self.s).poll_write(cx, &self.held);
+            match ready!(self.seen(r)) {
+                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Ok(n) => drop(self.held.drain(..n)),
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncRead for Tls {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.s).poll_read(cx, buf);
+        this.seen(r)
+    }
+}
+
+impl AsyncWrite for Tls {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.holds(cx, buf.len()) {
+            this.held.extend_from_slice(buf);
+            return Poll::Ready(Ok(buf.len()));
+        }
+        ready!(this.release(cx))?;
+        let r = Pin::new(&mut this.s).poll_write(cx, buf);
+        this.seen(r)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let len = bufs.iter().map(|b| b.len()).sum();
+        if this.holds(cx, len) {
+            for b in bufs {
+                this.held.extend_from_slice(b);
+            }
+            return Poll::Ready(Ok(len));
+        }
+        ready!(this.release(cx))?;
+        let r = Pin::new(&mut this.s).poll_write_vectored(cx, bufs);
+        this.seen(r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.s.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.cork.on.get() && this.holds(cx, 0) {
+            return Poll::Ready(Ok(()));
+        }
+        ready!(this.release(cx))?;
+        let r = Pin::new(&mut this.s).poll_flush(cx);
+        this.seen(r)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.release(cx))?;
+        let r = Pin::new(&mut this.s).poll_shutdown(cx);
+        this.seen(r)
+    }
+}
+
+/// A TLS connection, where its handshake stands, and the meter of its socket.
+type Opened = (Tls, Rc<Cell<Hs>>, Option<TcpMeter>);
+
+/// Opens TCP and TLS with ALPN `alpn` (the server must agree on it). With 0-RTT on and a
+/// ticket that allows early data, returns as soon as TCP is up: the handshake goes on under
+/// HTTP, which sends its first bytes as early data, and is reported when it ends. Otherwise
+/// returns once the handshake is done and reported.
+#[allow(clippy::too_many_arguments)]
+async fn connect<X: Exchange + 'static>(
+    target: &Target,
+    cfg: &Arc<rustls::ClientConfig>,
+    name: &ServerName<'static>,
+    opts: &LaneOptions,
+    lane: &Lane,
+    x: &Rc<X>,
+    alpn: &'static [u8],
+    meter: &mut Option<TcpMeter>,
+) -> Result<(Tls, Rc<Cell<Hs>>), (ErrorKind, String)> {
+    if !cfg.enable_early_data {
+        let (mut ids, mut bufs) = (IdTable::with_capacity(1), Buffers::default());
+        let s = dot::connect(target, cfg, name, opts, lane, &**x, &mut ids, &mut bufs, Some(alpn), meter).await?;
+        return Ok((Tls::new(s, None), Rc::new(Cell::new(Hs::Open))));
+    }
+    let began = x.now();
+    let tcp = tcp::connect_metered(target.addr, opts.connect_timeout, meter)
+        .await
+        .map_err(|e| (tcp::connect_error_kind(&e), format!("cannot connect to {}: {e}", target.addr)))?;
+    let tcp_done = x.now();
+    let tcp_ns = tcp_done - began;
+    let left = opts.connect_timeout.saturating_sub(Duration::from_nanos(tcp_ns)).max(Duration::from_millis(1));
+    let connector = TlsConnector::from(cfg.clone()).early_data(true);
+    // Returns at once in the early data state; otherwise after the full handshake.
+    let s = match tokio::time::timeout(left, connector.connect(name.clone(), tcp)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(dot::handshake_failed(target, &e)),
+        Err(_) => return Err((ErrorKind::Tls, format!("TLS handshake with {target} timed out"))),
+    };
+    if !s.get_ref().1.is_handshaking() {
+        dot::report(&**x, target, &s, tcp_ns, x.now() - tcp_done, false, Some(alpn))?;
+        return Ok((Tls::new(s, None), Rc::new(Cell::new(Hs::Open))));
+    }
+    let hs = Rc::new(Cell::new(Hs::Pending));
+    let (x, target, state) = (x.clone(), target.clone(), hs.clone());
+    let done: OnHandshake = Box::new(move |r| {
+        let failed = match r {
+            Ok(s) => match dot::report(&*x, &target, s, tcp_ns, x.now() - tcp_done, true, Some(alpn)) {
+                Ok(()) => {
+                    state.set(Hs::Open);
+                    return Ok(());
+                }
+                Err(f) => f,
+            },
+            Err(e) => dot::handshake_failed(&target, e),
+        };
+        x.conn_failed_why(failed.0, &failed.1, x.now());
+        state.set(Hs::Failed(failed.0));
+        match failed.0 {
+            // The I/O error tells the HTTP connection's requests why.
+            ErrorKind::Alpn => Err(io::Error::new(io::ErrorKind::InvalidData, rustls::Error::NoApplicationProtocol)),
+            _ => Ok(()),
+        }
+    });
+    Ok((Tls::new(s, Some(done)), hs))
+}
+
+/// Reports how a connection ended: closed (`how`) when its handshake was done; failed when
+/// it never finished (0-RTT, the handshake under HTTP), reported now if not already. Some:
+/// the handshake failed with this kind (the caller backs off before reconnecting).
+fn ended<X: Exchange + ?Sized>(hs: &Cell<Hs>, x: &X, target: &Target, how: Close) -> Option<ErrorKind> {
+    match hs.get() {
+        Hs::Open => {
+            x.conn_closed(how, x.now());
+            None
+        }
+        Hs::Failed(k) => Some(k),
+        Hs::Pending => {
+            let why = format!("TLS handshake with {target} did not finish before the connection ended");
+            x.conn_failed_why(ErrorKind::Tls, &why, x.now());
+            hs.set(Hs::Failed(ErrorKind::Tls));
+            Some(ErrorKind::Tls)
+        }
+    }
+}
 
 /// Opens TCP and TLS with ALPN `alpn` (the server must agree on it) and reports the
-/// connection; on failure reports it (its bytes and packets too) and waits the backoff.
-/// None: the lane is closing.
+/// connection (see [`connect`]); on failure reports it (its bytes and packets too) and waits
+/// the backoff. None: the lane is closing.
 #[allow(clippy::too_many_arguments)]
 async fn open<X: Exchange + 'static>(
     target: &Target,
-    cfg: &std::sync::Arc<rustls::ClientConfig>,
-    name: &rustls::pki_types::ServerName<'static>,
+    cfg: &Arc<rustls::ClientConfig>,
+    name: &ServerName<'static>,
     opts: &LaneOptions,
     lane: &Rc<Lane>,
     x: &Rc<X>,
-    alpn: &[u8],
+    alpn: &'static [u8],
     backoff: &mut Duration,
 ) -> Option<Opened> {
-    let mut ids = IdTable::with_capacity(1);
-    let mut bufs = Buffers::default();
     loop {
         if lane.closing() {
             return None;
         }
         lane.begin_connection();
         let mut meter = None;
-        match dot::connect(target, cfg, name, opts, lane, &**x, &mut ids, &mut bufs, Some(alpn), &mut meter).await {
-            Ok(s) => {
-                *backoff = stream::BACKOFF;
-                return Some((s, meter));
+        match connect(target, cfg, name, opts, lane, x, alpn, &mut meter).await {
+            Ok((s, hs)) => {
+                if hs.get() == Hs::Open {
+                    *backoff = stream::BACKOFF;
+                }
+                return Some((s, hs, meter));
             }
             Err((kind, why)) => {
                 if let Some(m) = meter {
@@ -236,6 +485,11 @@ async fn open<X: Exchange + 'static>(
 }
 
 /// The driver of one DoH lane over HTTP/2.
+///
+/// POST requests go out one per turn of the connection task, so that each one's HEADERS and
+/// DATA are written back to back: h2 writes the HEADERS of every stream opened in one turn
+/// before their DATA, and some servers (knot-resolver) refuse a stream that starts while
+/// another request's body is incomplete. The requests stay in flight together.
 pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
     let setup = dot::setup(&opts.tls, &target, &[b"h2"])
         .and_then(|(c, n)| Ok((c, n, RequestTemplate::new(&target, opts.doh_method, false)?)));
@@ -249,17 +503,17 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
     loop {
-        let Some((tls, meter)) = open(&target, &cfg, &name, &opts, &lane, &x, b"h2", &mut backoff).await else {
+        let Some((tls, hs, meter)) = open(&target, &cfg, &name, &opts, &lane, &x, b"h2", &mut backoff).await else {
             return;
         };
         let meter = Metered(meter);
+        let cork = tls.cork.clone();
         let mut b = h2::client::Builder::new();
         b.initial_window_size(1 << 20).initial_connection_window_size(4 << 20).max_concurrent_reset_streams(1 << 16);
         let (mut send, conn) = match b.handshake::<_, Bytes>(tls).await {
             Ok(v) => v,
             Err(e) => {
-                let kind = h2_kind(&e);
-                x.conn_closed(Close::Error, x.now());
+                let kind = ended(&hs, &*x, &target, Close::Error).unwrap_or_else(|| h2_kind(&e));
                 meter.finish(&lane, &x);
                 if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
                     return;
@@ -286,7 +540,16 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         let mut turned = None;
         'conn: loop {
             follow_limit(&lane, &opts, send.current_max_send_streams() as u64);
+            let mut posted = false;
             while lane.has_work() && end.ended().is_none() {
+                if posted {
+                    // Let the connection task write the last POST (HEADERS, DATA) before the
+                    // next one opens; the cork holds the burst for one write at its end.
+                    cork.set(true);
+                    tokio::task::yield_now().await;
+                    posted = false;
+                    continue;
+                }
                 // Wait for a free stream (the server's limit) before taking a query.
                 let ready = tokio::select! {
                     r = poll_fn(|cx| send.poll_ready(cx)) => r,
@@ -300,10 +563,15 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                     continue;
                 }
                 let (req, body) = tpl.request(&msg);
+                if body.is_some() && lane.has_work() {
+                    // More to send after this one: hold it for the burst's write.
+                    cork.set(true);
+                }
                 match send.send_request(req, body.is_none()) {
                     Ok((resp, mut out)) => {
                         if let Some(body) = body {
                             let _ = out.send_data(body, true);
+                            posted = true;
                         }
                         x.sent(t, msg.len(), x.now());
                         tokio::task::spawn_local(h2_request(x.clone(), t, resp, opts.query_timeout));
@@ -314,6 +582,7 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                     }
                 }
             }
+            cork.set(false);
             if lane.closing() || end.ended().is_some() {
                 break;
             }
@@ -325,9 +594,9 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                 _ = end.wait() => break,
             }
         }
-        let now = x.now();
+        cork.set(false);
         if lane.closing() {
-            x.conn_closed(Close::ClientEnd, now);
+            ended(&hs, &*x, &target, Close::ClientEnd);
             // A moment for h2 to end the connection itself (GOAWAY) when nothing is outstanding.
             drop(send);
             let _ = tokio::time::timeout(END_GRACE, end.wait()).await;
@@ -338,18 +607,37 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             // Nothing outstanding: dropping the last handle ends the connection cleanly.
             drop(send);
             let _ = tokio::time::timeout(Duration::from_millis(100), end.wait()).await;
-            x.conn_closed(how, x.now());
+            let failed = ended(&hs, &*x, &target, how);
             meter.finish(&lane, &x);
-            if stream::after_turn(&lane, how).await {
+            if let Some(kind) = failed {
+                if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
+                    return;
+                }
+            } else if stream::after_turn(&lane, how).await {
                 return;
             }
             continue;
         }
+        // A GOAWAY from the server stays as the connection's error in h2 (new streams are
+        // refused with it) even when the connection then ends cleanly (Ok).
+        let goaway = matches!(
+            poll_fn(|cx| Poll::Ready(send.poll_ready(cx))).await,
+            Poll::Ready(Err(e)) if e.is_go_away() && e.is_remote()
+        );
         // The connection task ends (and reports) once its streams are done or dead.
         drop(send);
         end.wait().await;
-        x.conn_closed(end.ended().unwrap_or(Close::Error), now);
+        let how = match end.ended() {
+            Some(Close::ServerFin) if goaway => Close::ServerGoaway,
+            how => how.unwrap_or(Close::Error),
+        };
+        let failed = ended(&hs, &*x, &target, how);
         meter.finish(&lane, &x);
+        if let Some(kind) = failed {
+            if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
+                return;
+            }
+        }
     }
 }
 
@@ -409,7 +697,8 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
     loop {
-        let Some((tls, meter)) = open(&target, &cfg, &name, &opts, &lane, &x, b"http/1.1", &mut backoff).await else {
+        let Some((tls, hs, meter)) = open(&target, &cfg, &name, &opts, &lane, &x, b"http/1.1", &mut backoff).await
+        else {
             return;
         };
         let meter = Metered(meter);
@@ -417,9 +706,9 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         let (mut send, conn) = match hyper::client::conn::http1::Builder::new().handshake::<_, Full<Bytes>>(io).await {
             Ok(v) => v,
             Err(_) => {
-                x.conn_closed(Close::Error, x.now());
+                let kind = ended(&hs, &*x, &target, Close::Error).unwrap_or(ErrorKind::Io);
                 meter.finish(&lane, &x);
-                if stream::after_failure(&lane, &*x, ErrorKind::Io, &mut backoff).await {
+                if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
                     return;
                 }
                 continue;
@@ -496,26 +785,34 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             }
         }
         drop(send);
-        let now = x.now();
         match client_close {
             Some(Close::ClientEnd) => {
-                x.conn_closed(Close::ClientEnd, now);
+                ended(&hs, &*x, &target, Close::ClientEnd);
                 let _ = tokio::time::timeout(END_GRACE, end.wait()).await;
                 meter.finish(&lane, &x);
                 return;
             }
             Some(how) => {
-                x.conn_closed(how, now);
+                let failed = ended(&hs, &*x, &target, how);
                 let _ = tokio::time::timeout(END_GRACE, end.wait()).await;
                 meter.finish(&lane, &x);
-                if matches!(how, Close::ClientLifetime | Close::ClientIdle) && stream::after_turn(&lane, how).await {
+                if let Some(kind) = failed {
+                    if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
+                        return;
+                    }
+                } else if stream::after_turn(&lane, how).await {
                     return;
                 }
             }
             None => {
                 end.wait().await;
-                x.conn_closed(end.ended().unwrap_or(Close::Error), now);
+                let failed = ended(&hs, &*x, &target, end.ended().unwrap_or(Close::Error));
                 meter.finish(&lane, &x);
+                if let Some(kind) = failed {
+                    if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
+                        return;
+                    }
+                }
             }
         }
     }

@@ -67,11 +67,11 @@ pub fn close_of(e: &ConnectionError) -> Close {
 /// Client configuration of one connection: the worker's shared TLS config (its session
 /// store) behind a verifier that tells whether the handshake was a full one.
 fn connection_config(
-    cfg: &tls::Shared,
+    cfg: &Arc<rustls::ClientConfig>,
     h3: bool,
     idle: Duration,
 ) -> Result<(quinn::ClientConfig, Arc<std::sync::atomic::AtomicBool>), String> {
-    let (c, seen) = SeenVerify::wrap(&cfg.0, &cfg.1);
+    let (c, seen) = SeenVerify::connection(cfg);
     let q =
         quinn::crypto::rustls::QuicClientConfig::try_from(Arc::new(c)).map_err(|e| format!("QUIC TLS config: {e}"))?;
     let mut cc = quinn::ClientConfig::new(Arc::new(q));
@@ -92,7 +92,7 @@ fn connection_config(
 pub(crate) async fn connect<X: Exchange + 'static>(
     ep: &quinn::Endpoint,
     target: &Target,
-    cfg: &tls::Shared,
+    cfg: &Arc<rustls::ClientConfig>,
     opts: &LaneOptions,
     x: &Rc<X>,
     h3: bool,
@@ -129,7 +129,7 @@ pub(crate) async fn connect<X: Exchange + 'static>(
         };
         x.conn_opened(&h, now);
     };
-    if cfg.0.enable_early_data {
+    if cfg.enable_early_data {
         match connecting.into_0rtt() {
             Ok((conn, accepted)) => {
                 let (x2, c2) = (x.clone(), conn.clone());
@@ -166,7 +166,7 @@ pub(crate) async fn connect<X: Exchange + 'static>(
 pub(crate) async fn open<X: Exchange + 'static>(
     ep: &quinn::Endpoint,
     target: &Target,
-    cfg: &tls::Shared,
+    cfg: &Arc<rustls::ClientConfig>,
     opts: &LaneOptions,
     lane: &Lane,
     x: &Rc<X>,
@@ -217,8 +217,8 @@ pub(crate) async fn lane_setup<X: Exchange>(
     x: &X,
     opts: &LaneOptions,
     alpn: &[u8],
-) -> Option<(tls::Shared, quinn::Endpoint)> {
-    let cfg = match tls::shared(&opts.tls, &[alpn], true) {
+) -> Option<(Arc<rustls::ClientConfig>, quinn::Endpoint)> {
+    let cfg = match tls::client_config(&opts.tls, &[alpn], true) {
         Ok(c) => c,
         Err(e) => {
             x.conn_failed_why(ErrorKind::Tls, &e.to_string(), x.now());

@@ -109,16 +109,11 @@ pub fn check(s: &TlsSettings, quic: bool) -> Result<(), TlsConfigError> {
 }
 
 /// The client configuration for these settings and ALPN protocols, shared by every
-/// connection of this thread (one session store, so reconnects resume).
+/// connection of this thread (one session store, so reconnects resume). QUIC configurations
+/// (`quic`) verify certificates through a [`SeenVerify`], so that a connection can tell a
+/// full handshake from a resumed one ([`SeenVerify::connection`]).
 pub fn client_config(s: &TlsSettings, alpn: &[&[u8]], quic: bool) -> Result<Arc<ClientConfig>, TlsConfigError> {
-    shared(s, alpn, quic).map(|(c, _)| c)
-}
-
-pub(crate) type Shared = (Arc<ClientConfig>, Arc<dyn ServerCertVerifier>);
-
-/// The shared config and its certificate verifier.
-pub(crate) fn shared(s: &TlsSettings, alpn: &[&[u8]], quic: bool) -> Result<Shared, TlsConfigError> {
-    type Cache = Vec<((TlsSettings, Vec<Vec<u8>>, bool), Shared)>;
+    type Cache = Vec<((TlsSettings, Vec<Vec<u8>>, bool), Arc<ClientConfig>)>;
     thread_local! {
         static CACHE: RefCell<Cache> = const { RefCell::new(Vec::new()) };
     }
@@ -130,18 +125,13 @@ pub(crate) fn shared(s: &TlsSettings, alpn: &[&[u8]], quic: bool) -> Result<Shar
         if let Some((_, v)) = hit {
             return Ok(v.clone());
         }
-        let (cfg, verifier) = build(s, alpn, quic)?;
-        let v = (Arc::new(cfg), verifier);
+        let v = Arc::new(build(s, alpn, quic)?);
         c.push(((s.clone(), alpn.iter().map(|a| a.to_vec()).collect(), quic), v.clone()));
         Ok(v)
     })
 }
 
-fn build(
-    s: &TlsSettings,
-    alpn: &[&[u8]],
-    quic: bool,
-) -> Result<(ClientConfig, Arc<dyn ServerCertVerifier>), TlsConfigError> {
+fn build(s: &TlsSettings, alpn: &[&[u8]], quic: bool) -> Result<ClientConfig, TlsConfigError> {
     let versions: &[&'static rustls::SupportedProtocolVersion] = match (s.version, quic) {
         (Some(TlsVersion::Tls12), true) => {
             return Err(TlsConfigError("QUIC needs TLS 1.3: --tls-version 1.2 does not apply".into()))
@@ -153,7 +143,7 @@ fn build(
     let builder = ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(versions)
         .map_err(|e| TlsConfigError(format!("TLS versions: {e}")))?;
-    let verifier: Arc<dyn ServerCertVerifier> = if s.insecure {
+    let mut verifier: Arc<dyn ServerCertVerifier> = if s.insecure {
         Arc::new(NoVerify(provider()))
     } else {
         let roots = match &s.ca_file {
@@ -164,12 +154,15 @@ fn build(
             .build()
             .map_err(|e| TlsConfigError(format!("certificate verifier: {e}")))?
     };
-    let mut cfg = builder.dangerous().with_custom_certificate_verifier(verifier.clone()).with_no_client_auth();
+    if quic {
+        verifier = Arc::new(SeenVerify { inner: verifier });
+    }
+    let mut cfg = builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth();
     cfg.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
     cfg.key_log = Arc::new(rustls::KeyLogFile::new());
     cfg.resumption = if s.resume { Resumption::default() } else { Resumption::disabled() };
     cfg.enable_early_data = s.resume && s.zero_rtt;
-    Ok((cfg, verifier))
+    Ok(cfg)
 }
 
 /// The name a connection to `target` sends (SNI) and verifies the certificate against.
@@ -218,26 +211,41 @@ impl ServerCertVerifier for NoVerify {
 }
 
 /// Wraps a verifier to learn whether a handshake verified a certificate: a resumed TLS 1.3
-/// handshake sends none. quinn does not expose rustls' handshake kind, so QUIC connections
-/// get a copy of the config with this verifier to tell resumed from full handshakes.
+/// handshake sends none. quinn does not expose rustls' handshake kind, so QUIC configs verify
+/// through this. It is one verifier per shared config: rustls resumes only sessions stored
+/// under the same verifier. To know which connection verified, each connection gets a copy of
+/// the config (same verifier, same session store) whose time provider, which rustls asks for
+/// the time right before it verifies the certificate, in the same call, names the
+/// connection's flag in a thread-local slot that the verifier takes.
 #[derive(Debug)]
 pub(crate) struct SeenVerify {
     inner: Arc<dyn ServerCertVerifier>,
-    /// Set when a certificate was verified (a full handshake).
-    pub seen: Arc<AtomicBool>,
+}
+
+thread_local! {
+    /// The flag of the connection that last asked for the time on this thread.
+    static ASKING: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
+}
+
+/// The time provider of one QUIC connection's config: notes the connection in [`ASKING`].
+#[derive(Debug)]
+struct MarkTime(Arc<AtomicBool>);
+
+impl rustls::time_provider::TimeProvider for MarkTime {
+    fn current_time(&self) -> Option<UnixTime> {
+        ASKING.with(|a| *a.borrow_mut() = Some(self.0.clone()));
+        Some(UnixTime::now())
+    }
 }
 
 impl SeenVerify {
-    /// A copy of `cfg` (whose verifier is `inner`) with a verifier that reports into the
-    /// returned flag.
-    pub(crate) fn wrap(
-        cfg: &Arc<ClientConfig>,
-        inner: &Arc<dyn ServerCertVerifier>,
-    ) -> (ClientConfig, Arc<AtomicBool>) {
+    /// The config of one connection: a copy of the shared `cfg` (built for QUIC, verifying
+    /// through a `SeenVerify`) and the flag set when the connection's handshake verifies a
+    /// certificate (a full handshake).
+    pub(crate) fn connection(cfg: &Arc<ClientConfig>) -> (ClientConfig, Arc<AtomicBool>) {
         let seen = Arc::new(AtomicBool::new(false));
         let mut c = (**cfg).clone();
-        let inner = inner.clone();
-        c.dangerous().set_certificate_verifier(Arc::new(SeenVerify { inner, seen: seen.clone() }));
+        c.time_provider = Arc::new(MarkTime(seen.clone()));
         (c, seen)
     }
 }
@@ -251,7 +259,9 @@ impl ServerCertVerifier for SeenVerify {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        self.seen.store(true, Ordering::Relaxed);
+        if let Some(seen) = ASKING.with(|a| a.borrow_mut().take()) {
+            seen.store(true, Ordering::Relaxed);
+        }
         self.inner.verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
     }
 
