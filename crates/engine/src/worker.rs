@@ -160,14 +160,16 @@ impl Worker {
         let (lo, n) = (range.start as usize, range.len());
         let g = self.lanes.get(lo).map_or(0, |s| s.group);
         inn.rec().sent(now, g);
-        let pick = |i: usize| {
+        // Lanes that can send soon first (not backing off after a failure), then any with room.
+        let pick = |i: usize, strict: bool| {
             let l = &self.lanes[lo + i].lane;
-            l.has_room() && (!first_fit || l.accepting())
+            l.has_room() && (!strict || (l.ready() && (!first_fit || l.accepting())))
         };
         let found = if first_fit {
-            (0..n).find(|&i| pick(i)).or_else(|| (0..n).find(|&i| self.lanes[lo + i].lane.has_room()))
+            (0..n).find(|&i| pick(i, true)).or_else(|| (0..n).find(|&i| pick(i, false)))
         } else {
-            (0..n).map(|i| (inn.rr + i) % n).find(|&i| pick(i))
+            let order = |k: usize| (inn.rr + k) % n;
+            (0..n).map(order).find(|&i| pick(i, true)).or_else(|| (0..n).map(order).find(|&i| pick(i, false)))
         };
         let Some(i) = found else {
             inn.rec().failed(now, ErrorKind::Overload, g);

@@ -43,6 +43,8 @@ pub struct Lane {
     last_activity: Cell<Option<Instant>>,
     /// Signalled when a spent connection has nothing outstanding any more.
     drained: Notify,
+    /// The driver is waiting out a backoff after a failure: new queries would wait too.
+    backing_off: Cell<bool>,
 }
 
 impl Lane {
@@ -178,12 +180,26 @@ impl Lane {
     /// A new connection attempt starts: its budget is fresh.
     pub fn begin_connection(&self) {
         self.conn_sent.set(0);
-        let p = self.policy.get();
-        if p.lifetime.is_some() || p.idle.is_some() {
-            let now = Instant::now();
-            self.conn_start.set(Some(now));
+        let now = Instant::now();
+        self.conn_start.set(Some(now));
+        if self.policy.get().idle.is_some() {
             self.last_activity.set(Some(now));
         }
+    }
+
+    /// How long ago the current connection's attempt started.
+    pub fn conn_age(&self) -> Duration {
+        self.conn_start.get().map_or(Duration::MAX, |s| s.elapsed())
+    }
+
+    /// Whether the lane can send soon: not waiting out a backoff (the engine prefers such lanes).
+    #[inline]
+    pub fn ready(&self) -> bool {
+        !self.backing_off.get()
+    }
+
+    pub(crate) fn set_backing_off(&self, on: bool) {
+        self.backing_off.set(on);
     }
 
     /// The current connection has sent its last query (by count or by age).

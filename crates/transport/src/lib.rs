@@ -124,7 +124,6 @@ pub fn spawn_lane<X: Exchange + 'static>(target: &Target, lane: Rc<Lane>, x: Rc<
         }
         Scheme::Https | Scheme::H3 => match opts.http_for(target.scheme) {
             HttpVersion::Http1 => {
-                lane.set_capacity(1);
                 tokio::task::spawn_local(https::drive_h1(target.clone(), lane, x, opts.clone()));
             }
             HttpVersion::Http2 => {

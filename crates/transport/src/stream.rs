@@ -219,12 +219,36 @@ pub(crate) async fn after_failure<X: Exchange + ?Sized>(
     backoff: &mut Duration,
 ) -> bool {
     fail_queued(lane, x, kind);
-    let closing = tokio::select! {
-        _ = tokio::time::sleep(*backoff) => false,
-        _ = closed(lane) => true,
-    };
+    let closing = pause(lane, *backoff).await;
     *backoff = (*backoff * 2).min(Duration::from_secs(1));
     closing
+}
+
+/// Sleeps `d`, marked as backing off; true when the lane closed meanwhile.
+async fn pause(lane: &Lane, d: Duration) -> bool {
+    lane.set_backing_off(true);
+    let closing = tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        _ = closed(lane) => true,
+    };
+    lane.set_backing_off(false);
+    closing
+}
+
+/// After the server ended a connection (already reported): a connection that lived under
+/// 50 ms (refused by a connection limit, say) is followed by a growing backoff rather than a
+/// storm of reconnects; then, like a real client, the lane opens the next one only when it
+/// has a query. Returns true when the lane is closing.
+pub(crate) async fn after_server_close(lane: &Lane, backoff: &mut Duration) -> bool {
+    if lane.conn_age() < Duration::from_millis(50) {
+        if pause(lane, *backoff).await {
+            return true;
+        }
+        *backoff = (*backoff * 2).min(Duration::from_secs(1));
+    } else {
+        *backoff = BACKOFF;
+    }
+    !lane.wait_for_work().await
 }
 
 /// The first backoff after a failure.

@@ -351,6 +351,22 @@ fn clients_load(a: &RunArgs, replay: Option<Arc<volley_engine::clients::Replay>>
         ArrivalsArg::Constant => Arrivals::Constant,
         ArrivalsArg::Poisson => Arrivals::Poisson,
     };
+    // Each client of a connection-based group holds its own sockets: say so before starting
+    // rather than failing connections one by one.
+    let sockets: u64 = (0..groups.len())
+        .map(|g| {
+            let share = groups[g].weight / groups.iter().map(|x| x.weight).sum::<f64>();
+            let per = if groups[g].target.scheme == Scheme::Udp { 0 } else { groups[g].profile.connections as u64 };
+            (count as f64 * share).ceil() as u64 * per
+        })
+        .sum();
+    let limit = open_files_limit();
+    if sockets + 256 > limit {
+        return Err(CliError::usage(format!(
+            "{count} clients need about {sockets} sockets but this process may open {limit} files: \
+             raise the hard limit (ulimit -Hn, or run as root) or use fewer clients"
+        )));
+    }
     Ok(Some(ClientsLoad { count, rate: a.client_rate, arrivals, groups, replay }))
 }
 
@@ -508,4 +524,15 @@ pub fn run(a: RunArgs) -> CliResult {
         return Err(CliError { code: 130, message: "interrupted: results are partial (status 'interrupted')".into() });
     }
     Ok(())
+}
+
+/// The soft limit on open files (already raised at start to what the system allows).
+fn open_files_limit() -> u64 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur
+    } else {
+        u64::MAX
+    }
 }

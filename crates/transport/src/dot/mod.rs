@@ -88,7 +88,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 if let Some(m) = meter {
                     m.finish(&lane, &x);
                 }
-                if closing {
+                if closing || stream::after_server_close(&lane, &mut backoff).await {
                     return;
                 }
             }

@@ -196,11 +196,6 @@ impl Metered {
     }
 }
 
-/// Sets the lane's capacity from a connection's stream limit.
-pub(crate) fn follow_limit(lane: &Lane, opts: &LaneOptions, streams: u64) {
-    lane.set_capacity(streams.min(opts.max_in_flight as u64) as u32);
-}
-
 /// Where the TLS handshake of an HTTP connection stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Hs {
@@ -539,7 +534,6 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         // Serve until the connection ends, the policy ends it, or the lane closes.
         let mut turned = None;
         'conn: loop {
-            follow_limit(&lane, &opts, send.current_max_send_streams() as u64);
             let mut posted = false;
             while lane.has_work() && end.ended().is_none() {
                 if posted {
@@ -637,6 +631,8 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
                 return;
             }
+        } else if stream::after_server_close(&lane, &mut backoff).await {
+            return;
         }
     }
 }
@@ -684,7 +680,6 @@ async fn h2_request<X: Exchange>(x: Rc<X>, t: Token, resp: h2::client::ResponseF
 /// The driver of one DoH lane over HTTP/1.1: one request at a time on a keep-alive
 /// connection.
 pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
-    lane.set_capacity(1);
     let setup = dot::setup(&opts.tls, &target, &[b"http/1.1"])
         .and_then(|(c, n)| Ok((c, n, RequestTemplate::new(&target, opts.doh_method, true)?)));
     let (cfg, name, mut tpl) = match setup {
@@ -812,6 +807,8 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                     if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
                         return;
                     }
+                } else if stream::after_server_close(&lane, &mut backoff).await {
+                    return;
                 }
             }
         }

@@ -284,6 +284,9 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
         // Closed by the server (or lost): its statistics are final.
         close_and_report(&conn, DOQ_NO_ERROR, &lane, &x);
         x.conn_closed(end.ended().unwrap_or(Close::Error), x.now());
+        if stream::after_server_close(&lane, &mut backoff).await {
+            return;
+        }
     }
 }
 

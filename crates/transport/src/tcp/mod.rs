@@ -87,7 +87,7 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
                 if let Some(m) = meter {
                     m.finish(&lane, &x);
                 }
-                if closing {
+                if closing || stream::after_server_close(&lane, &mut backoff).await {
                     return;
                 }
             }
