@@ -504,7 +504,13 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         let meter = Metered(meter);
         let cork = tls.cork.clone();
         let mut b = h2::client::Builder::new();
-        b.initial_window_size(1 << 20).initial_connection_window_size(4 << 20).max_concurrent_reset_streams(1 << 16);
+        // Until the server's SETTINGS arrive, open at most 100 streams (the least RFC 9113
+        // recommends a server to allow): more would be refused (REFUSED_STREAM) by a server
+        // with that limit.
+        b.initial_window_size(1 << 20)
+            .initial_connection_window_size(4 << 20)
+            .max_concurrent_reset_streams(1 << 16)
+            .initial_max_send_streams(100);
         let (mut send, conn) = match b.handshake::<_, Bytes>(tls).await {
             Ok(v) => v,
             Err(e) => {
@@ -544,9 +550,17 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                     posted = false;
                     continue;
                 }
-                // Wait for a free stream (the server's limit) before taking a query.
+                // Wait for a free stream (the server's limit) before taking a query. While
+                // waiting, what the cork holds must go out: the answers that free streams
+                // depend on it.
                 let ready = tokio::select! {
-                    r = poll_fn(|cx| send.poll_ready(cx)) => r,
+                    r = poll_fn(|cx| {
+                        let p = send.poll_ready(cx);
+                        if p.is_pending() {
+                            cork.set(false);
+                        }
+                        p
+                    }) => r,
                     _ = end.wait() => break 'conn,
                 };
                 if ready.is_err() {
