@@ -17,7 +17,7 @@ pub struct Collector {
     watermarks: Vec<u32>,
     pending: BTreeMap<u32, (Counters, Histogram)>,
     next: u32,
-    series: Vec<SecondRow>,
+    series: SeriesStore,
     totals: Counters,
     latency: Histogram,
     lateness: Histogram,
@@ -49,7 +49,7 @@ impl Collector {
             watermarks: vec![0; workers],
             pending: BTreeMap::new(),
             next: 0,
-            series: Vec::new(),
+            series: SeriesStore::default(),
             totals: Counters::default(),
             latency: Histogram::new(3),
             lateness: Histogram::new(3),
@@ -118,7 +118,7 @@ impl Collector {
             }
             let (c, h) = self.pending.remove(&self.next).unwrap_or_else(|| (Counters::default(), Histogram::new(2)));
             let row = self.row(self.next, &c, &h);
-            self.series.push(row.clone());
+            self.series.push(&row);
             out.push(Progress { row });
             self.next += 1;
         }
@@ -134,12 +134,12 @@ impl Collector {
                 let (c, h) =
                     self.pending.remove(&self.next).unwrap_or_else(|| (Counters::default(), Histogram::new(2)));
                 let row = self.row(self.next, &c, &h);
-                self.series.push(row);
+                self.series.push(&row);
                 self.next += 1;
             }
         }
         Collected {
-            series: self.series,
+            series: self.series.finish(),
             totals: self.totals,
             latency: self.latency,
             lateness: self.lateness,
@@ -155,6 +155,31 @@ impl Collector {
 mod tests {
     use super::*;
     use crate::Recorder;
+
+    #[test]
+    fn long_series_spill_and_come_back_in_order() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = 1_000_000_000u64;
+        let mut a = Recorder::new(0, 0, tx);
+        for k in 0..150u64 {
+            for _ in 0..=k % 3 {
+                a.sent(k * s + 1, 0);
+            }
+        }
+        a.finish(150 * s, 0, &[], 1);
+        let mut c = Collector::new(1);
+        for m in rx.try_iter() {
+            c.absorb(m);
+        }
+        let got = c.finish();
+        // 150 seconds with sends, and the last (empty) second the worker finished in.
+        assert_eq!(got.series.len(), 151);
+        for (k, r) in got.series.iter().take(150).enumerate() {
+            assert_eq!(r.second as usize, k);
+            assert_eq!(r.sent, k as u64 % 3 + 1);
+        }
+        assert_eq!(got.series.iter().map(|r| r.sent).sum::<u64>(), got.totals.sent);
+    }
 
     #[test]
     fn seconds_merge_in_order_and_sum_to_totals() {
@@ -186,4 +211,76 @@ mod tests {
         assert_eq!(got.latency.count(), 2);
         assert_eq!(got.cpu_ns, 12);
     }
+}
+
+/// The rows of the series so far. Past the first minute they go to an unlinked temporary file
+/// (one JSON line each) and come back at the end, so a run's memory does not grow with its
+/// length; where no temporary file can be made they stay in memory.
+#[derive(Default)]
+struct SeriesStore {
+    rows: Vec<SecondRow>,
+    spill: Option<std::io::BufWriter<std::fs::File>>,
+    spilled: usize,
+    failed: bool,
+}
+
+/// Rows kept in memory before spilling.
+const IN_MEMORY_ROWS: usize = 60;
+
+impl SeriesStore {
+    fn push(&mut self, row: &SecondRow) {
+        if self.rows.len() < IN_MEMORY_ROWS || self.failed {
+            self.rows.push(row.clone());
+            return;
+        }
+        if self.spill.is_none() {
+            match spill_file() {
+                Ok(f) => self.spill = Some(std::io::BufWriter::new(f)),
+                Err(_) => {
+                    self.failed = true;
+                    self.rows.push(row.clone());
+                    return;
+                }
+            }
+        }
+        let w = self.spill.as_mut().expect("just set");
+        let ok = serde_json::to_writer(&mut *w, row).is_ok() && std::io::Write::write_all(w, b"\n").is_ok();
+        if ok {
+            self.spilled += 1;
+        } else {
+            self.failed = true;
+            self.rows.push(row.clone());
+        }
+    }
+
+    fn finish(mut self) -> Vec<SecondRow> {
+        use std::io::{BufRead, Seek};
+        let Some(w) = self.spill.take() else { return self.rows };
+        let mut out = std::mem::take(&mut self.rows);
+        let spilled_rows = (|| -> std::io::Result<Vec<SecondRow>> {
+            let mut f = w.into_inner().map_err(|e| e.into_error())?;
+            f.seek(std::io::SeekFrom::Start(0))?;
+            std::io::BufReader::new(f)
+                .lines()
+                .map(|l| l.and_then(|l| serde_json::from_str(&l).map_err(std::io::Error::other)))
+                .collect()
+        })();
+        // Rows pushed after a spill failure were kept in memory; they follow the spilled ones.
+        let late = out.split_off(IN_MEMORY_ROWS.min(out.len()));
+        if let Ok(rows) = spilled_rows {
+            out.extend(rows);
+        }
+        out.extend(late);
+        out
+    }
+}
+
+/// An unlinked temporary file: gone with the process, whatever happens.
+fn spill_file() -> std::io::Result<std::fs::File> {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!(".volley-series-{}-{n}", std::process::id()));
+    let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+    let _ = std::fs::remove_file(&path);
+    Ok(f)
 }
