@@ -32,6 +32,17 @@ fn finds_a_known_capacity_within_ten_percent() {
         let load = step["load"].as_f64().unwrap();
         assert_eq!(step["ok"].as_bool().unwrap(), load <= limit, "{step}");
     }
+    // Each step's full results come with the search, in the results schema.
+    let runs = s["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), s["steps"].as_array().unwrap().len());
+    for run in runs {
+        assert_eq!(run["schema"], "volley.results/1");
+        let t = &run["totals"];
+        assert_eq!(
+            t["sent"].as_u64().unwrap(),
+            ["answered", "timed_out", "failed", "in_flight"].iter().map(|k| t[k].as_u64().unwrap()).sum::<u64>()
+        );
+    }
     assert!(r.stdout.contains("limit") && r.stdout.contains(&url), "{}", r.stdout);
 }
 

@@ -101,6 +101,9 @@ struct SearchResult {
     steps: Vec<volley_engine::limit::Step>,
     limit: Option<f64>,
     stopped: volley_engine::limit::Stopped,
+    /// Every step's full results (volley.results/1), in step order: the same figures as any
+    /// other run's, for reports and comparisons.
+    runs: Vec<RunResult>,
 }
 
 fn parse_ratio(s: &str) -> Result<f64, String> {
@@ -197,13 +200,15 @@ pub fn run(a: LimitArgs) -> CliResult {
         let name = first.target.to_string();
         eprintln!("searching the limit of {name} by {} ({})", a.by.unit(), describe(&objective));
         let mut failure = None;
+        let mut runs = Vec::new();
         let outcome: Outcome = search(&settings, &objective, |load| {
             if failure.is_some() || interrupt.load(Ordering::Relaxed) {
                 return Measured { interrupted: true, ..Default::default() };
             }
             let step = plan(&step_args(load)).and_then(|p| execute(&p, a.run.progress, None, interrupt.clone()));
             match step {
-                Ok(r) => {
+                Ok(mut r) => {
+                    r.command = std::env::args().collect();
                     let lat = Histogram::from_sparse(&r.latency.histogram);
                     let m = Measured {
                         answered_ratio: r.totals.answered_ratio(),
@@ -227,6 +232,7 @@ pub fn run(a: LimitArgs) -> CliResult {
                             "BROKEN"
                         }
                     );
+                    runs.push(r);
                     m
                 }
                 Err(e) => {
@@ -245,6 +251,7 @@ pub fn run(a: LimitArgs) -> CliResult {
             steps: outcome.steps,
             limit: outcome.limit,
             stopped: outcome.stopped,
+            runs,
         });
         if interrupt.load(Ordering::Relaxed) {
             break;
