@@ -129,3 +129,67 @@ fn bad_inputs_are_one_line_and_exit_2() {
     let line = one_error_line(&volley_cmd(&["merge", s(&missing), s(&other), "-o", s(&out_file)]));
     assert!(line.contains("missing.json"), "{line}");
 }
+
+/// `volley report --limit`: a limit search's step curve and latency, with the limit marked,
+/// in the charts and in a section of the HTML report.
+#[test]
+fn report_draws_a_limit_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let limit = dir.path().join("limit.json");
+    let steps = |ok: &[(f64, f64)]| -> Value {
+        ok.iter()
+            .map(|(load, ratio)| {
+                serde_json::json!({"load": load, "answered_ratio": ratio, "latency_ns": 900_000, "p99_ns": 900_000,
+                    "ok": *ratio >= 0.99, "generator_bound": false, "phase": "ramp"})
+            })
+            .collect()
+    };
+    let doc = serde_json::json!({
+        "schema": "volley.limit/1",
+        "searches": [
+            {"name": "udp://127.0.0.1:53", "target": "udp://127.0.0.1:53", "unit": "qps",
+             "steps": steps(&[(1000.0, 1.0), (2000.0, 1.0), (4000.0, 0.5)]), "limit": 2000.0, "stopped": "found", "runs": []},
+            {"name": "tcp://127.0.0.1:53", "target": "tcp://127.0.0.1:53", "unit": "qps",
+             "steps": steps(&[(1000.0, 1.0), (2000.0, 0.8)]), "limit": 1000.0, "stopped": "found", "runs": []}
+        ]
+    });
+    std::fs::write(&limit, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let html = dir.path().join("r.html");
+    let charts = dir.path().join("charts");
+    let r = run_cmd(
+        Command::new(volley())
+            .arg("report")
+            .arg("--limit")
+            .arg(&limit)
+            .arg("-o")
+            .arg(&html)
+            .arg("--charts")
+            .arg(&charts),
+        Duration::from_secs(60),
+    );
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    let text = std::fs::read_to_string(&html).unwrap();
+    assert!(text.contains("Limit searches"), "no limit section");
+    assert!(text.contains("udp://127.0.0.1:53") && text.contains("tcp://127.0.0.1:53"));
+    assert!(text.contains("<td>2000</td>") && text.contains("<td>1000</td>"), "limits missing from the table");
+    for f in ["limit.svg", "limit.png", "limit_latency.svg", "limit_latency.png"] {
+        let len = std::fs::metadata(charts.join(f)).map(|m| m.len()).unwrap_or(0);
+        assert!(len > 0, "{f} missing or empty");
+    }
+    let svg = std::fs::read_to_string(charts.join("limit.svg")).unwrap();
+    assert!(
+        svg.contains("limit 2000") || svg.contains("limit 2k"),
+        "the limit is not marked: {}",
+        &svg[..svg.len().min(400)]
+    );
+
+    // A results file given as a limit file is refused, naming it.
+    let wrong = dir.path().join("wrong.json");
+    std::fs::write(&wrong, br#"{"schema":"volley.results/1"}"#).unwrap();
+    let r = run_cmd(
+        Command::new(volley()).arg("report").arg("--limit").arg(&wrong).arg("-o").arg(&html),
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("wrong.json") && r.stderr.contains("volley.limit/1"), "{}", r.stderr);
+}
