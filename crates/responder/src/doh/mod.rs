@@ -10,10 +10,11 @@
 
 pub(crate) mod request;
 
+use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -50,13 +51,15 @@ pub(crate) async fn serve(
 }
 
 async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor) {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+    let cork = Rc::new(Cork::default());
+    let stream = Corked { inner: stream, buf: Vec::new(), at: 0, cork: cork.clone() };
     let Some(mut tls) = crate::dot::handshake(stream, &ctx, &acceptor).await else { return };
     let early = crate::dot::early_data(&mut tls, &ctx);
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    let fd = std::os::fd::AsRawFd::as_raw_fd(tls.get_ref().0);
     let io = Prefixed { early, at: 0, inner: tls };
     if h2 {
-        serve_h2(io, ctx, fd).await;
+        serve_h2(io, ctx, fd, cork).await;
     } else {
         serve_h1(io, ctx).await;
     }
@@ -75,6 +78,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
             let n = (self.early.len() - self.at).min(buf.remaining());
             buf.put_slice(&self.early[self.at..self.at + n]);
             self.at += n;
+            if self.at == self.early.len() {
+                self.early = Vec::new();
+                self.at = 0;
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut self.inner).poll_read(cx, buf)
@@ -100,6 +107,105 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
     }
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
+    }
+}
+
+/// Output held back by a [`Corked`] socket before it writes through even while corked.
+const CORK_MAX: usize = 64 * 1024;
+
+/// The TCP socket under a DoH connection's TLS: passes writes through, except while corked,
+/// when it gathers them and ignores flushes. h2 flushes whenever its connection runs out of
+/// input, i.e. once per request when the loop takes requests one at a time, and each flush
+/// is a TLS record and a syscall. Corked while the HTTP/2 loop takes the requests at hand,
+/// the answers to all of them go out in one syscall when it uncorks (the loop then polls the
+/// connection once more, which flushes) — still one TLS record per answer (some clients,
+/// dnsperf among them, take one answer per record).
+struct Corked<S> {
+    inner: S,
+    buf: Vec<u8>,
+    /// Already written of `buf`.
+    at: usize,
+    cork: Rc<Cork>,
+}
+
+/// Shared by a [`Corked`] socket and its connection loop.
+#[derive(Default)]
+struct Cork {
+    on: std::cell::Cell<bool>,
+    /// Output is waiting for a flush.
+    held: std::cell::Cell<bool>,
+}
+
+impl<S: AsyncWrite + Unpin> Corked<S> {
+    /// Writes out everything gathered.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while self.at < self.buf.len() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buf[self.at..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            self.at += n;
+        }
+        self.buf.clear();
+        self.at = 0;
+        self.cork.held.set(false);
+        Poll::Ready(Ok(()))
+    }
+
+    /// Whether a write goes straight through (nothing held, not corked).
+    fn through(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<bool>> {
+        if self.cork.on.get() && self.buf.len() < CORK_MAX {
+            return Poll::Ready(Ok(false));
+        }
+        ready!(self.poll_drain(cx))?;
+        Poll::Ready(Ok(!self.cork.on.get()))
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Corked<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Corked<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        if ready!(self.through(cx))? {
+            return Pin::new(&mut self.inner).poll_write(cx, buf);
+        }
+        self.buf.extend_from_slice(buf);
+        self.cork.held.set(true);
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        if ready!(self.through(cx))? {
+            return Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        }
+        let mut n = 0;
+        for b in bufs {
+            self.buf.extend_from_slice(b);
+            n += b.len();
+        }
+        self.cork.held.set(true);
+        Poll::Ready(Ok(n))
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.cork.on.get() && self.buf.len() < CORK_MAX {
+            return Poll::Ready(Ok(()));
+        }
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -224,8 +330,25 @@ fn h2_request(
     }
 }
 
-/// Serves HTTP/2 on `io`; `fd` is its TCP socket (open as long as `io`).
-async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>, fd: std::os::fd::RawFd) {
+/// What the HTTP/2 connection loop waits for.
+// Moved once per request, never stored: boxing the request would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
+enum H2Event {
+    Request(Request<h2::RecvStream>, H2Respond),
+    /// The connection ended (closed, or broken).
+    Closed,
+    /// No request for the idle timeout.
+    Idle,
+}
+
+/// Serves HTTP/2 on `io`; `fd` is its TCP socket (open as long as `io`), `cork` its
+/// [`Corked`] switch.
+async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(
+    io: S,
+    ctx: Rc<Ctx>,
+    fd: std::os::fd::RawFd,
+    cork: Rc<Cork>,
+) {
     let idle = ctx.idle_timeout;
     let mut builder = h2::server::Builder::new();
     builder.max_concurrent_streams(ctx.max_streams).max_header_list_size(16 << 10).max_send_buffer_size(1 << 20);
@@ -236,9 +359,54 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
     let mut out = Vec::with_capacity(512);
     let mut served = 0u64;
     let mut closing = false;
+    // The idle timer: one per connection, moved on lazily (`last` is when the connection last
+    // ran out of requests after taking some).
+    let timer = tokio::time::sleep(idle);
+    tokio::pin!(timer);
+    let mut last = tokio::time::Instant::now();
+    let mut taken = false;
     loop {
-        match tokio::time::timeout(idle, conn.accept()).await {
-            Ok(Some(Ok((req, respond)))) => {
+        // Take the requests at hand corked, so that their answers leave together; then,
+        // out of requests, uncork and poll once more, which flushes.
+        let event = std::future::poll_fn(|cx| {
+            cork.on.set(true);
+            match conn.poll_accept(cx) {
+                Poll::Ready(Some(Ok((req, respond)))) => {
+                    taken = true;
+                    return Poll::Ready(H2Event::Request(req, respond));
+                }
+                Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(H2Event::Closed),
+                Poll::Pending => {}
+            }
+            cork.on.set(false);
+            if cork.held.get() {
+                match conn.poll_accept(cx) {
+                    Poll::Ready(Some(Ok((req, respond)))) => {
+                        taken = true;
+                        return Poll::Ready(H2Event::Request(req, respond));
+                    }
+                    Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(H2Event::Closed),
+                    Poll::Pending => {}
+                }
+            }
+            if taken {
+                taken = false;
+                last = tokio::time::Instant::now();
+            }
+            while timer.as_mut().poll(cx).is_ready() {
+                if last + idle > timer.deadline() {
+                    timer.as_mut().reset(last + idle);
+                } else {
+                    last = tokio::time::Instant::now();
+                    timer.as_mut().reset(last + idle);
+                    return Poll::Ready(H2Event::Idle);
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        match event {
+            H2Event::Request(req, respond) => {
                 served += 1;
                 h2_request(&ctx, req, respond, &mut scratch, &mut out, &closed, fd);
                 if closing {
@@ -256,8 +424,8 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
                     closing = true;
                 }
             }
-            Ok(Some(Err(_))) | Ok(None) => break,
-            Err(_) => {
+            H2Event::Closed => break,
+            H2Event::Idle => {
                 // No new request for the idle timeout: GOAWAY, then close when streams end
                 // (or after another idle period).
                 if closing {
@@ -270,6 +438,7 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
         }
     }
     // Let the connection flush its last frames.
+    cork.on.set(false);
     let _ =
         tokio::time::timeout(std::time::Duration::from_secs(1), std::future::poll_fn(|cx| conn.poll_closed(cx))).await;
 }

@@ -45,11 +45,11 @@ async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor) {
 }
 
 /// Runs the server handshake; counts resumed handshakes. None when it failed or timed out.
-pub(crate) async fn handshake(
-    stream: TcpStream,
+pub(crate) async fn handshake<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    stream: S,
     ctx: &Ctx,
     acceptor: &TlsAcceptor,
-) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+) -> Option<tokio_rustls::server::TlsStream<S>> {
     let tls = tokio::time::timeout(ctx.idle_timeout, acceptor.accept(stream)).await.ok()?.ok()?;
     if tls.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed) {
         add(&ctx.counters.tls_resumed, 1);
@@ -59,7 +59,7 @@ pub(crate) async fn handshake(
 
 /// The early data the client sent with its ClientHello (tokio-rustls does not hand it to
 /// the reader): read it right after the handshake. Empty when none was accepted.
-pub(crate) fn early_data(tls: &mut tokio_rustls::server::TlsStream<TcpStream>, ctx: &Ctx) -> Vec<u8> {
+pub(crate) fn early_data<S>(tls: &mut tokio_rustls::server::TlsStream<S>, ctx: &Ctx) -> Vec<u8> {
     let mut early = Vec::new();
     if let Some(mut ed) = tls.get_mut().1.early_data() {
         let _ = ed.read_to_end(&mut early);
