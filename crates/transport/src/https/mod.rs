@@ -479,6 +479,28 @@ async fn open<X: Exchange + 'static>(
     }
 }
 
+/// The TLS config, server name and request template of a DoH lane; when they cannot be built
+/// (a bad CA file, SNI or URL), the lane fails every query it gets until it closes (None).
+async fn setup<X: Exchange + ?Sized>(
+    target: &Target,
+    lane: &Lane,
+    x: &X,
+    opts: &LaneOptions,
+    alpn: &[u8],
+    h1: bool,
+) -> Option<(std::sync::Arc<rustls::ClientConfig>, rustls::pki_types::ServerName<'static>, RequestTemplate)> {
+    let built = dot::setup(&opts.tls, target, &[alpn])
+        .and_then(|(c, n)| Ok((c, n, RequestTemplate::new(target, opts.doh_method, h1)?)));
+    match built {
+        Ok(v) => Some(v),
+        Err(why) => {
+            x.conn_failed_why(ErrorKind::Tls, &why, x.now());
+            stream::fail_forever(lane, x, ErrorKind::Tls).await;
+            None
+        }
+    }
+}
+
 /// The driver of one DoH lane over HTTP/2.
 ///
 /// POST requests go out one per turn of the connection task, so that each one's HEADERS and
@@ -486,15 +508,7 @@ async fn open<X: Exchange + 'static>(
 /// before their DATA, and some servers (knot-resolver) refuse a stream that starts while
 /// another request's body is incomplete. The requests stay in flight together.
 pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
-    let setup = dot::setup(&opts.tls, &target, &[b"h2"])
-        .and_then(|(c, n)| Ok((c, n, RequestTemplate::new(&target, opts.doh_method, false)?)));
-    let (cfg, name, mut tpl) = match setup {
-        Ok(v) => v,
-        Err(why) => {
-            x.conn_failed_why(ErrorKind::Tls, &why, x.now());
-            return stream::fail_forever(&lane, &*x, ErrorKind::Tls).await;
-        }
-    };
+    let Some((cfg, name, mut tpl)) = setup(&target, &lane, &*x, &opts, b"h2", false).await else { return };
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
     loop {
@@ -694,15 +708,7 @@ async fn h2_request<X: Exchange>(x: Rc<X>, t: Token, resp: h2::client::ResponseF
 /// The driver of one DoH lane over HTTP/1.1: one request at a time on a keep-alive
 /// connection.
 pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
-    let setup = dot::setup(&opts.tls, &target, &[b"http/1.1"])
-        .and_then(|(c, n)| Ok((c, n, RequestTemplate::new(&target, opts.doh_method, true)?)));
-    let (cfg, name, mut tpl) = match setup {
-        Ok(v) => v,
-        Err(why) => {
-            x.conn_failed_why(ErrorKind::Tls, &why, x.now());
-            return stream::fail_forever(&lane, &*x, ErrorKind::Tls).await;
-        }
-    };
+    let Some((cfg, name, mut tpl)) = setup(&target, &lane, &*x, &opts, b"http/1.1", true).await else { return };
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
     loop {
