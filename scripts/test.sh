@@ -11,6 +11,9 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=dev-null.sh
+. scripts/dev-null.sh
+ensure_dev_null
 
 section() {
     printf '\n==== %s ====\n' "$*"

@@ -104,3 +104,22 @@ fn sigint_writes_interrupted_results() {
     check_accounting(&v);
     assert!(total(&v, "answered") > 0, "answers before the interrupt:\n{:#}", v["totals"]);
 }
+
+/// Results sent to a device or a pipe are written into it, not renamed over it: `-o /dev/null`
+/// (and `--metrics-file /dev/null`) must leave the device a device. As root, replacing /dev/null with a
+/// regular file breaks every program on the machine.
+#[test]
+fn results_to_dev_null_and_stdout_keep_the_devices() {
+    use std::os::unix::fs::FileTypeExt;
+    let s = Server::start();
+    let r = run_cmd(
+        Command::new(volley())
+            .args(["run", &s.udp_url(), "--name", "www.example.test", "-n", "20", "--progress", "never"])
+            .args(["-o", "/dev/stdout", "--metrics-file", "/dev/null"]),
+        Duration::from_secs(30),
+    );
+    assert!(r.status.success(), "{}", r.stderr);
+    assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device(), "/dev/null replaced");
+    let stdout = &r.stdout;
+    assert!(stdout.contains("\"schema\": \"volley.results/1\""), "results JSON on stdout:\n{stdout}");
+}

@@ -68,7 +68,7 @@ fn main() {
     let mut ex = Extractor::new(Options::default());
     ex.read_capture(BufReader::with_capacity(1 << 20, File::open(&cap).unwrap())).unwrap();
     let read = t.elapsed();
-    let f = AtomicFile::create(&out).unwrap();
+    let f = AtomicFile::with_capacity(&out, 1 << 20).unwrap();
     let (report, f) = ex.write(f).unwrap();
     f.commit().unwrap();
     let all = t.elapsed();

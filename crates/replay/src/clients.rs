@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
@@ -344,60 +344,8 @@ fn encode_header(h: &Header) -> Vec<u8> {
     v
 }
 
-/// A clients file written to a temporary file next to its final path, renamed into place by
-/// [`AtomicFile::commit`]; removed when dropped uncommitted.
-pub struct AtomicFile {
-    tmp: PathBuf,
-    path: PathBuf,
-    file: Option<BufWriter<File>>,
-}
-
-impl AtomicFile {
-    pub fn create(path: &Path) -> io::Result<AtomicFile> {
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let name = path.file_name().ok_or_else(|| io::Error::other("no file name"))?.to_string_lossy();
-        let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-        let file = File::create(&tmp)?;
-        Ok(AtomicFile { tmp, path: path.to_path_buf(), file: Some(BufWriter::with_capacity(1 << 20, file)) })
-    }
-
-    pub fn writer(&mut self) -> &mut BufWriter<File> {
-        self.file.as_mut().expect("file taken")
-    }
-
-    /// Flushes, fsyncs and renames the file into place.
-    pub fn commit(mut self) -> io::Result<()> {
-        let f = self.file.take().expect("file taken");
-        let f = f.into_inner().map_err(|e| e.into_error())?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&self.tmp, &self.path)
-    }
-}
-
-impl Drop for AtomicFile {
-    fn drop(&mut self) {
-        if self.file.is_some() {
-            self.file = None;
-            let _ = std::fs::remove_file(&self.tmp);
-        }
-    }
-}
-
-impl Write for AtomicFile {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.writer().write(buf)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.writer().flush()
-    }
-}
-
-impl Seek for AtomicFile {
-    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
-        self.writer().seek(pos)
-    }
-}
+/// Clients files are written whole or not at all (see [`volley_atomic`]).
+pub use volley_atomic::AtomicFile;
 
 // ---------------------------------------------------------------------------------------------
 // Reading

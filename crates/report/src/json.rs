@@ -1,7 +1,7 @@
 //! The results file: JSON of [`RunResult`] under the schema `volley.results/1`
 //! (docs/results-schema.md), written atomically and read back with its schema checked.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -165,10 +165,10 @@ pub fn write_json_file_atomic(r: &RunResult, path: &Path) -> Result<(), ReportEr
     write_file_atomic(path, |w| write_json(r, w))
 }
 
-/// Writes a file atomically: `fill` writes into `.NAME.tmp-PID` in the same directory, which is
-/// fsynced and renamed over `path`, then the directory is fsynced. Readers see the old file or
-/// the whole new one, never a part. On any error the temporary file is removed and the error
-/// names `path`.
+/// Writes a file atomically through [`volley_atomic::AtomicFile`]: `fill` writes into a
+/// temporary file next to `path`, which is fsynced and renamed over it; readers see the old file
+/// or the whole new one, never a part. Devices and pipes (`/dev/null`, `/dev/stdout`) are written
+/// in place. On any error nothing is left behind and the error names `path`.
 pub fn write_file_atomic(
     path: &Path,
     fill: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
@@ -177,39 +177,9 @@ pub fn write_file_atomic(
     if path.is_dir() {
         return Err(ReportError::IsDirectory { path: path.to_path_buf() });
     }
-    let name = path.file_name().ok_or_else(|| {
-        io_err("write results")(io::Error::new(io::ErrorKind::InvalidInput, "the path has no file name"))
-    })?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp-{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-
-    let file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp);
-    let file = file.map_err(io_err("create the results file"))?;
-    let written = (|| {
-        let mut w = BufWriter::new(file);
-        fill(&mut w)?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()
-    })();
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(io_err("write results")(e));
-    }
-    if let Err(e) = fs::rename(&tmp, path) {
-        let _ = fs::remove_file(&tmp);
-        return Err(io_err("write results")(e));
-    }
-    // Make the rename itself durable; not every platform lets a directory be opened and synced.
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    let mut file = volley_atomic::AtomicFile::create(path).map_err(io_err("create the results file"))?;
+    fill(file.writer()).map_err(io_err("write results"))?;
+    file.commit().map_err(io_err("write results"))
 }
 
 /// Reads a results file, checking its `schema` first so that a file of another version gets a

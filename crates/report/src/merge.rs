@@ -4,9 +4,8 @@
 //! from the merged histogram), series aligned by wall-clock second, derived figures recomputed.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::io;
+use std::path::Path;
 
 use volley_metrics::{
     ConnectionSummary, GeneratorInfo, GroupSummary, Histogram, LatencySummary, Qps, RunResult, SecondConnections,
@@ -486,40 +485,14 @@ pub fn write_merged_file(m: &Merged, path: &Path) -> Result<(), ReportError> {
     write_atomic(path, &head)
 }
 
-/// Writes `bytes` to `path` atomically: `.NAME.tmp-PID` in the same directory, fsync, rename.
+/// Writes `bytes` to `path` atomically (see [`volley_atomic`]).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    let io_err = |op: &'static str| move |source: io::Error| ReportError::Io { path: path.to_path_buf(), op, source };
     if path.is_dir() {
         return Err(ReportError::IsDirectory { path: path.to_path_buf() });
     }
-    let tmp = tmp_path(path)
-        .ok_or_else(|| io_err("write")(io::Error::new(io::ErrorKind::InvalidInput, "the path has no file name")))?;
-    let written = (|| {
-        let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(io_err("write")(e));
-    }
-    if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if let Ok(d) = File::open(d) {
-            let _ = d.sync_all();
-        }
-    }
-    Ok(())
-}
-
-/// `.NAME.tmp-PID` next to `path`.
-pub(crate) fn tmp_path(path: &Path) -> Option<PathBuf> {
-    let name = path.file_name()?;
-    let mut tmp = std::ffi::OsString::from(".");
-    tmp.push(name);
-    tmp.push(format!(".tmp-{}", std::process::id()));
-    Some(match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.join(tmp),
-        _ => PathBuf::from(tmp),
+    volley_atomic::write(path, bytes).map_err(|source| ReportError::Io {
+        path: path.to_path_buf(),
+        op: "write",
+        source,
     })
 }

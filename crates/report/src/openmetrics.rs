@@ -6,14 +6,12 @@
 //! either into a file a scraper (node_exporter's textfile collector, a sidecar) reads.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
 
 use volley_metrics::{Histogram, Progress, RunResult, SecondConnections, SecondRow, SparseHistogram, Status};
 
 use crate::json::ReportError;
-use crate::merge::tmp_path;
 
 /// Upper bounds of the latency histogram buckets (`le`), in ns: 50 µs to 10 s, 1-2.5-5 steps.
 pub const LATENCY_BOUNDS_NS: [u64; 18] = [
@@ -323,18 +321,14 @@ pub fn progress_metrics(p: &Progress, live: &LiveTotals, w: &mut impl Write) -> 
     writeln!(om.w, "# EOF")
 }
 
-/// Writes `text` to `path` atomically for scrapers: a temporary file in the same directory,
-/// then a rename over `path` (no fsync: it is rewritten every second and only read live).
+/// Writes `text` to `path` atomically for scrapers (see [`volley_atomic`]), without fsync: it
+/// is rewritten every second and only read live.
 pub fn write_metrics_file_atomic(path: &Path, text: &[u8]) -> Result<(), ReportError> {
     let err = |source| ReportError::Io { path: path.to_path_buf(), op: "write metrics", source };
     if path.is_dir() {
         return Err(ReportError::IsDirectory { path: path.to_path_buf() });
     }
-    let tmp =
-        tmp_path(path).ok_or_else(|| err(io::Error::new(io::ErrorKind::InvalidInput, "the path has no file name")))?;
-    if let Err(e) = fs::write(&tmp, text).and_then(|_| fs::rename(&tmp, path)) {
-        let _ = fs::remove_file(&tmp);
-        return Err(err(e));
-    }
-    Ok(())
+    let mut file = volley_atomic::AtomicFile::create(path).map_err(err)?;
+    file.write_all(text).map_err(err)?;
+    file.commit_fast().map_err(err)
 }

@@ -378,7 +378,7 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
             let pem = m.ca_pem.as_deref().ok_or_else(|| {
                 ResponderError::Config("--ca-out needs a generated certificate (not --cert/--key)".into())
             })?;
-            std::fs::write(path, pem)
+            volley_atomic::write(path, pem.as_bytes())
                 .map_err(|e| ResponderError::Config(format!("cannot write the CA to {}: {e}", path.display())))?;
         }
         let tls = &config.tls;

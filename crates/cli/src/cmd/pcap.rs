@@ -86,7 +86,7 @@ pub fn run(a: PcapArgs) -> CliResult {
     }
     let shown_out = output.display().to_string();
     let write_err = |e: io::Error| CliError::failure(format!("{shown_out}: {e}"));
-    let file = AtomicFile::create(output).map_err(write_err)?;
+    let file = AtomicFile::with_capacity(output, 1 << 20).map_err(write_err)?;
     let (report, file) = ex.write(file).map_err(write_err)?;
     file.commit().map_err(write_err)?;
     print!("{}", report.render(&shown_in, &shown_out));

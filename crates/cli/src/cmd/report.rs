@@ -102,7 +102,7 @@ fn write_out(path: &Path, bytes: &[u8]) -> CliResult {
         let mut out = io::stdout().lock();
         return out.write_all(bytes).and_then(|_| out.flush()).map_err(|e| CliError::failure(format!("stdout: {e}")));
     }
-    fs::write(path, bytes).map_err(|e| CliError::failure(format!("{}: cannot write: {e}", path.display())))
+    volley_atomic::write(path, bytes).map_err(|e| CliError::failure(format!("{}: cannot write: {e}", path.display())))
 }
 
 /// Reads `volley limit` results: every search of every file.
