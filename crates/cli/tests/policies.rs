@@ -132,6 +132,70 @@ fn fixed_pool_holds_exact_connections_on_the_wire() {
     assert_eq!(conn_total(&v, "opened"), 7, "{}", show(&v));
 }
 
+/// `--bind 127.0.1.0/29 --connections 6`: the six sockets or connections leave from the six
+/// usable addresses of the range, one each, as the kernel lists them (`ss src RANGE`), over
+/// TCP, UDP and QUIC (DoQ); the answers all come back.
+#[test]
+fn bind_spreads_sockets_over_source_addresses() {
+    let s = Server::start_encrypted(&["-T", "1"]);
+    let want: Vec<String> = (1..=6).map(|i| format!("127.0.1.{i}")).collect();
+    for (i, url) in [s.tcp_url(), s.udp_url(), s.url("quic")].iter().enumerate() {
+        // A range of its own per transport, so that sockets of the run before cannot count.
+        let range = format!("127.0.{}.0/29", 1 + i);
+        let want: Vec<String> = want.iter().map(|a| a.replace("127.0.1.", &format!("127.0.{}.", 1 + i))).collect();
+        let run = BackgroundRun::start(&[
+            url,
+            "--ca",
+            s.ca_str(),
+            "--bind",
+            &range,
+            "--connections",
+            "6",
+            "-T",
+            "1",
+            "-Q",
+            "300",
+            "-l",
+            "3s",
+        ]);
+        thread::sleep(Duration::from_millis(1500));
+        let seen = ss_sources(&range);
+        let v = run.finish();
+        check_accounting(&v);
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), want, "{url}: source addresses of the sockets");
+        assert_eq!(total(&v, "answered"), total(&v, "sent"), "{url}: {}", show(&v));
+    }
+}
+
+/// `--bind` with an address this machine does not have: one usage error before the run.
+#[test]
+fn bind_to_a_foreign_address_is_a_usage_error() {
+    let s = Server::start();
+    let r = run_volley(&[&s.tcp_url(), "--bind", "192.0.2.1", "-n", "5"]);
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("cannot bind source address 192.0.2.1"), "{}", r.stderr);
+    assert!(r.json.is_none(), "no results after a usage error");
+}
+
+/// `--conn-rate 40` with one query per connection: connections open at most 40 per second
+/// over the run, whatever the load asks for (the responder counts them too).
+#[test]
+fn conn_rate_caps_new_connections() {
+    let mut s = Server::start_with(&["-T", "1"]);
+    let r = run_volley(&[&s.tcp_url(), "--conn-queries", "1", "--conn-rate", "40", "-c", "20", "-l", "2s", "-t", "1s"]);
+    let stats = s.terminate();
+    let v = r.ok().clone();
+    check_accounting(&v);
+    let opened = conn_total(&v, "opened") + conn_total(&v, "failed");
+    let secs = v["elapsed_s"].as_f64().unwrap_or_else(|| panic!("elapsed_s:\n{v:#}"));
+    // Slots are even: at most one at the start plus 40 per second after it.
+    assert!(opened as f64 <= 40.0 * secs + 1.0, "{opened} connections in {secs:.2}s:\n{}", show(&v));
+    assert!(opened >= 20, "connections kept opening under the cap:\n{}", show(&v));
+    assert_eq!(serve_stat(&stats, "tcp_connections") - 1, conn_total(&v, "opened"), "{stats}");
+    // Queries waited for their connection: some timed out rather than being sent at once.
+    assert!(total(&v, "answered") <= opened, "{}", show(&v));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Server policies, seen by the client
 // ---------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ mod lane;
 mod meter;
 pub mod probe;
 pub mod quic;
+mod source;
 mod stream;
 pub mod target;
 pub mod tcp;
@@ -28,6 +29,7 @@ use std::rc::Rc;
 pub use exchange::{deliver, error_kind, Exchange, Token};
 pub use idtable::IdTable;
 pub use lane::{ConnPolicy, Lane};
+pub use source::{ConnGate, Sources};
 pub use target::{Scheme, Target, TargetError};
 pub use tls::{TlsSettings, TlsVersion};
 
@@ -77,6 +79,12 @@ pub struct LaneOptions {
     /// UDP: read answers when the lane wakes to send, or at least this often, rather than
     /// waking for each one (scheduled loads; answers keep their kernel receive time).
     pub udp_lazy_receive: Option<std::time::Duration>,
+    /// Source addresses to spread lanes over (`--bind`); each lane takes the next one.
+    pub sources: Option<Sources>,
+    /// This lane's source address, taken from `sources` when the lane starts.
+    pub local: Option<std::net::IpAddr>,
+    /// A run-wide cap on new connections per second (`--conn-rate`).
+    pub conn_gate: Option<ConnGate>,
 }
 
 impl Default for LaneOptions {
@@ -91,6 +99,9 @@ impl Default for LaneOptions {
             query_timeout: std::time::Duration::from_secs(5),
             conn: ConnPolicy::default(),
             udp_lazy_receive: None,
+            sources: None,
+            local: None,
+            conn_gate: None,
         }
     }
 }
@@ -108,6 +119,14 @@ impl LaneOptions {
 
 /// Starts the driver task of one lane on the current `LocalSet`.
 pub fn spawn_lane<X: Exchange + 'static>(target: &Target, lane: Rc<Lane>, x: Rc<X>, opts: &LaneOptions) {
+    let local;
+    let opts = match &opts.sources {
+        Some(s) => {
+            local = LaneOptions { local: Some(s.take()), ..opts.clone() };
+            &local
+        }
+        None => opts,
+    };
     lane.set_capacity(opts.max_in_flight);
     if target.scheme != Scheme::Udp {
         lane.set_policy(opts.conn);

@@ -66,7 +66,7 @@ pub fn exchange_with(
     let start = Instant::now();
     match scheme {
         Scheme::Udp => {
-            let s = crate::udp::connect(target.addr).map_err(unreachable)?;
+            let s = crate::udp::connect(target.addr, None).map_err(unreachable)?;
             s.set_nonblocking(false).map_err(unreachable)?;
             s.send(query).map_err(unreachable)?;
             let mut buf = vec![0u8; 65_535];

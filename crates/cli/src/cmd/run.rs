@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use volley_engine::{Arrivals, ClientsLoad, Group, Load, Plan, Profile, QuerySet};
 use volley_metrics::{RunResult, Status};
-use volley_transport::{probe::probe_with, ConnPolicy, HttpVersion, LaneOptions, Scheme, Target};
+use volley_transport::{probe::probe_with, ConnGate, ConnPolicy, HttpVersion, LaneOptions, Scheme, Sources, Target};
 use volley_wire::{Edns, QType, QueryOptions};
 
 use crate::args::{parse_duration, TlsArgs};
@@ -118,6 +118,18 @@ pub struct RunArgs {
     /// new one.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Connections")]
     pub idle_timeout: Option<Duration>,
+
+    /// Open at most N new connections per second over the whole run (each attempt waits for
+    /// its slot of an even schedule; queries wait with it). TCP, DoT, DoH and DoQ.
+    #[arg(long, value_name = "N", value_parser = parse_conn_rate, help_heading = "Connections")]
+    pub conn_rate: Option<ConnGate>,
+
+    /// Spread sockets over these source addresses: ADDR or ADDR/PREFIX (e.g. 127.0.1.0/24),
+    /// each socket or connection slot taking the next address in turn. One address has about
+    /// 28,000 ports towards one server; a range lifts that limit. Addresses must be on this
+    /// machine (any of 127.0.0.0/8 is).
+    #[arg(long, value_name = "CIDR", help_heading = "Connections")]
+    pub bind: Option<Sources>,
 
     /// Simulate N clients, each with its own connections and its own timing, behaving as
     /// --profile says (or as each --mix group says).
@@ -273,6 +285,9 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         (None, Load::Closed { concurrency }) if h1 => (*concurrency as usize).max(threads),
         (c, _) => c.unwrap_or(threads),
     };
+    if clients.is_none() {
+        check_sockets(connections as u64, &lane, &format!("{connections} connections"))?;
+    }
     Ok(Plan {
         target,
         queries,
@@ -360,13 +375,7 @@ fn clients_load(a: &RunArgs, replay: Option<Arc<volley_engine::clients::Replay>>
             (count as f64 * share).ceil() as u64 * per
         })
         .sum();
-    let limit = open_files_limit();
-    if sockets + 256 > limit {
-        return Err(CliError::usage(format!(
-            "{count} clients need about {sockets} sockets but this process may open {limit} files: \
-             raise the hard limit (ulimit -Hn, or run as root) or use fewer clients"
-        )));
-    }
+    check_sockets(sockets, &groups[0].lane, &format!("{count} clients"))?;
     Ok(Some(ClientsLoad { count, rate: a.client_rate, arrivals, groups, replay }))
 }
 
@@ -382,18 +391,30 @@ fn lane_options_with(a: &RunArgs, target: &Target, policy: ConnPolicy) -> CliRes
         udp_payload: (a.edns_size as usize).max(4096),
         query_timeout: a.timeout,
         conn: policy,
+        sources: a.bind.clone(),
+        conn_gate: a.conn_rate.clone(),
         ..LaneOptions::default()
     };
     let opts = a.tls.apply(base, target)?;
+    if let Some(s) = &opts.sources {
+        s.check().map_err(|e| CliError::usage(format!("--bind: {e}")))?;
+        if s.first().is_ipv4() != target.addr.is_ipv4() {
+            return Err(CliError::usage(format!(
+                "--bind {}: the source addresses and the target {} are not of the same IP version",
+                s.first(),
+                target.addr
+            )));
+        }
+    }
     if a.conn_queries == Some(0) {
         return Err(CliError::usage("invalid --conn-queries 0: expected at least 1"));
     }
     if a.conn_lifetime.is_some_and(|d| d.is_zero()) || a.idle_timeout.is_some_and(|d| d.is_zero()) {
         return Err(CliError::usage("invalid --conn-lifetime/--idle-timeout: must be above 0"));
     }
-    if target.scheme == Scheme::Udp && !opts.conn.is_none() {
+    if target.scheme == Scheme::Udp && (!opts.conn.is_none() || opts.conn_gate.is_some()) {
         return Err(CliError::usage(
-            "--conn-queries, --conn-lifetime and --idle-timeout apply to connections: use tcp://, tls://, https:// or quic://",
+            "--conn-queries, --conn-lifetime, --idle-timeout and --conn-rate apply to connections: use tcp://, tls://, https:// or quic://",
         ));
     }
     Ok(opts)
@@ -524,6 +545,46 @@ pub fn run(a: RunArgs) -> CliResult {
         return Err(CliError { code: 130, message: "interrupted: results are partial (status 'interrupted')".into() });
     }
     Ok(())
+}
+
+/// `--conn-rate N`: a positive number of connections per second.
+fn parse_conn_rate(s: &str) -> Result<ConnGate, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r > 0.0 && r.is_finite() => Ok(ConnGate::new(r)),
+        _ => Err(format!("invalid connection rate {s:?}: expected a positive number per second")),
+    }
+}
+
+/// Says before the run, rather than by failed connections during it, when `sockets` sockets
+/// are more than this process may open or more than the source addresses have ports for.
+fn check_sockets(sockets: u64, lane: &LaneOptions, what: &str) -> CliResult {
+    let limit = open_files_limit();
+    if sockets + 256 > limit {
+        return Err(CliError::usage(format!(
+            "{what} need about {sockets} sockets but this process may open {limit} files: \
+             raise the hard limit (ulimit -Hn, as root) or open fewer"
+        )));
+    }
+    let ports = local_ports();
+    let addresses = lane.sources.as_ref().map_or(1, |s| s.count());
+    if sockets > ports * addresses {
+        return Err(CliError::usage(format!(
+            "{what} need about {sockets} connections but {addresses} source address(es) have {ports} ports each \
+             towards one server: spread them over more with --bind (e.g. --bind 127.0.1.0/24)"
+        )));
+    }
+    Ok(())
+}
+
+/// Ephemeral ports per source address (net.ipv4.ip_local_port_range).
+fn local_ports() -> u64 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|v| v.parse::<u64>().ok());
+            Some(it.next()??.abs_diff(it.next()??) + 1)
+        })
+        .unwrap_or(28_232)
 }
 
 /// The soft limit on open files (already raised at start to what the system allows).

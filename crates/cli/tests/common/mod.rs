@@ -1283,6 +1283,20 @@ pub fn ss_established(port: u16) -> usize {
     out.stdout.lines().filter(|l| !l.trim().is_empty()).count()
 }
 
+/// The local addresses of the TCP and UDP sockets bound inside `range` (e.g. 127.0.1.0/29),
+/// as `ss -Htun src RANGE` lists them: a client's source addresses seen by the kernel.
+pub fn ss_sources(range: &str) -> std::collections::BTreeSet<String> {
+    let ss = require("ss");
+    let filter = format!("( src {range} )");
+    let out = run_cmd(Command::new(ss).args(["-Htuna", &filter]), Duration::from_secs(10));
+    assert!(out.status.success(), "ss failed: {}", out.stderr);
+    out.stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .filter_map(|local| local.rsplit_once(':').map(|(ip, _)| ip.to_string()))
+        .collect()
+}
+
 /// A `volley run ARGS... --progress never -q -o FILE` started in the background, killed when
 /// dropped; [`BackgroundRun::finish`] waits for it (bounded) and parses its results.
 pub struct BackgroundRun {

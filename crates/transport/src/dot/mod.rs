@@ -36,6 +36,9 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
     let mut ids = IdTable::default();
     let mut bufs = Buffers::new();
     loop {
+        if let Some(gate) = &opts.conn_gate {
+            gate.admit().await;
+        }
         if lane.closing() {
             return;
         }
@@ -126,7 +129,7 @@ pub(crate) async fn connect<X: Exchange + ?Sized>(
     meter: &mut Option<TcpMeter>,
 ) -> Result<TlsStream<TcpStream>, (ErrorKind, String)> {
     let began = x.now();
-    let tcp = tcp::connect_metered(target.addr, opts.connect_timeout, meter)
+    let tcp = tcp::connect_metered(target.addr, opts.connect_timeout, opts.local, meter)
         .await
         .map_err(|e| (tcp::connect_error_kind(&e), format!("cannot connect to {}: {e}", target.addr)))?;
     let tcp_done = x.now();

@@ -379,7 +379,7 @@ async fn connect<X: Exchange + 'static>(
         return Ok((Tls::new(s, None), Rc::new(Cell::new(Hs::Open))));
     }
     let began = x.now();
-    let tcp = tcp::connect_metered(target.addr, opts.connect_timeout, meter)
+    let tcp = tcp::connect_metered(target.addr, opts.connect_timeout, opts.local, meter)
         .await
         .map_err(|e| (tcp::connect_error_kind(&e), format!("cannot connect to {}: {e}", target.addr)))?;
     let tcp_done = x.now();
@@ -454,6 +454,9 @@ async fn open<X: Exchange + 'static>(
     backoff: &mut Duration,
 ) -> Option<Opened> {
     loop {
+        if let Some(gate) = &opts.conn_gate {
+            gate.admit().await;
+        }
         if lane.closing() {
             return None;
         }

@@ -28,14 +28,16 @@ const DOQ_NO_ERROR: u32 = 0;
 /// DOQ_REQUEST_CANCELLED: the client gave up a query.
 const DOQ_REQUEST_CANCELLED: u32 = 3;
 
-/// A client endpoint (its own UDP socket) for connections to `to`.
-pub(crate) fn endpoint(to: SocketAddr) -> std::io::Result<quinn::Endpoint> {
-    let bind: SocketAddr = if to.is_ipv6() {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    } else {
-        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
-    };
-    quinn::Endpoint::client(bind)
+/// A client endpoint (its own UDP socket) for connections to `to`, from `local` (any address
+/// when `None`).
+pub(crate) fn endpoint(to: SocketAddr, local: Option<std::net::IpAddr>) -> std::io::Result<quinn::Endpoint> {
+    let any: std::net::IpAddr =
+        if to.is_ipv6() { std::net::Ipv6Addr::UNSPECIFIED.into() } else { std::net::Ipv4Addr::UNSPECIFIED.into() };
+    let ip = local.unwrap_or(any);
+    quinn::Endpoint::client(SocketAddr::new(ip, 0)).map_err(|e| match local {
+        Some(ip) => crate::source::bind_error(ip, e),
+        None => e,
+    })
 }
 
 /// The error kind of a QUIC connection error.
@@ -174,6 +176,9 @@ pub(crate) async fn open<X: Exchange + 'static>(
     backoff: &mut Duration,
 ) -> Option<quinn::Connection> {
     loop {
+        if let Some(gate) = &opts.conn_gate {
+            gate.admit().await;
+        }
         if lane.closing() {
             return None;
         }
@@ -226,7 +231,7 @@ pub(crate) async fn lane_setup<X: Exchange>(
             return None;
         }
     };
-    match endpoint(target.addr) {
+    match endpoint(target.addr, opts.local) {
         Ok(ep) => Some((cfg, ep)),
         Err(e) => {
             x.conn_failed_why(ErrorKind::Io, &format!("QUIC socket: {e}"), x.now());

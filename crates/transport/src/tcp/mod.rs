@@ -2,7 +2,7 @@
 //! pipelined, answers in any order, and a new connection when the server closes.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -14,19 +14,19 @@ use crate::meter::TcpMeter;
 use crate::stream::{self, Buffers, Served};
 use crate::{error_kind, Exchange, IdTable, Lane, LaneOptions};
 
-/// Connects with TCP_NODELAY set (replies would otherwise wait on Nagle and delayed ACKs).
-pub async fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
-    connect_metered(addr, timeout, &mut None).await
-}
-
-/// As [`connect`], and puts a meter on the socket as soon as it exists (before the SYN), so
-/// that a failed attempt is counted on the wire too.
+/// Connects from `local` (any address when `None`) with TCP_NODELAY set (replies would
+/// otherwise wait on Nagle and delayed ACKs), and puts a meter on the socket as soon as it
+/// exists (before the SYN), so that a failed attempt is counted on the wire too.
 pub(crate) async fn connect_metered(
     addr: SocketAddr,
     timeout: Duration,
+    local: Option<IpAddr>,
     meter: &mut Option<TcpMeter>,
 ) -> io::Result<TcpStream> {
     let sock = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    if let Some(ip) = local {
+        crate::source::bind_to(&socket2::SockRef::from(&sock), ip, true)?;
+    }
     *meter = TcpMeter::new(&sock, addr);
     let s = match tokio::time::timeout(timeout, sock.connect(addr)).await {
         Ok(r) => r?,
@@ -43,13 +43,16 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
     let mut ids = IdTable::default();
     let mut bufs = Buffers::new();
     loop {
+        if let Some(gate) = &opts.conn_gate {
+            gate.admit().await;
+        }
         if lane.closing() {
             return;
         }
         lane.begin_connection();
         let began = x.now();
         let mut meter = None;
-        let mut s = match connect_metered(addr, opts.connect_timeout, &mut meter).await {
+        let mut s = match connect_metered(addr, opts.connect_timeout, opts.local, &mut meter).await {
             Ok(s) => s,
             Err(e) => {
                 if let Some(m) = meter {

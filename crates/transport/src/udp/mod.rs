@@ -19,9 +19,13 @@ pub use mmsg::Batch;
 /// Datagrams per system call.
 const BATCH: usize = 64;
 
-/// Opens a non-blocking UDP socket connected to `addr`, with large buffers.
-pub fn connect(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+/// Opens a non-blocking UDP socket connected to `addr` from `local` (any address when
+/// `None`), with large buffers.
+pub fn connect(addr: SocketAddr, local: Option<std::net::IpAddr>) -> io::Result<std::net::UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if let Some(ip) = local {
+        crate::source::bind_to(&socket2::SockRef::from(&s), ip, false)?;
+    }
     let _ = s.set_recv_buffer_size(4 << 20);
     let _ = s.set_send_buffer_size(4 << 20);
     s.set_nonblocking(true)?;
@@ -32,7 +36,7 @@ pub fn connect(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
 /// The driver of one UDP lane: sends what the engine queues, delivers what comes back. What
 /// crosses the wire is reported per batch of datagrams: payload plus IP and UDP headers.
 pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
-    let sock = match connect(addr).and_then(UdpSocket::from_std) {
+    let sock = match connect(addr, opts.local).and_then(UdpSocket::from_std) {
         Ok(s) => s,
         Err(e) => {
             let kind = error_kind(&e);
