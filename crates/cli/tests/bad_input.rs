@@ -123,3 +123,36 @@ fn results_to_dev_null_and_stdout_keep_the_devices() {
     let stdout = &r.stdout;
     assert!(stdout.contains("\"schema\": \"volley.results/1\""), "results JSON on stdout:\n{stdout}");
 }
+
+/// More connections than the open-files limit allows: one usage error before the run that
+/// names the limit, rather than connections failing one by one.
+#[test]
+fn connections_beyond_the_open_files_limit_are_refused_up_front() {
+    let s = Server::start();
+    let prlimit = require("prlimit");
+    let r = run_cmd(
+        Command::new(prlimit).arg("--nofile=300:300").arg(volley()).args([
+            "run",
+            &s.tcp_url(),
+            "--connections",
+            "400",
+            "-n",
+            "10",
+            "--progress",
+            "never",
+        ]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("may open 300 files"), "{}", r.stderr);
+    let r = run_cmd(
+        Command::new(require("prlimit"))
+            .arg("--nofile=300:300")
+            .arg(volley())
+            .args(["run", &s.tcp_url(), "--clients", "1000", "--profile", "forwarder", "--client-rate", "1"])
+            .args(["-l", "1s", "--progress", "never"]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.status.code(), Some(2), "1000 clients at 1 qps, 10 s idle: about 1000 connections\n{}", r.stderr);
+    assert!(r.stderr.contains("1000 clients need about"), "{}", r.stderr);
+}

@@ -49,6 +49,10 @@ kinds! {
         Mismatch = "mismatch",
         /// The generator had no capacity to send it (all IDs or streams in use).
         Overload = "overload",
+        /// The generator ran out of something of its own machine: open files (EMFILE, ENFILE:
+        /// raise `ulimit -n` or open fewer connections) or source ports towards the server
+        /// (EADDRNOTAVAIL on connect: spread them with `--bind`).
+        LocalLimit = "local_limit",
         /// Any other I/O error on send or receive.
         Io = "io",
         /// The TLS handshake failed (certificate not verified, no common version or cipher),

@@ -59,6 +59,9 @@ pub fn deliver<X: Exchange + ?Sized>(msg: &[u8], ids: &mut crate::IdTable, x: &X
 /// The error kind of an I/O error on a socket.
 pub fn error_kind(e: &std::io::Error) -> ErrorKind {
     use std::io::ErrorKind as K;
+    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+        return ErrorKind::LocalLimit;
+    }
     match e.kind() {
         K::ConnectionRefused => ErrorKind::Refused,
         K::ConnectionReset => ErrorKind::Reset,

@@ -367,12 +367,29 @@ fn clients_load(a: &RunArgs, replay: Option<Arc<volley_engine::clients::Replay>>
         ArrivalsArg::Poisson => Arrivals::Poisson,
     };
     // Each client of a connection-based group holds its own sockets: say so before starting
-    // rather than failing connections one by one.
-    let sockets: u64 = (0..groups.len())
+    // rather than failing connections one by one. A client whose connections close when idle
+    // holds them only part of the time: with q queries per second and an idle timeout of t
+    // seconds, a connection is open about 1 - e^(-q t) of the time (Poisson arrivals; for
+    // clients of unequal rates, as in a replay, this overestimates).
+    let per_client_rate = match &replay {
+        Some(r) => {
+            let queries: usize = r.clients.iter().map(Vec::len).sum();
+            let span_s = (r.span_ns as f64 / 1e9).max(1.0);
+            queries as f64 / r.clients.len().max(1) as f64 / span_s
+        }
+        None => a.client_rate,
+    };
+    let total_weight: f64 = groups.iter().map(|x| x.weight).sum();
+    let sockets: u64 = groups
+        .iter()
+        .filter(|g| g.target.scheme != Scheme::Udp)
         .map(|g| {
-            let share = groups[g].weight / groups.iter().map(|x| x.weight).sum::<f64>();
-            let per = if groups[g].target.scheme == Scheme::Udp { 0 } else { groups[g].profile.connections as u64 };
-            (count as f64 * share).ceil() as u64 * per
+            let clients = (count as f64 * g.weight / total_weight).ceil();
+            let open_share = match g.lane.conn.idle {
+                Some(idle) if !g.profile.connect_at_start => 1.0 - (-per_client_rate * idle.as_secs_f64()).exp(),
+                _ => 1.0,
+            };
+            (clients * f64::from(g.profile.connections) * open_share).ceil() as u64
         })
         .sum();
     check_sockets(sockets, &groups[0].lane, &format!("{count} clients"))?;

@@ -100,6 +100,10 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
 
 /// The error kind of a failed TCP connect.
 pub fn connect_error_kind(e: &io::Error) -> ErrorKind {
+    // On connect, EADDRNOTAVAIL means no source port is left towards this server.
+    if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+        return ErrorKind::LocalLimit;
+    }
     match error_kind(e) {
         ErrorKind::Io => ErrorKind::Connect,
         k => k,
@@ -123,4 +127,21 @@ pub fn rtt_ns(s: &impl std::os::fd::AsRawFd) -> Option<u64> {
         )
     };
     (r == 0 && info.tcpi_rtt > 0).then(|| info.tcpi_rtt as u64 * 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_resources_running_out_have_their_own_kind() {
+        let e = |n| io::Error::from_raw_os_error(n);
+        assert_eq!(connect_error_kind(&e(libc::EMFILE)), ErrorKind::LocalLimit);
+        assert_eq!(connect_error_kind(&e(libc::ENFILE)), ErrorKind::LocalLimit);
+        // No source port left towards the server.
+        assert_eq!(connect_error_kind(&e(libc::EADDRNOTAVAIL)), ErrorKind::LocalLimit);
+        assert_eq!(connect_error_kind(&e(libc::ECONNREFUSED)), ErrorKind::Refused);
+        assert_eq!(connect_error_kind(&e(libc::ETIMEDOUT)), ErrorKind::Connect);
+        assert_eq!(error_kind(&e(libc::EMFILE)), ErrorKind::LocalLimit);
+    }
 }
