@@ -34,7 +34,8 @@ rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 now_ms() { date +%s%3N; }
 established() { ss -Htn state established "( dport = :$1 )" | wc -l; }
 
-# One N: prints "n established gen_rss_kib srv_rss_kib cpu_us_per_answer answers_in_window".
+# One N: writes "n established gen_rss_kib srv_rss_kib cpu_us_per_answer answers_in_window" to
+# $WORK/row_N (run in this shell, not a subshell, so that the exit trap stops its processes).
 one() {
     local n="$1"
     start_responder "$VOLLEY_BIN" --dot-port 0 --ca-out "$CA" --idle-timeout 10m
@@ -79,7 +80,9 @@ one() {
     secs="$(calc '(b - a) / 1000' a="$t1" b="$t2")"
     # CPU of the whole-second part of the window, scaled to the seconds counted.
     cpu_in_window="$(calc '(d - c) * (s2 - s1 + 1) / t' c="$c1" d="$c2" s1="$s1" s2="$s2" t="$secs")"
-    echo "$n $est $grss $((srss - srv0)) $(div "$(calc 'c * 1e6' c="$cpu_in_window")" "$answers") $answers"
+    local p50
+    p50="$(jq -r '.latency.p50_ns / 1000 | floor' "$WORK/run_$n.json")"
+    echo "$n $est $grss $((srss - srv0)) $(div "$(calc 'c * 1e6' c="$cpu_in_window")" "$answers") $answers $p50" >"$WORK/row_$n"
 }
 
 declare -A R
@@ -87,7 +90,8 @@ log "open-files hard limit: $HARD; counts: $BASE $COUNTS"
 for n in $BASE $COUNTS; do
     [ "$((n + 300))" -le "$HARD" ] || die "N=$n needs more than the open-files hard limit $HARD"
     log "N=$n: $RATE qps over $n DoT connections for ${DURATION}s"
-    R[$n]="$(one "$n")"
+    one "$n"
+    R[$n]="$(cat "$WORK/row_$n")"
     log "N=$n: ${R[$n]}"
 done
 
@@ -103,13 +107,13 @@ first="$(echo "$COUNTS" | awk '{ print $1 }')"
         "connection against a run with $BASE connections (responder: against itself before the run)." \
         "Sessions resumed (the default). Open-files hard limit here: $HARD. $(machine_line)."
     echo
-    echo "| connections | established | generator RSS MiB | generator KiB per connection | responder KiB per connection | generator CPU µs per answer | vs $first connections |"
-    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "| connections | established | generator RSS MiB | generator KiB per connection | responder KiB per connection | generator CPU µs per answer | vs $first connections | answers per generator CPU-s | latency p50 µs |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     for n in $COUNTS; do
         g="$(calc '(g - b) / (n - m)' g="$(field "$n" 3)" b="$(field "$BASE" 3)" n="$n" m="$BASE")"
         s="$(calc 's / n' s="$(field "$n" 4)" n="$n")"
-        printf '| %s | %s | %.1f | %.1f | %.1f | %s | %s |\n' "$n" "$(field "$n" 2)" \
+        printf '| %s | %s | %.1f | %.1f | %.1f | %s | %s | %s | %s |\n' "$n" "$(field "$n" 2)" \
             "$(calc 'g / 1024' g="$(field "$n" 3)")" "$g" "$s" "$(field "$n" 5)" \
-            "$(div "$(field "$n" 5)" "$(field "$first" 5)")"
+            "$(div "$(field "$n" 5)" "$(field "$first" 5)")" "$(div 1e6 "$(field "$n" 5)" %.0f)" "$(field "$n" 7)"
     done
 } | write_fragment connections_scale

@@ -202,11 +202,16 @@ pub(crate) fn tcp_wire(c: &TcpCounts, v6: bool) -> WireStats {
 }
 
 /// Keeps a TCP connection's socket (a duplicate descriptor) until its counters are read.
-/// While the meter lives, closing the stream's own descriptor does not end the connection:
+/// While the meter holds it, closing the stream's own descriptor does not end the connection:
 /// [`TcpMeter::finish`] does (dropping the meter unfinished just closes the descriptor).
+///
+/// A driver that keeps its stream to the end (TCP, DoT) releases the duplicate once the
+/// connection is up ([`TcpMeter::release`]) and hands the stream over at the end
+/// ([`TcpMeter::finish_with`]): an open connection then costs one descriptor, not two, which
+/// doubles the connections one process can hold under its open-files limit.
 #[derive(Debug)]
 pub(crate) struct TcpMeter {
-    fd: OwnedFd,
+    fd: Option<OwnedFd>,
     v6: bool,
 }
 
@@ -220,20 +225,40 @@ impl TcpMeter {
             return None;
         }
         // SAFETY: fd is a fresh descriptor owned by nobody else.
-        Some(TcpMeter { fd: unsafe { OwnedFd::from_raw_fd(fd) }, v6: is_v6(peer) })
+        Some(TcpMeter { fd: Some(unsafe { OwnedFd::from_raw_fd(fd) }), v6: is_v6(peer) })
+    }
+
+    /// Closes the duplicate descriptor: the driver keeps the stream and hands it to
+    /// [`TcpMeter::finish_with`] at the end.
+    pub(crate) fn release(&mut self) {
+        self.fd = None;
     }
 
     /// The counters now.
     pub(crate) fn counts(&self) -> Option<TcpCounts> {
-        tcp_counts(self.fd.as_raw_fd())
+        tcp_counts(self.fd.as_ref()?.as_raw_fd())
+    }
+
+    /// [`TcpMeter::finish`] with the connection's own socket, for a released meter.
+    pub(crate) fn finish_with<X: Exchange + 'static>(
+        mut self,
+        stream: tokio::net::TcpStream,
+        lane: &Rc<Lane>,
+        x: &Rc<X>,
+    ) {
+        if self.fd.is_none() {
+            self.fd = stream.into_std().ok().map(OwnedFd::from);
+        }
+        self.finish(lane, x);
     }
 
     /// The connection is over: sends FIN if it was not sent, waits in a task of its own (at
     /// most 200 ms, holding the lane so that the end of a run waits for it) until the close
     /// handshake is complete, then reports the connection's bytes and packets to `x`.
     pub(crate) fn finish<X: Exchange + 'static>(self, lane: &Rc<Lane>, x: &Rc<X>) {
+        let Some(fd) = &self.fd else { return };
         // SAFETY: shutdown on a descriptor we own; an error (not connected) is harmless.
-        unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_WR) };
+        unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_WR) };
         let (lane, x) = (lane.clone(), x.clone());
         tokio::task::spawn_local(async move {
             let until = Instant::now() + CLOSE_WAIT;

@@ -13,6 +13,10 @@ use volley_metrics::{Close, ErrorKind};
 use crate::{deliver, Exchange, IdTable, Lane};
 
 const READ_CHUNK: usize = 64 * 1024;
+/// The read buffer a connection starts with: an idle connection (most of them, with many
+/// simulated clients) keeps little memory; a busy one grows its buffer up to [`READ_CHUNK`]
+/// while reads keep filling it.
+const READ_START: usize = 2048;
 
 /// Buffers of one lane, kept across its connections.
 #[derive(Debug, Default)]
@@ -24,7 +28,7 @@ pub(crate) struct Buffers {
 
 impl Buffers {
     pub(crate) fn new() -> Buffers {
-        Buffers { wbuf: Vec::with_capacity(4096), rbuf: Vec::with_capacity(READ_CHUNK), msg: Vec::with_capacity(512) }
+        Buffers { wbuf: Vec::new(), rbuf: Vec::with_capacity(READ_START), msg: Vec::with_capacity(512) }
     }
 
     /// Frames every queued query into the write buffer (IDs from `ids`); returns how many.
@@ -108,20 +112,25 @@ where
     let mut woff = 0;
     // Bytes handed to the writer that may still sit in its buffer (TLS records).
     let mut unflushed = !b.wbuf.is_empty();
+    // The last read filled the buffer: more was probably waiting, so read more at once.
+    let mut filled = false;
     loop {
         b.frame_queued(lane, x, ids);
         if lane.closing() {
             return Served::Failed(ErrorKind::Closed);
         }
         let pending = woff < b.wbuf.len();
-        if b.rbuf.capacity() - b.rbuf.len() < READ_CHUNK / 2 {
-            b.rbuf.reserve(READ_CHUNK);
+        let spare = b.rbuf.capacity() - b.rbuf.len();
+        if spare < READ_START / 2 || (filled && b.rbuf.capacity() < READ_CHUNK) {
+            b.rbuf.reserve(b.rbuf.capacity().clamp(READ_START, READ_CHUNK));
         }
+        let spare = b.rbuf.capacity() - b.rbuf.len();
         tokio::select! {
             biased;
             r = rd.read_buf(&mut b.rbuf) => match r {
                 Ok(0) => return Served::Failed(ErrorKind::Closed),
-                Ok(_) => {
+                Ok(n) => {
+                    filled = n == spare;
                     let now = x.now();
                     let used = split_frames(&b.rbuf, |m| deliver(m, ids, x, now));
                     b.rbuf.drain(..used);

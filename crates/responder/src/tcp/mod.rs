@@ -31,6 +31,9 @@ use crate::stats::add;
 const HIGH_WATER: usize = 256 * 1024;
 /// Initial read buffer; grows to fit one 64 KiB frame if a query that large arrives.
 const READ_BUF: usize = 16 * 1024;
+/// The read buffer a connection starts with; it doubles (up to [`READ_BUF`]) while reads keep
+/// filling it, so that idle connections hold little memory and busy ones read in large chunks.
+const READ_START: usize = 2048;
 
 /// A byte stream a DNS-over-TCP connection runs on: TCP itself, or TLS over TCP.
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin {
@@ -185,7 +188,7 @@ enum Event {
 impl Conn {
     fn new() -> Conn {
         Conn {
-            rbuf: vec![0; READ_BUF],
+            rbuf: vec![0; READ_START],
             rlen: 0,
             wbuf: Vec::new(),
             wpos: 0,
@@ -321,10 +324,15 @@ impl Conn {
             if self.rlen == self.rbuf.len() {
                 self.rbuf.resize(self.rbuf.len() * 2, 0);
             }
+            let spare = self.rbuf.len() - self.rlen;
             let mut rb = ReadBuf::new(&mut self.rbuf[self.rlen..]);
             match Pin::new(&mut *stream).poll_read(cx, &mut rb) {
                 Poll::Ready(Ok(())) => {
                     let n = rb.filled().len();
+                    if n == spare && self.rbuf.len() < READ_BUF {
+                        let grown = self.rbuf.len() * 2;
+                        self.rbuf.resize(grown, 0);
+                    }
                     if n == 0 {
                         self.eof = true;
                     } else {

@@ -65,6 +65,9 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 }
             };
         backoff = stream::BACKOFF;
+        if let Some(m) = meter.as_mut() {
+            m.release();
+        }
         let served = {
             let (rd, wr) = tokio::io::split(&mut tls);
             stream::serve(rd, wr, &lane, &*x, &mut ids, &mut bufs, tls::io_error_kind).await
@@ -76,7 +79,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 let _ = tokio::time::timeout(Duration::from_millis(100), tls.shutdown()).await;
                 x.conn_closed(how, x.now());
                 if let Some(m) = meter {
-                    m.finish(&lane, &x);
+                    m.finish_with(tls.into_inner().0, &lane, &x);
                 }
                 if stream::after_turn(&lane, how).await {
                     return;
@@ -89,7 +92,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                     let _ = tokio::time::timeout(Duration::from_millis(10), tls.shutdown()).await;
                 }
                 if let Some(m) = meter {
-                    m.finish(&lane, &x);
+                    m.finish_with(tls.into_inner().0, &lane, &x);
                 }
                 if closing || stream::after_server_close(&lane, &mut backoff).await {
                     return;

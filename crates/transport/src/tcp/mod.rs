@@ -67,6 +67,9 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
             }
         };
         backoff = stream::BACKOFF;
+        if let Some(m) = meter.as_mut() {
+            m.release();
+        }
         let h = Handshake { tcp_ns: Some(x.now() - began), rtt_ns: rtt_ns(&s), ..Handshake::default() };
         x.conn_opened(&h, x.now());
         let (rd, wr) = s.split();
@@ -74,11 +77,14 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
         bufs.clear();
         match served {
             Served::Turn(how) => {
-                // FIN; the connection has nothing outstanding.
-                let _ = s.shutdown().await;
+                // FIN (the meter sends it, or the stream when there is none); the connection
+                // has nothing outstanding.
                 x.conn_closed(how, x.now());
-                if let Some(m) = meter {
-                    m.finish(&lane, &x);
+                match meter {
+                    Some(m) => m.finish_with(s, &lane, &x),
+                    None => {
+                        let _ = s.shutdown().await;
+                    }
                 }
                 if stream::after_turn(&lane, how).await {
                     return;
@@ -88,7 +94,7 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
                 let closing = stream::end_connection(&lane, &*x, &mut ids, kind);
                 // FIN (graceful at the end of a run: after the last query's fate).
                 if let Some(m) = meter {
-                    m.finish(&lane, &x);
+                    m.finish_with(s, &lane, &x);
                 }
                 if closing || stream::after_server_close(&lane, &mut backoff).await {
                     return;
