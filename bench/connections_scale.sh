@@ -15,10 +15,16 @@
 # machine's hard limit (ulimit -Hn) cannot be raised without root privileges over it.
 #
 # Env: COUNTS ("1000 5000 10000 18000"), BASE (10), RATE (2000), DURATION (40), CLIENT_CORE (0),
-# SERVER_CORE (1), VOLLEY, VOLLEY_NO_BUILD, OUT_DIR (bench/out).
+# SERVER_CORE (1), TRANSPORT (dot, or tcp), VOLLEY, VOLLEY_NO_BUILD, OUT_DIR (bench/out).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 COUNTS="${COUNTS:-1000 5000 10000 18000}"
+TRANSPORT="${TRANSPORT:-dot}"
+case "$TRANSPORT" in
+    dot) LABEL=DoT ;;
+    tcp) LABEL=TCP ;;
+    *) die "TRANSPORT=$TRANSPORT: dot or tcp" ;;
+esac
 BASE="${BASE:-10}"
 RATE="${RATE:-2000}"
 DURATION="${DURATION:-40}"
@@ -39,11 +45,15 @@ established() { ss -Htn state established "( dport = :$1 )" | wc -l; }
 one() {
     local n="$1"
     start_responder "$VOLLEY_BIN" --dot-port 0 --ca-out "$CA" --idle-timeout 10m
-    local port srv0
+    local port srv0 scheme=tls
     port="$(serve_port dot)"
-    wait_url_answers "$VOLLEY_BIN" "tls://127.0.0.1:$port" --ca "$CA"
+    if [ "$TRANSPORT" = tcp ]; then
+        port="$SERVE_TCP"
+        scheme=tcp
+    fi
+    wait_url_answers "$VOLLEY_BIN" "$scheme://127.0.0.1:$port" --ca "$CA"
     srv0="$(rss_kib "$SERVE_PID")"
-    taskset -c "$CLIENT_CORE" "$VOLLEY_BIN" run "tls://127.0.0.1:$port" --ca "$CA" -d "$QUERIES" \
+    taskset -c "$CLIENT_CORE" "$VOLLEY_BIN" run "$scheme://127.0.0.1:$port" --ca "$CA" -d "$QUERIES" \
         --connections "$n" --rate "$RATE" -l "${DURATION}s" -T 1 -t 10s --progress never -q \
         -o "$WORK/run_$n.json" >"$WORK/run_$n.out" 2>&1 &
     local pid=$!
@@ -89,7 +99,7 @@ declare -A R
 log "open-files hard limit: $HARD; counts: $BASE $COUNTS"
 for n in $BASE $COUNTS; do
     [ "$((n + 300))" -le "$HARD" ] || die "N=$n needs more than the open-files hard limit $HARD"
-    log "N=$n: $RATE qps over $n DoT connections for ${DURATION}s"
+    log "N=$n: $RATE qps over $n $LABEL connections for ${DURATION}s"
     one "$n"
     R[$n]="$(cat "$WORK/row_$n")"
     log "N=$n: ${R[$n]}"
@@ -98,9 +108,9 @@ done
 field() { echo "${R[$1]}" | awk -v i="$2" '{ print $i }'; }
 first="$(echo "$COUNTS" | awk '{ print $1 }')"
 {
-    echo "### Open DoT connections: memory per connection and CPU per query"
+    echo "### Open $LABEL connections: memory per connection and CPU per query"
     echo
-    echo "\`volley run tls://… --connections N --rate $RATE -T 1\` on core $CLIENT_CORE against a fresh" \
+    echo "\`volley run $TRANSPORT://… --connections N --rate $RATE -T 1\` on core $CLIENT_CORE against a fresh" \
         "\`volley serve -T 1 --dot-port 0\` on core $SERVER_CORE for each N, ${DURATION} s; every connection" \
         "open (counted by \`ss\`) before a steady window in which generator CPU (\`/proc\`) and answers" \
         "(the per-second series) are taken; resident memory (VmRSS) at the end of the window, per" \
@@ -116,4 +126,4 @@ first="$(echo "$COUNTS" | awk '{ print $1 }')"
             "$(calc 'g / 1024' g="$(field "$n" 3)")" "$g" "$s" "$(field "$n" 5)" \
             "$(div "$(field "$n" 5)" "$(field "$first" 5)")" "$(div 1e6 "$(field "$n" 5)" %.0f)" "$(field "$n" 7)"
     done
-} | write_fragment connections_scale
+} | write_fragment "connections_scale_$TRANSPORT"

@@ -18,7 +18,7 @@ DURATION="${DURATION:-10}"
 CONNECTIONS="${CONNECTIONS:-100}"
 KEYS="${KEYS:-p256 ed25519}"
 
-need dnsperf taskset jq /usr/bin/time
+need dnsperf taskset jq /usr/bin/time ss
 check_cores
 VOLLEY_BIN="$(volley_bin_copy)"
 QUERIES="$(write_queries)"
@@ -52,16 +52,31 @@ v_row() {
         "$(div "$(calc 's * 100' s="$(cat "$WORK/$1.srv")")" "$secs" %.0f)"
 }
 
+# dnsperf binds its sockets to a fresh ephemeral port, which a port in TIME_WAIT (left by
+# every connection of the runs before: the client closes first) cannot be: wait until most
+# have expired (60 s at most) so that it is not starved of ports.
+wait_time_wait() {
+    local i n
+    for i in $(seq 1 75); do
+        n="$(ss -Htan state time-wait | wc -l)"
+        [ "$n" -lt 2000 ] && return 0
+        sleep 1
+    done
+    log "warning: $n sockets still in TIME_WAIT"
+}
+
 declare -A R
 ROWS=()
 run_pair() { # $1 = row key, $2 = url, $3 = dnsperf mode ("" for none), rest: extra volley args
     local key="$1" url="$2" mode="$3"
     shift 3
     if [ -n "$mode" ]; then
+        wait_time_wait
         log "$key: dnsperf -m $mode -O num-queries-per-conn=1 -Q $RATE for ${DURATION}s"
         measure "dp_$key" dnsperf -m "$mode" -s 127.0.0.1 -p "${url##*:}" -O num-queries-per-conn=1 \
             -d "$QUERIES" -l "$DURATION" -Q "$RATE" -c "$CONNECTIONS" -q "$CONNECTIONS"
         R[dp_$key]="$(dp_row "dp_$key")"
+        grep -q "Queries completed" "$WORK/dp_$key.out" || die "dnsperf reported nothing: $(tail -5 "$WORK/dp_$key.out")"
     fi
     local extra=(--insecure --tls-resume off)
     [ "${url%%://*}" = "tcp" ] && extra=()

@@ -582,6 +582,13 @@ fn check_sockets(sockets: u64, lane: &LaneOptions, what: &str) -> CliResult {
              raise the hard limit (ulimit -Hn, as root) or open fewer"
         )));
     }
+    if sockets * 5 > limit * 4 {
+        // An estimate (clients that close idle connections): close to the limit, say so.
+        eprintln!(
+            "volley: warning: {what} may need about {sockets} sockets, close to the {limit} this process \
+             may open; connections beyond it fail as local_limit"
+        );
+    }
     let ports = local_ports();
     let addresses = lane.sources.as_ref().map_or(1, |s| s.count());
     if sockets > ports * addresses {
