@@ -53,10 +53,12 @@ impl PreciseTimer {
             let mut buf = [0u8; 8];
             // SAFETY: reading 8 bytes into our buffer.
             let r = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), 8) };
+            // Either way the timerfd is drained now: clear the readiness, so that the next
+            // sleep waits for its own expiry instead of first reading nothing.
+            guard.clear_ready();
             if r == 8 {
                 return Ok(());
             }
-            guard.clear_ready();
             if crate::clock::now_ns() >= at_ns {
                 return Ok(());
             }

@@ -36,7 +36,11 @@ pub fn connect(addr: SocketAddr, local: Option<std::net::IpAddr>) -> io::Result<
 /// The driver of one UDP lane: sends what the engine queues, delivers what comes back. What
 /// crosses the wire is reported per batch of datagrams: payload plus IP and UDP headers.
 pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
-    let sock = match connect(addr, opts.local).and_then(UdpSocket::from_std) {
+    let sock = connect(addr, opts.local).and_then(|s| match opts.udp_lazy_receive {
+        Some(_) => Ok(Sock::Raw(s)),
+        None => UdpSocket::from_std(s).map(Sock::Tokio),
+    });
+    let sock = match sock {
         Ok(s) => s,
         Err(e) => {
             let kind = error_kind(&e);
@@ -78,9 +82,10 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
         if lane.closing() {
             return;
         }
+        let Sock::Tokio(registered) = &sock else { unreachable!("a raw socket is only used with lazy receive") };
         tokio::select! {
             biased;
-            r = sock.readable() => {
+            r = registered.readable() => {
                 if r.is_err() {
                     return;
                 }
@@ -91,17 +96,45 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
     }
 }
 
+/// A lane's socket: registered with the runtime (its answers wake the thread), or, for
+/// scheduled loads that read answers when they wake to send, not registered at all, so that
+/// neither arriving answers nor freed send buffer space wake the thread between sends.
+enum Sock {
+    Tokio(UdpSocket),
+    Raw(std::net::UdpSocket),
+}
+
+impl Sock {
+    fn as_raw_fd(&self) -> i32 {
+        match self {
+            Sock::Tokio(s) => s.as_raw_fd(),
+            Sock::Raw(s) => s.as_raw_fd(),
+        }
+    }
+
+    /// Runs a non-blocking system call on the socket (through the runtime's readiness when
+    /// registered).
+    fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+        match self {
+            Sock::Tokio(s) => s.try_io(interest, f),
+            Sock::Raw(_) => f(),
+        }
+    }
+
+    /// Waits until a send may succeed again (the send buffer was full).
+    async fn writable(&self) {
+        match self {
+            Sock::Tokio(s) => {
+                let _ = s.writable().await;
+            }
+            Sock::Raw(_) => tokio::time::sleep(std::time::Duration::from_micros(200)).await,
+        }
+    }
+}
+
 /// Reads every datagram waiting on the socket, in batches, and hands them to the engine with
 /// their kernel receive time.
-fn receive<X: Exchange>(
-    sock: &UdpSocket,
-    fd: i32,
-    inb: &mut Batch,
-    ids: &mut IdTable,
-    x: &X,
-    header: u64,
-    stamped: bool,
-) {
+fn receive<X: Exchange>(sock: &Sock, fd: i32, inb: &mut Batch, ids: &mut IdTable, x: &X, header: u64, stamped: bool) {
     loop {
         match sock.try_io(Interest::READABLE, || inb.recv(fd)) {
             Ok(n) => {
@@ -150,7 +183,7 @@ fn realtime_ns() -> u64 {
 /// (more if the kernel takes part of it). `header`: IP and UDP header bytes per datagram.
 #[allow(clippy::too_many_arguments)]
 async fn send_batch<X: Exchange>(
-    sock: &UdpSocket,
+    sock: &Sock,
     fd: i32,
     lane: &Lane,
     x: &X,
@@ -188,9 +221,7 @@ async fn send_batch<X: Exchange>(
                 x.wire(&WireStats { bytes_out: bytes + k * header, packets_out: k, ..WireStats::default() });
                 from += n;
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let _ = sock.writable().await;
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => sock.writable().await,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => x.event("udp_icmp_refused"),
             Err(e) => {
