@@ -184,3 +184,35 @@ fn tcp_half_close_gets_pending_answers_then_fin() {
     assert!(rest.is_empty(), "FIN after the last pending answer; the dropped query gets nothing");
     r.stop();
 }
+
+/// A burst from one socket, with answers of a few sizes: the server sends same-size answers to
+/// one address as a segmented train (UDP_SEGMENT); each must still arrive as its own datagram,
+/// whole, with its own ID and question, none lost or merged.
+#[test]
+fn a_burst_from_one_socket_gets_every_answer_as_its_own_datagram() {
+    let r = start(ResponderConfig { threads: 1, tcp_port: None, ..ResponderConfig::default() }).unwrap();
+    let udp = r.address(Transport::Udp).unwrap();
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let n = 600u16;
+    let types = [QType::A, QType::AAAA, QType::TXT];
+    // Queries of one size per type, sent in windows of 150 so that the socket buffers hold
+    // the answers; the server reads them in batches and answers each batch at once.
+    let mut seen = vec![false; n as usize];
+    let mut buf = [0u8; 65535];
+    for window in (0..n).collect::<Vec<_>>().chunks(150) {
+        for &id in window {
+            s.send_to(&query(id, "www.example.test", types[id as usize % 3], None), udp).unwrap();
+        }
+        for _ in window {
+            let (len, _) = s.recv_from(&mut buf).expect("every answer arrives");
+            let h = Header::parse(&buf[..len]).unwrap();
+            let q = parse_query(&buf[..len]).unwrap();
+            assert!(h.is_response() && h.ancount == 1, "an answer: {h:?}");
+            assert_eq!(q.qtype, types[h.id as usize % 3], "answer {} carries its own question", h.id);
+            assert!(!seen[h.id as usize], "answer {} arrived twice", h.id);
+            seen[h.id as usize] = true;
+        }
+    }
+    assert!(seen.iter().all(|&x| x), "every query answered once");
+}

@@ -1,6 +1,12 @@
 //! DNS over UDP: one thread per socket, each socket bound with SO_REUSEPORT to the same
 //! address; batches of datagrams read with `recvmmsg` and answered with `sendmmsg`.
 //!
+//! Answers of a batch that go to the same address and have the same size leave as one
+//! datagram train (UDP generic segmentation offload, `UDP_SEGMENT`): one trip through the
+//! kernel's send path (route, headers, queueing) for all of them, segmented just before the
+//! device. A generator sending many queries from one socket gets its answers this way; where
+//! the kernel refuses segmentation, the server falls back to one message per answer.
+//!
 //! The loop never blocks on a delayed answer: those wait in a per-thread timer heap and
 //! leave when due. Buffers are allocated once per thread; a query costs no allocation
 //! (a delayed one reuses buffers from a small pool).
@@ -19,7 +25,7 @@ use crate::server::StopSignal;
 use crate::stats::{add, Counters};
 
 /// Datagrams per `recvmmsg`/`sendmmsg` call.
-const BATCH: usize = 64;
+const BATCH: usize = 128;
 /// Receive buffer per datagram: queries are small; a larger one arrives cut (MSG_TRUNC) and
 /// is answered FORMERR or as far as it parses.
 const RECV_BUF: usize = 4096;
@@ -62,6 +68,14 @@ struct Buffers {
     out: Vec<Vec<u8>>,
     send_iov: [libc::iovec; BATCH],
     send_hdrs: [libc::mmsghdr; BATCH],
+    /// One `UDP_SEGMENT` control message per train (u64s for the cmsghdr's alignment).
+    send_ctrl: [[u64; 4]; BATCH],
+    /// Answers (indices into `out`) in the order they are sent, and where each train starts
+    /// in that order.
+    order: [usize; BATCH],
+    train_start: [usize; BATCH],
+    /// The kernel takes `UDP_SEGMENT` (cleared at its first refusal).
+    gso: bool,
 }
 
 impl Buffers {
@@ -79,6 +93,10 @@ impl Buffers {
             // SAFETY: as above.
             send_iov: unsafe { mem::zeroed() },
             send_hdrs: zeroed,
+            send_ctrl: [[0; 4]; BATCH],
+            order: [0; BATCH],
+            train_start: [0; BATCH],
+            gso: true,
         })
     }
 
@@ -166,32 +184,31 @@ pub(crate) fn serve(sock: UdpSocket, answerer: Arc<Answerer>, counters: Arc<Coun
     }
 }
 
-/// Sends the answers at `idx` with `sendmmsg`, retrying the rest after a partial send.
+/// Most bytes in one segmented train (a UDP datagram's limit, less headers).
+const TRAIN_BYTES: usize = 65_000;
+/// Most answers in one train (the kernel's UDP_MAX_SEGMENTS is 64 before Linux 6.9).
+const TRAIN_SEGMENTS: usize = 64;
+
+/// Sends the answers at `idx` with `sendmmsg`, retrying the rest after a partial send: one
+/// message per train of same-size answers to one address (see the module docs).
 fn send_ready(fd: i32, b: &mut Buffers, idx: &[usize], counters: &Counters) {
-    for (j, &i) in idx.iter().enumerate() {
-        b.send_iov[j] = libc::iovec { iov_base: b.out[i].as_mut_ptr().cast(), iov_len: b.out[i].len() };
-        let h = &mut b.send_hdrs[j].msg_hdr;
-        h.msg_name = (&mut b.addrs[i] as *mut libc::sockaddr_storage).cast();
-        h.msg_namelen = b.hdrs[i].msg_hdr.msg_namelen;
-        h.msg_iov = &mut b.send_iov[j];
-        h.msg_iovlen = 1;
-        h.msg_control = std::ptr::null_mut();
-        h.msg_controllen = 0;
-        h.msg_flags = 0;
-    }
+    let trains = plan_trains(b, idx);
     let mut done = 0;
     let mut waited = false;
-    while done < idx.len() {
-        // SAFETY: entries done..idx.len() were filled above and point into live buffers.
-        let r = unsafe { libc::sendmmsg(fd, b.send_hdrs[done..].as_mut_ptr(), (idx.len() - done) as libc::c_uint, 0) };
+    while done < trains {
+        // SAFETY: entries done..trains were filled by plan_trains and point into live buffers.
+        let r = unsafe { libc::sendmmsg(fd, b.send_hdrs[done..].as_mut_ptr(), (trains - done) as libc::c_uint, 0) };
         if r > 0 {
-            for &i in &idx[done..done + r as usize] {
-                counters.sent(&b.out[i]);
+            for t in done..done + r as usize {
+                for &i in &b.order[b.train_start[t]..train_end(b, t, trains, idx.len())] {
+                    counters.sent(&b.out[i]);
+                }
             }
             done += r as usize;
             continue;
         }
         let err = io::Error::last_os_error();
+        let segmented = b.send_hdrs[done].msg_hdr.msg_controllen > 0;
         match err.raw_os_error() {
             Some(libc::EINTR) => {}
             Some(libc::EAGAIN) if !waited => {
@@ -202,10 +219,102 @@ fn send_ready(fd: i32, b: &mut Buffers, idx: &[usize], counters: &Counters) {
                 unsafe { libc::poll(&mut p, 1, 10) };
             }
             Some(libc::EAGAIN) => return,
-            // This datagram cannot be sent (e.g. unreachable destination): skip it.
+            Some(libc::EINVAL | libc::EIO | libc::ENOPROTOOPT | libc::EOPNOTSUPP) if segmented && b.gso => {
+                // No segmentation offload here: send what is left one answer per message.
+                b.gso = false;
+                let rest: Vec<usize> = b.order[b.train_start[done]..idx.len()].to_vec();
+                return send_ready(fd, b, &rest, counters);
+            }
+            // This train cannot be sent (e.g. unreachable destination): skip it.
             _ => done += 1,
         }
     }
+}
+
+/// Where train `t` of `trains` ends in `order` (`n` answers in all).
+fn train_end(b: &Buffers, t: usize, trains: usize, n: usize) -> usize {
+    if t + 1 < trains {
+        b.train_start[t + 1]
+    } else {
+        n
+    }
+}
+
+/// Orders the answers at `idx` into trains (same address, same size, at most
+/// [`TRAIN_BYTES`]; single answers when segmentation is off) and fills one `mmsghdr` per
+/// train. Returns the number of trains.
+fn plan_trains(b: &mut Buffers, idx: &[usize]) -> usize {
+    let n = idx.len();
+    b.order[..n].copy_from_slice(idx);
+    if b.gso {
+        let (addrs, hdrs, out) = (&b.addrs, &b.hdrs, &b.out);
+        let key = |i: usize| {
+            let len = hdrs[i].msg_hdr.msg_namelen as usize;
+            // SAFETY: the first `len` bytes of a sockaddr_storage the kernel filled.
+            let bytes =
+                unsafe { std::slice::from_raw_parts((&addrs[i] as *const libc::sockaddr_storage).cast::<u8>(), len) };
+            (bytes, out[i].len())
+        };
+        b.order[..n].sort_by(|&x, &y| key(x).cmp(&key(y)));
+    }
+    let mut trains = 0;
+    let mut j = 0;
+    while j < n {
+        let first = b.order[j];
+        let size = b.out[first].len();
+        let mut k = 1;
+        while b.gso && j + k < n && k < TRAIN_SEGMENTS && (k + 1) * size <= TRAIN_BYTES && size > 0 {
+            let next = b.order[j + k];
+            if b.out[next].len() != size || !same_addr(b, first, next) {
+                break;
+            }
+            k += 1;
+        }
+        for (m, &i) in b.order[j..j + k].iter().enumerate() {
+            b.send_iov[j + m] = libc::iovec { iov_base: b.out[i].as_mut_ptr().cast(), iov_len: b.out[i].len() };
+        }
+        b.train_start[trains] = j;
+        let ctrl = b.send_ctrl[trains].as_mut_ptr().cast::<libc::c_void>();
+        let h = &mut b.send_hdrs[trains].msg_hdr;
+        h.msg_name = (&mut b.addrs[first] as *mut libc::sockaddr_storage).cast();
+        h.msg_namelen = b.hdrs[first].msg_hdr.msg_namelen;
+        h.msg_iov = &mut b.send_iov[j];
+        h.msg_iovlen = k as _;
+        h.msg_flags = 0;
+        if k > 1 {
+            // SAFETY: CMSG_SPACE(2) = 16 bytes fit in the 32 of send_ctrl[trains]; the macros
+            // compute offsets inside that buffer only.
+            unsafe {
+                h.msg_control = ctrl;
+                h.msg_controllen = libc::CMSG_SPACE(2) as _;
+                let c = libc::CMSG_FIRSTHDR(h);
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = libc::UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), size as u16);
+            }
+        } else {
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+        }
+        trains += 1;
+        j += k;
+    }
+    trains
+}
+
+/// Whether answers `a` and `b` go to the same address.
+fn same_addr(b: &Buffers, x: usize, y: usize) -> bool {
+    let (lx, ly) = (b.hdrs[x].msg_hdr.msg_namelen, b.hdrs[y].msg_hdr.msg_namelen);
+    // SAFETY: the first `lx` bytes of sockaddr_storages the kernel filled.
+    lx == ly
+        && unsafe {
+            libc::memcmp(
+                (&b.addrs[x] as *const libc::sockaddr_storage).cast(),
+                (&b.addrs[y] as *const libc::sockaddr_storage).cast(),
+                lx as usize,
+            ) == 0
+        }
 }
 
 fn fire_due(fd: i32, timers: &mut BinaryHeap<Reverse<Delayed>>, pool: &mut Vec<Vec<u8>>, counters: &Counters) {
