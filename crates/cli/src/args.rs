@@ -45,8 +45,8 @@ pub struct TlsArgs {
     pub tls_version: Option<String>,
 
     /// TLS session resumption on reconnects: on or off.
-    #[arg(long = "tls-resume", value_name = "on|off", default_value = "on")]
-    pub tls_resume: String,
+    #[arg(long = "tls-resume", value_name = "on|off", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
+    pub tls_resume: bool,
 
     /// Send queries as 0-RTT early data when a resumed session allows it (TLS 1.3 for DoT,
     /// QUIC 0-RTT for DoQ and DoH/3). Needs --tls-resume on.
@@ -79,11 +79,7 @@ impl TlsArgs {
             Some("1.3") => Some(TlsVersion::Tls13),
             Some(v) => return Err(CliError::usage(format!("invalid --tls-version '{v}': expected 1.2 or 1.3"))),
         };
-        let resume = match self.tls_resume.as_str() {
-            "on" => true,
-            "off" => false,
-            v => return Err(CliError::usage(format!("invalid --tls-resume '{v}': expected on or off"))),
-        };
+        let resume = self.tls_resume;
         if self.zero_rtt && !resume {
             return Err(CliError::usage("--zero-rtt needs --tls-resume on (0-RTT data rides on a resumed session)"));
         }
@@ -105,5 +101,14 @@ impl TlsArgs {
             volley_transport::tls::server_name(&opts.tls, target).map_err(CliError::usage)?;
         }
         Ok(opts)
+    }
+}
+
+/// A switch flag's value: `on` or `off`.
+pub fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err("expected on or off".to_string()),
     }
 }

@@ -250,7 +250,9 @@ fn wire_counts_match_a_capture() {
     let dir = tempfile::tempdir().expect("temp dir for captures");
     let ca = dir.path().join("ca.pem");
     let ca_s = ca.to_str().unwrap();
-    let server = Server::start_with(&["--dot-port", "0", "--doh-port", "0", "--ca-out", ca_s]);
+    // One message per UDP answer: tcpdump on lo sees a segmented train (UDP_SEGMENT) as one
+    // large packet, before the kernel splits it for the receiving socket.
+    let server = Server::start_with(&["--dot-port", "0", "--doh-port", "0", "--ca-out", ca_s, "--udp-gso", "off"]);
     let deadline = Instant::now() + WAIT;
     while !std::fs::read_to_string(&ca).map(|t| t.contains("BEGIN CERTIFICATE")).unwrap_or(false) {
         assert!(Instant::now() < deadline, "volley serve wrote no CA to {}", ca.display());

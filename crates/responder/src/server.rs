@@ -63,6 +63,10 @@ pub struct ResponderConfig {
     /// QUIC address validation: answer every Initial from an unvalidated address with a
     /// Retry (default off).
     pub retry: bool,
+    /// UDP: send same-size answers to one address as one segmented train (UDP_SEGMENT)
+    /// (default on). Off: one message per answer, so that a capture on the sending host shows
+    /// each answer as its own packet (a packet capture sees a train before segmentation).
+    pub udp_gso: bool,
     /// Misbehaviour on purpose (see [`Fault`]).
     pub faults: Vec<Fault>,
     /// What to answer.
@@ -87,6 +91,7 @@ impl Default for ResponderConfig {
             doh_path: "/dns-query".to_string(),
             tls: TlsConfig::default(),
             retry: false,
+            udp_gso: true,
             faults: Vec::new(),
             answer: AnswerConfig::default(),
         }
@@ -442,10 +447,10 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
     for (i, s) in udp_sockets.into_iter().enumerate() {
         let counters = Arc::new(Counters::default());
         responder.counters.push(counters.clone());
-        let (answerer, stop) = (answerer.clone(), udp_stop.clone());
+        let (answerer, stop, gso) = (answerer.clone(), udp_stop.clone(), config.udp_gso);
         let t = std::thread::Builder::new()
             .name(format!("volley-udp-{i}"))
-            .spawn(move || crate::udp::serve(s.into(), answerer, counters, stop))?;
+            .spawn(move || crate::udp::serve(s.into(), answerer, counters, stop, gso))?;
         responder.threads.push(t);
     }
     if async_on {

@@ -9,6 +9,7 @@ use volley_responder::{
     parse_duration, AnswerConfig, CertSource, DelayRule, Fault, KeyType, Ratio, ResponderConfig, TlsConfig,
 };
 
+use crate::args::parse_on_off;
 use crate::error::{CliError, CliResult};
 
 const EXAMPLES: &str = "\
@@ -117,6 +118,13 @@ pub struct ServeArgs {
     /// Never answer N of every M queries (the last N of each block of M).
     #[arg(long, value_name = "N/M")]
     pub drop: Option<String>,
+
+    /// UDP: send the same-size answers of a batch to one address as one segmented train
+    /// (UDP_SEGMENT: one pass through the kernel's send path) [on], or one message per answer
+    /// [off]. A packet capture on this host sees a train as one large packet (as with offloads
+    /// on a real interface); use off when a capture must show each answer.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
+    pub udp_gso: bool,
 
     /// Answer at most N queries per second (in 100 ms windows of N/10); drop the rest, as an
     /// overloaded server would: a target with a known capacity, e.g. for `volley limit`.
@@ -258,6 +266,7 @@ fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
         doh_path: args.doh_path.clone(),
         tls: TlsConfig { cert, ca_out: args.ca_out.clone(), tickets: !args.no_tickets, zero_rtt: args.zero_rtt },
         retry: args.retry,
+        udp_gso: args.udp_gso,
         faults,
         answer: AnswerConfig { ttl: args.ttl, edns_size: args.edns_size, delays, drop, max_qps: args.max_qps },
     })

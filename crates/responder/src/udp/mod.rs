@@ -117,9 +117,16 @@ impl Buffers {
 }
 
 /// Serves one socket until `stop` is raised.
-pub(crate) fn serve(sock: UdpSocket, answerer: Arc<Answerer>, counters: Arc<Counters>, stop: Arc<StopSignal>) {
+pub(crate) fn serve(
+    sock: UdpSocket,
+    answerer: Arc<Answerer>,
+    counters: Arc<Counters>,
+    stop: Arc<StopSignal>,
+    gso: bool,
+) {
     let fd = sock.as_raw_fd();
     let mut b = Buffers::new();
+    b.gso = gso;
     let mut timers: BinaryHeap<Reverse<Delayed>> = BinaryHeap::new();
     let mut pool: Vec<Vec<u8>> = Vec::new();
     let mut seq = 0u64;
