@@ -102,6 +102,43 @@ fn forwarder_closes_after_its_idle_period() {
     assert_eq!(conn_total(v, "opened"), total(v, "sent"), "every query finds its connection closed:\n{}", show(v));
 }
 
+/// Each simulated client keeps its own TLS sessions: over DoT, 5 forwarders whose connections
+/// close after every query resume every reconnection, but each client's first connection is a
+/// full handshake (it has no session of another client to resume): opened − resumed = 5.
+#[test]
+fn each_client_resumes_only_its_own_sessions() {
+    let s = Server::start_encrypted(&["-T", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("fwd.toml");
+    std::fs::write(
+        &profile,
+        "name = \"forwarder-200ms\"\nconnections = 1\nconnect_at_start = false\n\n[light]\nidle_timeout = \"200ms\"\n",
+    )
+    .unwrap();
+    let url = s.url("tls");
+    let r = run_volley(&[
+        &url,
+        "--ca",
+        s.ca_str(),
+        "--clients",
+        "5",
+        "--client-rate",
+        "2",
+        "--profile",
+        profile.to_str().unwrap(),
+        "-l",
+        "3s",
+        "-T",
+        "1",
+    ]);
+    let v = r.ok();
+    complete(v);
+    assert_eq!(total(v, "failed"), 0, "{}", show(v));
+    let (opened, resumed) = (conn_total(v, "opened"), conn_total(v, "resumed"));
+    assert!(opened >= 15, "reconnections after each idle close:\n{}", show(v));
+    assert_eq!(opened - resumed, 5, "one full handshake per client, the rest resumed:\n{}", show(v));
+}
+
 /// Stub clients over UDP ask for a 2000-octet TXT (TC=1 over UDP) and ask again over TCP to
 /// the same port: one retry per truncated answer, one TCP connection per retry.
 #[test]

@@ -85,6 +85,9 @@ pub struct LaneOptions {
     pub local: Option<std::net::IpAddr>,
     /// A run-wide cap on new connections per second (`--conn-rate`).
     pub conn_gate: Option<ConnGate>,
+    /// TLS: each lane keeps its own session store (simulated clients, each resuming only its
+    /// own sessions) instead of the thread's shared one.
+    pub own_sessions: bool,
 }
 
 impl Default for LaneOptions {
@@ -102,6 +105,7 @@ impl Default for LaneOptions {
             sources: None,
             local: None,
             conn_gate: None,
+            own_sessions: false,
         }
     }
 }

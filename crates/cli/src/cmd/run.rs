@@ -347,6 +347,8 @@ fn clients_load(a: &RunArgs, replay: Option<Arc<volley_engine::clients::Replay>>
         let name = profile.unwrap_or_else(|| if target.scheme == Scheme::Udp { "stub" } else { "forwarder" }.into());
         let profile = Profile::load(&name).map_err(CliError::usage)?;
         let mut lane = lane_options_with(a, &target, ConnPolicy::default())?;
+        // Each client resumes only the TLS sessions it obtained itself.
+        lane.own_sessions = true;
         if target.scheme != Scheme::Udp {
             // The profile's policy, with each connection flag given replacing its part.
             let p = profile.policy_for(a.client_rate, &parse_duration).map_err(CliError::usage)?;

@@ -16,7 +16,7 @@ use volley_metrics::{EarlyData, ErrorKind, Handshake};
 
 use crate::meter::TcpMeter;
 use crate::stream::{self, Buffers, Served};
-use crate::tls::{self, TlsSettings};
+use crate::tls;
 use crate::{tcp, Exchange, IdTable, Lane, LaneOptions, Target};
 
 /// ALPN protocol of DoT (RFC 7858 registered `dot`).
@@ -25,7 +25,7 @@ pub const ALPN: &[u8] = b"dot";
 /// The driver of one DoT lane. Every connection (attempts that failed included) reports its
 /// bytes and packets on the wire from `TCP_INFO` when it ends.
 pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
-    let (cfg, name) = match setup(&opts.tls, &target, &[ALPN]) {
+    let (cfg, name) = match setup(&opts, &target, &[ALPN]) {
         Ok(v) => v,
         Err(why) => {
             x.conn_failed_why(ErrorKind::Tls, &why, x.now());
@@ -102,14 +102,14 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
     }
 }
 
-/// The shared client config and the server name of a target.
+/// The lane's client config (see [`tls::lane_config`]) and the server name of a target.
 pub(crate) fn setup(
-    s: &TlsSettings,
+    opts: &LaneOptions,
     target: &Target,
     alpn: &[&[u8]],
 ) -> Result<(Arc<rustls::ClientConfig>, ServerName<'static>), String> {
-    let cfg = tls::client_config(s, alpn, false).map_err(|e| e.to_string())?;
-    let name = tls::server_name(s, target).map_err(|e| e.to_string())?;
+    let cfg = tls::lane_config(opts, alpn, false).map_err(|e| e.to_string())?;
+    let name = tls::server_name(&opts.tls, target).map_err(|e| e.to_string())?;
     Ok((cfg, name))
 }
 

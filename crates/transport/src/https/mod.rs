@@ -492,7 +492,7 @@ async fn setup<X: Exchange + ?Sized>(
     alpn: &[u8],
     h1: bool,
 ) -> Option<(std::sync::Arc<rustls::ClientConfig>, rustls::pki_types::ServerName<'static>, RequestTemplate)> {
-    let built = dot::setup(&opts.tls, target, &[alpn])
+    let built = dot::setup(opts, target, &[alpn])
         .and_then(|(c, n)| Ok((c, n, RequestTemplate::new(target, opts.doh_method, h1)?)));
     match built {
         Ok(v) => Some(v),

@@ -223,7 +223,7 @@ pub(crate) async fn lane_setup<X: Exchange>(
     opts: &LaneOptions,
     alpn: &[u8],
 ) -> Option<(Arc<rustls::ClientConfig>, quinn::Endpoint)> {
-    let cfg = match tls::client_config(&opts.tls, &[alpn], true) {
+    let cfg = match tls::lane_config(opts, &[alpn], true) {
         Ok(c) => c,
         Err(e) => {
             x.conn_failed_why(ErrorKind::Tls, &e.to_string(), x.now());

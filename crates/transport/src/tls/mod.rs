@@ -131,6 +131,21 @@ pub fn client_config(s: &TlsSettings, alpn: &[&[u8]], quic: bool) -> Result<Arc<
     })
 }
 
+/// The client configuration of one lane: the thread's shared one ([`client_config`]), or,
+/// with [`LaneOptions::own_sessions`](crate::LaneOptions::own_sessions) (simulated clients),
+/// a copy with a session store of its own, so that a client resumes only the sessions it
+/// obtained itself, as a real one does: its first connection is a full handshake.
+pub fn lane_config(opts: &crate::LaneOptions, alpn: &[&[u8]], quic: bool) -> Result<Arc<ClientConfig>, TlsConfigError> {
+    let shared = client_config(&opts.tls, alpn, quic)?;
+    if !opts.own_sessions || !opts.tls.resume {
+        return Ok(shared);
+    }
+    let mut own = (*shared).clone();
+    // A client talks to one server: a few tickets are all it keeps.
+    own.resumption = Resumption::store(Arc::new(rustls::client::ClientSessionMemoryCache::new(4)));
+    Ok(Arc::new(own))
+}
+
 fn build(s: &TlsSettings, alpn: &[&[u8]], quic: bool) -> Result<ClientConfig, TlsConfigError> {
     let versions: &[&'static rustls::SupportedProtocolVersion] = match (s.version, quic) {
         (Some(TlsVersion::Tls12), true) => {
