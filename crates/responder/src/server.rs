@@ -333,22 +333,10 @@ fn check(config: &ResponderConfig) -> Result<(), String> {
     Ok(())
 }
 
-/// Installs a no-op global tracing dispatcher unless one is set. Nothing in volley reads
-/// tracing output, but with no dispatcher at all, tracing's `log` fallback (a feature quinn
-/// turns on) builds and records every disabled span h2 and quinn open — several per HTTP/2
-/// request, some 5 % of the responder's CPU under DoH/2 load. With one, those spans are
-/// `Span::none()` and cost nearly nothing.
-fn silence_tracing() {
-    if !tracing::dispatcher::has_been_set() {
-        let _ = tracing::dispatcher::set_global_default(tracing::Dispatch::none());
-    }
-}
-
 /// Binds every listener and starts the I/O threads. Returns once all sockets are bound (and
 /// the certificate made), so [`Responder::addresses`] can be printed and queried right away.
 pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
     check(&config).map_err(ResponderError::Config)?;
-    silence_tracing();
     let threads = match config.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
