@@ -21,21 +21,7 @@ ARRIVALS="${ARRIVALS:-poisson}"
 need /usr/bin/time jq taskset
 check_cores
 volley="$(volley_bin_copy)"
-CA="$WORK/ca.pem"
-case "$TRANSPORT" in
-    udp)
-        start_responder "$volley"
-        url="udp://127.0.0.1:$SERVE_UDP"
-        extra=(--profile stub)
-        ;;
-    dot)
-        start_responder "$volley" --dot-port 0 --ca-out "$CA" --idle-timeout 1m
-        url="tls://127.0.0.1:$(serve_port dot)"
-        wait_url_answers "$volley" "$url" --ca "$CA"
-        extra=(--profile forwarder --ca "$CA")
-        ;;
-    *) die "TRANSPORT=$TRANSPORT: udp or dot" ;;
-esac
+start_clients_target "$volley" "$TRANSPORT"
 rate=$(awk -v q="$TOTAL_QPS" -v c="$CLIENTS" 'BEGIN { printf "%.9f", q / c }')
 log "volley run $url --clients $CLIENTS --client-rate $rate --arrivals $ARRIVALS for ${DURATION}s"
 /usr/bin/time -f "%M %U %S" -o "$WORK/usage" taskset -c "$CLIENT_CORE" "$volley" run "$url" "${extra[@]}" \

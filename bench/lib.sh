@@ -313,3 +313,24 @@ calc() {
     for kv in "$@"; do args+=(-v "$kv"); done
     awk "${args[@]}" "BEGIN { print $expr }"
 }
+
+# For the simulated-clients benches: starts `volley serve` (binary $1) for transport $2 and
+# sets `url` (the target) and `extra` (the profile and, over DoT, the CA):
+# udp: stub clients; dot: forwarder clients (the responder keeps idle connections a minute).
+start_clients_target() {
+    local bin="$1" transport="$2"
+    case "$transport" in
+        udp)
+            start_responder "$bin"
+            url="udp://127.0.0.1:$SERVE_UDP"
+            extra=(--profile stub)
+            ;;
+        dot)
+            start_responder "$bin" --dot-port 0 --ca-out "$WORK/ca.pem" --idle-timeout 1m
+            url="tls://127.0.0.1:$(serve_port dot)"
+            wait_url_answers "$bin" "$url" --ca "$WORK/ca.pem"
+            extra=(--profile forwarder --ca "$WORK/ca.pem")
+            ;;
+        *) die "TRANSPORT=$transport: udp or dot" ;;
+    esac
+}

@@ -61,21 +61,7 @@ PY
 "$volley" pcap "$WORK/capture.pcap" -o "$WORK/clients.vc" >"$WORK/pcap.out" 2>&1 || die "volley pcap failed: $(cat "$WORK/pcap.out")"
 log "$(grep -m1 -i "clients" "$WORK/pcap.out" || true)"
 
-CA="$WORK/ca.pem"
-case "$TRANSPORT" in
-    udp)
-        start_responder "$volley"
-        url="udp://127.0.0.1:$SERVE_UDP"
-        extra=(--profile stub)
-        ;;
-    dot)
-        start_responder "$volley" --dot-port 0 --ca-out "$CA" --idle-timeout 1m
-        url="tls://127.0.0.1:$(serve_port dot)"
-        wait_url_answers "$volley" "$url" --ca "$CA"
-        extra=(--profile forwarder --ca "$CA")
-        ;;
-    *) die "TRANSPORT=$TRANSPORT: udp or dot" ;;
-esac
+start_clients_target "$volley" "$TRANSPORT"
 log "volley run $url --replay clients.vc --clients $CLIENTS (${extra[*]}) for ${DURATION}s"
 /usr/bin/time -f "%M %U %S" -o "$WORK/usage" taskset -c "$CLIENT_CORE" "$volley" run "$url" "${extra[@]}" \
     --replay "$WORK/clients.vc" --clients "$CLIENTS" -l "${DURATION}s" -T 1 -q --progress never \
