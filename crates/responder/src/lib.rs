@@ -20,6 +20,7 @@
 
 mod answer;
 mod ctx;
+mod delayed;
 mod doh;
 mod doh3;
 mod doq;

@@ -24,6 +24,7 @@ use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::answer::{Transport, Verdict};
 use crate::ctx::Ctx;
+use crate::delayed::Delayed;
 use crate::policy::{Admit, Slot};
 use crate::stats::add;
 
@@ -127,30 +128,6 @@ pub(crate) async fn serve(
     .await
 }
 
-/// A delayed answer, already framed.
-struct Delayed {
-    due: Instant,
-    seq: u64,
-    frame: Vec<u8>,
-}
-
-impl PartialEq for Delayed {
-    fn eq(&self, o: &Self) -> bool {
-        (self.due, self.seq) == (o.due, o.seq)
-    }
-}
-impl Eq for Delayed {}
-impl PartialOrd for Delayed {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Delayed {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.due, self.seq).cmp(&(o.due, o.seq))
-    }
-}
-
 /// The state of one connection apart from the stream.
 struct Conn {
     rbuf: Vec<u8>,
@@ -160,7 +137,8 @@ struct Conn {
     /// Written to the stream but maybe not flushed (TLS keeps records until flushed).
     unflushed: bool,
     out: Vec<u8>,
-    timers: BinaryHeap<Reverse<Delayed>>,
+    /// Delayed answers, already framed.
+    timers: BinaryHeap<Reverse<Delayed<Vec<u8>, Instant>>>,
     seq: u64,
     /// Queries taken on this connection (for `tcp-reset-after`).
     queries: u64,
@@ -239,7 +217,7 @@ impl Conn {
                     frame.extend_from_slice(&(self.out.len() as u16).to_be_bytes());
                     frame.extend_from_slice(&self.out);
                     self.seq += 1;
-                    self.timers.push(Reverse(Delayed { due: now + d, seq: self.seq, frame }));
+                    self.timers.push(Reverse(Delayed { due: now + d, seq: self.seq, item: frame }));
                 }
             }
         }
@@ -274,8 +252,8 @@ impl Conn {
         let now = Instant::now();
         while self.timers.peek().is_some_and(|t| t.0.due <= now) {
             let Some(Reverse(d)) = self.timers.pop() else { break };
-            ctx.counters.sent(&d.frame[2..]);
-            self.wbuf.extend_from_slice(&d.frame);
+            ctx.counters.sent(&d.item[2..]);
+            self.wbuf.extend_from_slice(&d.item);
         }
     }
 

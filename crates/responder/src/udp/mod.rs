@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::answer::{Answerer, Transport, Verdict};
+use crate::delayed::Delayed;
 use crate::server::StopSignal;
 use crate::stats::{add, Counters};
 
@@ -32,30 +33,11 @@ const RECV_BUF: usize = 4096;
 /// Batches read in a row before delayed answers and the stop flag are looked at again.
 const BURST: usize = 16;
 
-/// A response waiting for its time.
-struct Delayed {
-    due: Instant,
-    seq: u64,
+/// A delayed answer: where it goes and its bytes.
+struct Held {
     addr: libc::sockaddr_storage,
     addr_len: libc::socklen_t,
     buf: Vec<u8>,
-}
-
-impl PartialEq for Delayed {
-    fn eq(&self, o: &Self) -> bool {
-        (self.due, self.seq) == (o.due, o.seq)
-    }
-}
-impl Eq for Delayed {}
-impl PartialOrd for Delayed {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Delayed {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.due, self.seq).cmp(&(o.due, o.seq))
-    }
 }
 
 /// The per-thread buffers; `mmsghdr`s point into them, so they live in a `Box` and the
@@ -127,7 +109,7 @@ pub(crate) fn serve(
     let fd = sock.as_raw_fd();
     let mut b = Buffers::new();
     b.gso = gso;
-    let mut timers: BinaryHeap<Reverse<Delayed>> = BinaryHeap::new();
+    let mut timers: BinaryHeap<Reverse<Delayed<Held>>> = BinaryHeap::new();
     let mut pool: Vec<Vec<u8>> = Vec::new();
     let mut seq = 0u64;
     // (index into out/addrs, destination) of the answers to send now
@@ -166,13 +148,8 @@ pub(crate) fn serve(
                         buf.clear();
                         buf.extend_from_slice(out);
                         seq += 1;
-                        timers.push(Reverse(Delayed {
-                            due: now + d,
-                            seq,
-                            addr: b.addrs[i],
-                            addr_len: b.hdrs[i].msg_hdr.msg_namelen,
-                            buf,
-                        }));
+                        let item = Held { addr: b.addrs[i], addr_len: b.hdrs[i].msg_hdr.msg_namelen, buf };
+                        timers.push(Reverse(Delayed { due: now + d, seq, item }));
                     }
                 }
             }
@@ -324,13 +301,13 @@ fn same_addr(b: &Buffers, x: usize, y: usize) -> bool {
         }
 }
 
-fn fire_due(fd: i32, timers: &mut BinaryHeap<Reverse<Delayed>>, pool: &mut Vec<Vec<u8>>, counters: &Counters) {
+fn fire_due(fd: i32, timers: &mut BinaryHeap<Reverse<Delayed<Held>>>, pool: &mut Vec<Vec<u8>>, counters: &Counters) {
     if timers.is_empty() {
         return;
     }
     let now = Instant::now();
     while timers.peek().is_some_and(|t| t.0.due <= now) {
-        let Some(Reverse(d)) = timers.pop() else { break };
+        let Some(Reverse(Delayed { item: d, .. })) = timers.pop() else { break };
         // SAFETY: buf and addr are valid for the given lengths.
         let r = unsafe {
             libc::sendto(
