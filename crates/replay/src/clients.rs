@@ -778,23 +778,9 @@ pub fn secs(ns: u64) -> String {
     }
 }
 
-/// A Unix time in nanoseconds as an RFC 3339 UTC timestamp.
+/// A Unix time in nanoseconds as an RFC 3339 UTC timestamp (nanoseconds shown).
 pub fn rfc3339(ns: u64) -> String {
-    let secs = ns / 1_000_000_000;
-    let frac = ns % 1_000_000_000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + (m <= 2) as i64;
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac:09}Z", rem / 3600, rem / 60 % 60, rem % 60)
+    volley_wire::rfc3339(ns, 9)
 }
 
 #[cfg(test)]

@@ -268,6 +268,33 @@ fn decode_rdata(msg: &[u8], rtype: QType, data: &[u8], start: usize, end: usize)
     }
 }
 
+/// A Unix time in nanoseconds as an RFC 3339 UTC timestamp with `frac_digits` digits of the
+/// second (0 to 9), e.g. `2026-11-21T03:04:05.678Z` with 3: for the timestamps results and
+/// clients files carry.
+pub fn rfc3339(unix_ns: u64, frac_digits: u32) -> String {
+    let secs = unix_ns / 1_000_000_000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    let mut out = format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", rem / 3600, rem / 60 % 60, rem % 60);
+    let digits = frac_digits.min(9);
+    if digits > 0 {
+        let frac = unix_ns % 1_000_000_000 / 10u64.pow(9 - digits);
+        out.push_str(&format!(".{frac:0width$}", width = digits as usize));
+    }
+    out.push('Z');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

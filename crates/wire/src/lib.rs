@@ -13,7 +13,7 @@ pub mod query;
 pub mod response;
 mod types;
 
-pub use display::format_message;
+pub use display::{format_message, rfc3339};
 pub use error::WireError;
 pub use header::{Header, HEADER_LEN};
 pub use name::{parse_name, skip_name, Name};
