@@ -172,9 +172,9 @@ fn dnsdist_dot() {
     let url = format!("tls://127.0.0.1:{}", p.port("dot"));
     for name in ["spoof.test", "www.example.test"] {
         let r = run(&url, &p.cert.cert_str(), name, &[]);
-        let v = r.ok();
-        assert_eq!(rcode(v, "NOERROR"), N, "{name}:\n{:#}", v["totals"]);
-        check_encrypted_run(v, N, "NOERROR", &dot("1.3"));
+        // dnsdist 1.7 now and then closes an incoming DoT connection with queries in flight
+        // (CI once lost 2 of 500 so, as `closed`); volley reconnects and goes on.
+        check_encrypted_run_closing(r.ok(), N, "NOERROR", &dot("1.3"), N / 50);
     }
     kdig_says(&p, "+tls", "dot", "spoof.test", "192.0.2.5");
     kdig_says(&p, "+tls", "dot", "www.example.test", "192.0.2.1");
