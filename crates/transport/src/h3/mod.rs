@@ -157,20 +157,14 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                     drop(b);
                 });
             }
-            if lane.closing() {
-                quic::close_and_report(&conn, H3_NO_ERROR, &lane, &x);
-                x.conn_closed(Close::ClientEnd, x.now());
-                return;
-            }
-            if end.ended().is_some() {
-                break;
-            }
-            tokio::select! {
-                turn = lane.wait_turn() => if let Some(how) = turn {
+            match quic::after_burst(&conn, H3_NO_ERROR, &lane, &x, &end).await {
+                quic::Next::Serve => {}
+                quic::Next::Turn(how) => {
                     turned = Some(how);
                     break;
-                },
-                _ = end.wait() => break,
+                }
+                quic::Next::Ended => break,
+                quic::Next::Closed => return,
             }
         }
         if let Some(how) = turned {

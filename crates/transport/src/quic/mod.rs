@@ -204,6 +204,41 @@ pub(crate) fn close_and_report<X: Exchange + 'static>(conn: &quinn::Connection, 
     meter::close_quic(conn, code, lane, x);
 }
 
+/// What a QUIC lane does once the queries queued so far are sent.
+pub(crate) enum Next {
+    /// More queries came: send them on this connection.
+    Serve,
+    /// The client's policy ends this connection (nothing is outstanding).
+    Turn(Close),
+    /// The connection ended (the server closed it, or it failed).
+    Ended,
+    /// The run is over: the connection was closed (`code`) and reported.
+    Closed,
+}
+
+/// Waits, between bursts, for more queries, the policy's turn or the connection's end; at the
+/// end of the run closes the connection with `code`.
+pub(crate) async fn after_burst<X: Exchange + 'static>(
+    conn: &quinn::Connection,
+    code: u32,
+    lane: &Rc<Lane>,
+    x: &Rc<X>,
+    end: &ConnEnd,
+) -> Next {
+    if lane.closing() {
+        close_and_report(conn, code, lane, x);
+        x.conn_closed(Close::ClientEnd, x.now());
+        return Next::Closed;
+    }
+    if end.ended().is_some() {
+        return Next::Ended;
+    }
+    tokio::select! {
+        turn = lane.wait_turn() => turn.map_or(Next::Serve, Next::Turn),
+        _ = end.wait() => Next::Ended,
+    }
+}
+
 /// Watches a connection: tells `end` how it closed.
 pub(crate) fn watch(conn: &quinn::Connection) -> Rc<ConnEnd> {
     let end = Rc::new(ConnEnd::default());
@@ -262,20 +297,14 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 framed.put_slice(&msg);
                 tokio::task::spawn_local(query(x.clone(), conn.clone(), t, framed.freeze(), opts.query_timeout));
             }
-            if lane.closing() {
-                close_and_report(&conn, DOQ_NO_ERROR, &lane, &x);
-                x.conn_closed(Close::ClientEnd, x.now());
-                return;
-            }
-            if end.ended().is_some() {
-                break;
-            }
-            tokio::select! {
-                turn = lane.wait_turn() => if let Some(how) = turn {
+            match after_burst(&conn, DOQ_NO_ERROR, &lane, &x, &end).await {
+                Next::Serve => {}
+                Next::Turn(how) => {
                     turned = Some(how);
                     break;
-                },
-                _ = end.wait() => break,
+                }
+                Next::Ended => break,
+                Next::Closed => return,
             }
         }
         if let Some(how) = turned {
