@@ -40,6 +40,15 @@ pub enum Metric {
     BytesOutPerQuery,
     /// DNS message bytes read per answer.
     BytesInPerAnswer,
+    /// Bytes sent on the wire (IP and UDP/TCP headers, handshakes, acknowledgements and
+    /// retransmissions included) per query sent; runs with `totals.wire` only.
+    WireBytesOutPerQuery,
+    /// Bytes received on the wire, headers included, per answer.
+    WireBytesInPerAnswer,
+    /// Packets sent per query sent; runs with `totals.wire` only.
+    PacketsOutPerQuery,
+    /// Packets received per answer.
+    PacketsInPerAnswer,
     /// Generator CPU time per answer, µs.
     CpuUsPerAnswer,
 }
@@ -56,7 +65,7 @@ pub enum Better {
 
 impl Metric {
     /// Every figure, in table order.
-    pub const ALL: [Metric; 10] = [
+    pub const ALL: [Metric; 14] = [
         Metric::QpsAnswered,
         Metric::QpsSent,
         Metric::AnsweredPct,
@@ -66,6 +75,10 @@ impl Metric {
         Metric::HandshakeP50,
         Metric::BytesOutPerQuery,
         Metric::BytesInPerAnswer,
+        Metric::WireBytesOutPerQuery,
+        Metric::WireBytesInPerAnswer,
+        Metric::PacketsOutPerQuery,
+        Metric::PacketsInPerAnswer,
         Metric::CpuUsPerAnswer,
     ];
 
@@ -81,6 +94,10 @@ impl Metric {
             Metric::HandshakeP50 => "handshake p50",
             Metric::BytesOutPerQuery => "bytes out/query",
             Metric::BytesInPerAnswer => "bytes in/answer",
+            Metric::WireBytesOutPerQuery => "wire bytes out/query",
+            Metric::WireBytesInPerAnswer => "wire bytes in/answer",
+            Metric::PacketsOutPerQuery => "packets out/query",
+            Metric::PacketsInPerAnswer => "packets in/answer",
             Metric::CpuUsPerAnswer => "CPU/answer",
         }
     }
@@ -97,6 +114,10 @@ impl Metric {
     pub fn value(self, r: &RunResult) -> Option<f64> {
         let t = &r.totals;
         let answered = (t.answered > 0).then_some(());
+        // Wire figures only where the transports counted them (`totals.wire` present).
+        let wire = (!t.wire.is_empty()).then_some(&t.wire);
+        let per_sent = |n: u64| (t.sent > 0).then(|| n as f64 / t.sent as f64);
+        let per_answer = |n: u64| (t.answered > 0).then(|| n as f64 / t.answered as f64);
         match self {
             Metric::QpsAnswered => Some(r.qps.answered),
             Metric::QpsSent => Some(r.qps.sent),
@@ -110,8 +131,12 @@ impl Metric {
                 .and_then(|c| c.handshake_total.as_ref())
                 .filter(|h| h.count > 0)
                 .map(|h| h.p50_ns as f64),
-            Metric::BytesOutPerQuery => (t.sent > 0).then(|| t.bytes_out as f64 / t.sent as f64),
-            Metric::BytesInPerAnswer => answered.map(|_| t.bytes_in as f64 / t.answered as f64),
+            Metric::BytesOutPerQuery => per_sent(t.bytes_out),
+            Metric::BytesInPerAnswer => per_answer(t.bytes_in),
+            Metric::WireBytesOutPerQuery => wire.and_then(|w| per_sent(w.bytes_out)),
+            Metric::WireBytesInPerAnswer => wire.and_then(|w| per_answer(w.bytes_in)),
+            Metric::PacketsOutPerQuery => wire.and_then(|w| per_sent(w.packets_out)),
+            Metric::PacketsInPerAnswer => wire.and_then(|w| per_answer(w.packets_in)),
             Metric::CpuUsPerAnswer => answered.map(|_| r.generator.cpu_us_per_answer),
         }
     }
@@ -122,7 +147,11 @@ impl Metric {
             Metric::QpsAnswered | Metric::QpsSent => fmt_rate(v),
             Metric::AnsweredPct => format!("{v:.2}%"),
             Metric::P50 | Metric::P99 | Metric::P999 | Metric::HandshakeP50 => fmt_ns(v.round() as u64),
-            Metric::BytesOutPerQuery | Metric::BytesInPerAnswer => fmt_bytes(v),
+            Metric::BytesOutPerQuery
+            | Metric::BytesInPerAnswer
+            | Metric::WireBytesOutPerQuery
+            | Metric::WireBytesInPerAnswer => fmt_bytes(v),
+            Metric::PacketsOutPerQuery | Metric::PacketsInPerAnswer => format!("{v:.2}"),
             Metric::CpuUsPerAnswer => fmt_ns((v * 1000.0).round() as u64),
         }
     }

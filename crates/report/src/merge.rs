@@ -131,9 +131,11 @@ fn sum_opt<T: Copy + std::iter::Sum<T>>(values: impl Iterator<Item = Option<T>> 
 /// - series rows are added by wall-clock second: a part that started `d` ms after the earliest
 ///   is shifted by `round(d / 1000)` seconds (recorded as its `offset_s`; a warning is added
 ///   when `d` is more than 100 ms away from a whole number of seconds);
-/// - `duration_s`/`elapsed_s` are the largest of the parts, QPS and CPU per answer are
-///   recomputed, generator CPU and threads add up, `status` is `interrupted` if any part was,
-///   warnings are concatenated; targets and load parameters that differ are listed.
+/// - `duration_s`/`elapsed_s` span from the earliest start to the last part's end (the
+///   longest part for synchronised starts; a warning names a part that started after the
+///   others had finished sending), QPS and CPU per answer are recomputed, generator CPU and
+///   threads add up, `status` is `interrupted` if any part was, warnings are concatenated;
+///   targets and load parameters that differ are listed.
 ///
 /// Refuses parts with another schema and histograms of different precision.
 pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, MergeError> {
@@ -174,8 +176,11 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
         if r.status == Status::Interrupted {
             status = Status::Interrupted;
         }
-        duration_s = duration_s.max(r.duration_s);
-        elapsed_s = elapsed_s.max(r.elapsed_s);
+        // The merged run lasts from the earliest start to the last part's end, by the wall
+        // clock: with synchronised starts that is the longest part.
+        let start_s = (r.started_unix_ms - earliest) as f64 / 1000.0;
+        duration_s = duration_s.max(start_s + r.duration_s);
+        elapsed_s = elapsed_s.max(start_s + r.elapsed_s);
         warnings.extend(r.warnings.iter().cloned());
         if let Some(c) = &r.connections {
             conns.get_or_insert_with(ConnAcc::default).add(&file, c)?;
@@ -220,6 +225,7 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
         });
     }
 
+    warnings.extend(not_simultaneous(runs, duration_s));
     let series = rows.into_iter().enumerate().map(|(k, acc)| acc.row(k as u32)).collect();
     let latency = latency.summary().unwrap_or_default();
     let qps = if duration_s > 0.0 {
@@ -275,6 +281,30 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     result.events = events;
     result.warnings = warnings;
     Ok(Merged { result, parts })
+}
+
+/// A warning for each part that started after every part that started before it had finished
+/// sending: such parts were not run at the same time, so the merged rates are averages over
+/// a span in which they did not all send.
+fn not_simultaneous(runs: &[NamedRun], span_s: f64) -> Vec<String> {
+    let mut order: Vec<&NamedRun> = runs.iter().collect();
+    order.sort_by_key(|r| r.result.started_unix_ms);
+    let end_ms = |r: &NamedRun| r.result.started_unix_ms as f64 + r.result.duration_s * 1000.0;
+    let mut warnings = Vec::new();
+    let mut last_end: Option<f64> = None;
+    for r in order {
+        let start = r.result.started_unix_ms as f64;
+        if let Some(end) = last_end.filter(|end| start >= *end) {
+            warnings.push(format!(
+                "merge: {} started {:.0} ms after the other parts had finished sending: these runs were not made at \
+                 the same time, and the merged rates are averages over {span_s:.1} s in which they did not all send",
+                part_name(r),
+                start - end
+            ));
+        }
+        last_end = Some(last_end.unwrap_or(0.0).max(end_ms(r)));
+    }
+    warnings
 }
 
 fn add_totals(into: &mut Totals, t: &Totals) {

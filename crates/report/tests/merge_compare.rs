@@ -252,3 +252,134 @@ fn medians_and_ranges() {
     assert_eq!(Verdict::of(s(&[1.0]), s(&[5.0, 6.0])), Verdict::NotKnown);
     assert_eq!(Verdict::of(None, s(&[5.0, 6.0])), Verdict::NoData);
 }
+
+// ---- wire statistics: bytes and packets with headers -----------------------------------------
+
+/// A run of 1010 queries (1000 answered, 10 timed out) with the given wire counts.
+fn wire_run(name: &str, bytes_out: u64, bytes_in: u64, packets_out: u64, packets_in: u64) -> NamedRun {
+    let wire = volley_metrics::WireStats { bytes_out, bytes_in, packets_out, packets_in };
+    named(name, &Spec { timed_out: 10, wire, ..Spec::default() })
+}
+
+#[test]
+fn compare_wire_bytes_and_packets_per_query() {
+    // udp: 101000 B and 1010 packets out for 1010 queries sent; 90000 B and 1000 packets in
+    // for 1000 answers. tcp: 2.5 packets out per query, 1.5 in per answer. none: no wire.
+    let udp = wire_run("udp", 101_000, 90_000, 1010, 1000);
+    let tcp = wire_run("tcp", 151_500, 120_000, 2525, 1500);
+    let none = named("none", &Spec { timed_out: 10, ..Spec::default() });
+    let c = compare(&[("udp".into(), vec![udp]), ("tcp".into(), vec![tcp]), ("none".into(), vec![none])]);
+    let med = |m: Metric| -> Vec<Option<f64>> { figure(&c, m).groups.iter().map(|g| g.map(|g| g.median)).collect() };
+    assert_eq!(med(Metric::WireBytesOutPerQuery), vec![Some(100.0), Some(150.0), None]);
+    assert_eq!(med(Metric::WireBytesInPerAnswer), vec![Some(90.0), Some(120.0), None]);
+    assert_eq!(med(Metric::PacketsOutPerQuery), vec![Some(1.0), Some(2.5), None]);
+    assert_eq!(med(Metric::PacketsInPerAnswer), vec![Some(1.0), Some(1.5), None]);
+    assert_eq!(figure(&c, Metric::PacketsOutPerQuery).ratios, vec![None, Some(2.5), None]);
+    assert_eq!(figure(&c, Metric::WireBytesInPerAnswer).ratios[1], Some(120.0 / 90.0));
+    assert_eq!(figure(&c, Metric::PacketsInPerAnswer).verdicts[2], Verdict::NoData);
+    // DNS message bytes are still their own rows: 40 B per query, 60 B per answer.
+    assert_eq!(med(Metric::BytesOutPerQuery), vec![Some(40.0); 3]);
+
+    let mut out = Vec::new();
+    write_compare_text(&c, &mut out).unwrap();
+    let s = String::from_utf8(out).unwrap();
+    println!("{s}");
+    let line = |label: &str| s.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("no {label}:\n{s}"));
+    let cells = |label: &str| line(label)[label.len()..].split_whitespace().collect::<Vec<_>>().join(" ");
+    assert_eq!(cells("packets out/query"), "1.00 2.50 2.50x - -");
+    assert_eq!(cells("packets in/answer"), "1.00 1.50 1.50x - -");
+    assert_eq!(cells("wire bytes out/query"), "100B 150B 1.50x - -");
+    assert_eq!(cells("wire bytes in/answer"), "90B 120B 1.33x - -");
+
+    let mut out = Vec::new();
+    write_compare_json(&c, &mut out).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let f = |m: &str| v["figures"].as_array().unwrap().iter().find(|f| f["metric"] == m).cloned().unwrap();
+    assert_eq!(f("packets_out_per_query")["groups"][1]["median"], 2.5);
+    assert_eq!(f("packets_in_per_answer")["groups"][0]["median"], 1.0);
+    assert_eq!(f("wire_bytes_out_per_query")["label"], "wire bytes out/query");
+    assert_eq!(f("wire_bytes_in_per_answer")["groups"][2], serde_json::Value::Null);
+    assert_eq!(f("packets_out_per_query")["verdicts"][2], "no_data");
+
+    // Runs without wire statistics have no wire rows at all.
+    let c =
+        compare(&[("a".into(), vec![named("a", &Spec::default())]), ("b".into(), vec![named("b", &Spec::default())])]);
+    assert!(c.figures.iter().all(|f| !matches!(
+        f.metric,
+        Metric::WireBytesOutPerQuery
+            | Metric::WireBytesInPerAnswer
+            | Metric::PacketsOutPerQuery
+            | Metric::PacketsInPerAnswer
+    )));
+}
+
+#[test]
+fn compare_packets_with_repeated_runs() {
+    // Packets out per query: a = 1.00, 1.01, 1.02; b = 2.00, 2.50, 3.00: beyond noise, ratio of
+    // medians 2.5 / 1.01.
+    let side = |name: &str, packets: &[u64]| -> Vec<NamedRun> {
+        packets.iter().enumerate().map(|(i, p)| wire_run(&format!("{name}{i}"), 101_000, 90_000, *p, 1000)).collect()
+    };
+    let c = compare(&[("a".into(), side("a", &[1020, 1010, 1030])), ("b".into(), side("b", &[2020, 2525, 3030]))]);
+    let p = figure(&c, Metric::PacketsOutPerQuery);
+    let (a, b) = (p.groups[0].unwrap(), p.groups[1].unwrap());
+    assert_eq!((a.median, a.min, a.max, a.n), (1020.0 / 1010.0, 1.0, 1030.0 / 1010.0, 3));
+    assert_eq!((b.median, b.min, b.max), (2.5, 2.0, 3.0));
+    assert_eq!(p.verdicts[1], Verdict::BeyondNoise);
+    assert_eq!(figure(&c, Metric::PacketsInPerAnswer).verdicts[1], Verdict::WithinNoise);
+    let mut out = Vec::new();
+    write_compare_text(&c, &mut out).unwrap();
+    let s = String::from_utf8(out).unwrap();
+    let line = s.lines().find(|l| l.starts_with("packets out/query")).unwrap();
+    assert!(line.contains("1.01 (1.00–1.02)") && line.contains("2.50 (2.00–3.00)") && line.ends_with("beyond noise"));
+}
+
+#[test]
+fn merge_adds_wire_counts_and_open_connections() {
+    let mut a = wire_run("a", 101_000, 90_000, 1010, 1000);
+    let mut b = wire_run("b", 151_500, 120_000, 2525, 1500);
+    // Open connections at the end of each second: a holds 3, b 4 (from its second 1).
+    for (run, active, from) in [(&mut a, 3, 0), (&mut b, 4, 1)] {
+        for row in run.result.series.iter_mut().skip(from) {
+            row.connections = Some(volley_metrics::SecondConnections { active, ..Default::default() });
+        }
+    }
+    let m = merge_runs(&[a.clone(), b.clone()], vec![]).unwrap();
+    let w = &m.result.totals.wire;
+    assert_eq!((w.bytes_out, w.bytes_in, w.packets_out, w.packets_in), (252_500, 210_000, 3535, 2500));
+    let active: Vec<u64> = m.result.series.iter().map(|r| r.connections.as_ref().map_or(0, |c| c.active)).collect();
+    assert_eq!(active, vec![3, 7, 7, 7, 7, 7]);
+    // Wire figures of the merged run: packets out per query over both parts' queries.
+    assert_eq!(Metric::PacketsOutPerQuery.value(&m.result), Some(3535.0 / 2020.0));
+    // Written and read back, the wire section is kept.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.json");
+    write_merged_file(&m, &path).unwrap();
+    assert_eq!(read_json_file(&path).unwrap().totals.wire, *w);
+}
+
+#[test]
+fn merge_spans_the_wall_clock_and_warns_about_parts_not_made_together() {
+    let base = Spec::default().start_ms;
+    let a = named("a", &Spec::default());
+    // Synchronised starts: the merged run lasts as long as the longest part.
+    let b = named("b", &Spec { seconds: 4, ..Spec::default() });
+    let m = merge_runs(&[a.clone(), b], vec![]).unwrap();
+    assert_eq!((m.result.duration_s, m.result.elapsed_s), (5.0, 5.25));
+    assert!(m.result.warnings.is_empty(), "{:?}", m.result.warnings);
+    // A part started 2 s later: 7 s from the first start to the last end; rates over 7 s.
+    let c = named("c", &Spec { start_ms: base + 2000, ..Spec::default() });
+    let m = merge_runs(&[a.clone(), c], vec![]).unwrap();
+    assert_eq!(m.result.duration_s, 7.0);
+    assert_eq!(m.result.qps.answered, 2000.0 / 7.0);
+    assert!(m.result.warnings.is_empty(), "{:?}", m.result.warnings);
+    // A part started after the other had finished sending: not made at the same time.
+    let d = named("d", &Spec { start_ms: base + 6000, ..Spec::default() });
+    let m = merge_runs(&[a, d], vec![]).unwrap();
+    assert_eq!(m.result.duration_s, 11.0);
+    assert!(
+        m.result.warnings.iter().any(|w| w.starts_with("merge: d started 1000 ms after the other parts had finished")),
+        "{:?}",
+        m.result.warnings
+    );
+}

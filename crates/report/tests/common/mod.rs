@@ -6,7 +6,7 @@
 use serde_json::json;
 use volley_metrics::{
     Close, ConnHistograms, ConnectionSummary, Counters, ErrorKind, Handshake, Histogram, LatencySummary, RunResult,
-    SecondRow, Totals, SCHEMA,
+    SecondRow, Totals, WireStats, SCHEMA,
 };
 use volley_report::NamedRun;
 
@@ -28,6 +28,8 @@ pub struct Spec {
     pub transport: &'static str,
     pub cpu_ns: u64,
     pub interrupted: bool,
+    /// What the transports counted on the wire (empty: no `totals.wire`).
+    pub wire: WireStats,
 }
 
 impl Default for Spec {
@@ -43,6 +45,7 @@ impl Default for Spec {
             transport: "udp",
             cpu_ns: 500_000_000,
             interrupted: false,
+            wire: WireStats::default(),
         }
     }
 }
@@ -101,6 +104,7 @@ pub fn build(spec: &Spec) -> RunResult {
     for (c, _) in &secs {
         total.merge(c);
     }
+    total.wire = spec.wire;
     let series: Vec<SecondRow> = secs.iter().enumerate().map(|(k, (c, h))| SecondRow::of(k as u32, c, h)).collect();
     let totals = Totals::from_counters(&total, 0);
     let duration_s = spec.seconds as f64;
