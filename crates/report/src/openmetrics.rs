@@ -110,6 +110,7 @@ pub fn cumulative_buckets(h: &SparseHistogram) -> Vec<(u64, u64)> {
 /// (counter by `fate`: sent, answered, timed_out, failed), `volley_in_flight` (gauge),
 /// `volley_answers` (by `rcode`), `volley_truncated`, `volley_errors` (by `kind`),
 /// `volley_unexpected` (by `kind`), `volley_bytes` (by `direction`: out, in),
+/// `volley_wire_bytes` and `volley_wire_packets` (by `direction`; when the run has `totals.wire`),
 /// `volley_latency_seconds` (histogram), `volley_connections` (by `event`: opened, failed,
 /// resumed) and `volley_connections_closed` (by `how`) for connection-based transports,
 /// `volley_generator_cpu_seconds`, `volley_elapsed_seconds` (gauge).
@@ -146,6 +147,20 @@ pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
     om.family("volley_bytes", "counter", Some("bytes"), "DNS message bytes written and read.")?;
     om.sample("volley_bytes_total", &[("direction", "out")], t.bytes_out)?;
     om.sample("volley_bytes_total", &[("direction", "in")], t.bytes_in)?;
+    if !t.wire.is_empty() {
+        let w = &t.wire;
+        om.family(
+            "volley_wire_bytes",
+            "counter",
+            Some("bytes"),
+            "Bytes on the wire, IP and UDP/TCP headers included.",
+        )?;
+        om.sample("volley_wire_bytes_total", &[("direction", "out")], w.bytes_out)?;
+        om.sample("volley_wire_bytes_total", &[("direction", "in")], w.bytes_in)?;
+        om.family("volley_wire_packets", "counter", None, "Packets on the wire.")?;
+        om.sample("volley_wire_packets_total", &[("direction", "out")], w.packets_out)?;
+        om.sample("volley_wire_packets_total", &[("direction", "in")], w.packets_in)?;
+    }
     let l = &r.latency;
     om.histogram(
         "volley_latency_seconds",

@@ -58,6 +58,22 @@ fn a_finished_run() {
     assert_eq!(sample_value(&text, "volley_latency_seconds_count"), 1000.0);
     let sum = sample_value(&text, "volley_latency_seconds_sum");
     assert!((sum - 0.5995).abs() < 0.002, "{sum}");
+    assert!(!text.contains("volley_wire_"), "no wire families without totals.wire");
+}
+
+#[test]
+fn wire_bytes_and_packets() {
+    let wire = volley_metrics::WireStats { bytes_out: 73_000, bytes_in: 89_000, packets_out: 1000, packets_in: 999 };
+    let run = named("udp", &Spec { wire, ..Spec::default() });
+    let mut out = Vec::new();
+    write_openmetrics(&run.result, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    check_format(&text);
+    assert!(text.contains("# TYPE volley_wire_bytes counter\n# UNIT volley_wire_bytes bytes\n"));
+    assert_eq!(sample_value(&text, "volley_wire_bytes_total{direction=\"out\"}"), 73_000.0);
+    assert_eq!(sample_value(&text, "volley_wire_bytes_total{direction=\"in\"}"), 89_000.0);
+    assert_eq!(sample_value(&text, "volley_wire_packets_total{direction=\"out\"}"), 1000.0);
+    assert_eq!(sample_value(&text, "volley_wire_packets_total{direction=\"in\"}"), 999.0);
 }
 
 #[test]
