@@ -247,6 +247,28 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
             &["bytes in".into(), fmt_bytes(t.bytes_in as f64), format!("{}/answer", per(t.bytes_in, t.answered))],
         );
     }
+    if !t.wire.is_empty() {
+        // What crossed the wire, IP and UDP/TCP headers included.
+        let w = &t.wire;
+        let per = |n: u64, of: u64| if of == 0 { "-".to_string() } else { format!("{:.2}", n as f64 / of as f64) };
+        let per_b = |b: u64, of: u64| if of == 0 { "-".to_string() } else { fmt_bytes(b as f64 / of as f64) };
+        table_row(
+            out,
+            &[
+                "wire out (headers included)".into(),
+                format!("{}, {} packets", fmt_bytes(w.bytes_out as f64), w.packets_out),
+                format!("{}, {} packets/query", per_b(w.bytes_out, t.sent), per(w.packets_out, t.sent)),
+            ],
+        );
+        table_row(
+            out,
+            &[
+                "wire in (headers included)".into(),
+                format!("{}, {} packets", fmt_bytes(w.bytes_in as f64), w.packets_in),
+                format!("{}, {} packets/answer", per_b(w.bytes_in, t.answered), per(w.packets_in, t.answered)),
+            ],
+        );
+    }
     let cpu = if t.answered > 0 {
         format!("{}/answer", fmt_ns((r.generator.cpu_us_per_answer * 1000.0).round() as u64))
     } else {
@@ -381,6 +403,36 @@ pub fn write_html_report(runs: &[NamedRun], w: &mut impl Write) -> io::Result<()
 /// [`write_html_report`] with limit searches (`volley limit` results): their step curves
 /// and limits in a section of their own.
 pub fn write_html_report_with_limits(runs: &[NamedRun], limits: &[LimitResult], w: &mut impl Write) -> io::Result<()> {
+    write_html(runs, None, limits, w)
+}
+
+/// The HTML report of repeated runs compared side by side (`volley compare --a ... --b ...
+/// --html`): the comparison section holds the table of [`compare`] over `sides` (each side's
+/// median and min–max, ratios against the first side, the noise verdicts), then every chart
+/// with all runs on it; then one section per run, as [`write_html_report`]. Run names should
+/// be unique across sides ([`crate::unique_names`]).
+pub fn write_html_comparison(sides: &[(String, Vec<NamedRun>)], w: &mut impl Write) -> io::Result<()> {
+    let runs: Vec<NamedRun> = sides.iter().flat_map(|(_, runs)| runs.iter().cloned()).collect();
+    write_html(&runs, Some(sides), &[], w)
+}
+
+/// [`write_html_comparison`] to `path`, atomically.
+pub fn write_html_comparison_file(sides: &[(String, Vec<NamedRun>)], path: &Path) -> Result<(), ReportError> {
+    let mut bytes = Vec::new();
+    write_html_comparison(sides, &mut bytes).map_err(|source| ReportError::Io {
+        path: path.to_path_buf(),
+        op: "write the report",
+        source,
+    })?;
+    write_atomic(path, &bytes)
+}
+
+fn write_html(
+    runs: &[NamedRun],
+    sides: Option<&[(String, Vec<NamedRun>)]>,
+    limits: &[LimitResult],
+    w: &mut impl Write,
+) -> io::Result<()> {
     let mut out = String::new();
     let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
     let _ = writeln!(
@@ -398,7 +450,7 @@ pub fn write_html_report_with_limits(runs: &[NamedRun], limits: &[LimitResult], 
         esc(&names.join(", ")),
         esc(env!("CARGO_PKG_VERSION"))
     );
-    if runs.len() > 1 {
+    if runs.len() > 1 || sides.is_some() {
         out.push_str("<a href=\"#comparison\">comparison</a>");
     }
     for (k, r) in runs.iter().enumerate() {
@@ -406,11 +458,27 @@ pub fn write_html_report_with_limits(runs: &[NamedRun], limits: &[LimitResult], 
     }
     out.push_str("</nav></header>\n");
 
-    if runs.len() > 1 {
+    let compared = runs.len() > 1 || sides.is_some();
+    if compared {
         out.push_str("<section class=\"comparison\" id=\"comparison\"><h2>Comparison</h2>\n");
-        let sides: Vec<(String, Vec<NamedRun>)> = runs.iter().map(|r| (r.name.clone(), vec![r.clone()])).collect();
-        let c = compare(&sides);
-        let _ = writeln!(out, "<p>Ratios are against the first run, <b>{}</b>.</p>", esc(&runs[0].name));
+        let c = match sides {
+            Some(sides) => {
+                let c = compare(sides);
+                out.push_str("<p>Each side is summarised by the median of its runs and their range (min–max).</p>\n<ul class=\"sides\">\n");
+                for s in &c.sides {
+                    let _ = writeln!(out, "<li><b>{}</b>: {}</li>", esc(&s.name), esc(&s.runs.join(", ")));
+                }
+                out.push_str("</ul>\n");
+                let _ = writeln!(out, "<p>Ratios are against the first side, <b>{}</b>.</p>", esc(&c.sides[0].name));
+                c
+            }
+            None => {
+                let sides: Vec<(String, Vec<NamedRun>)> =
+                    runs.iter().map(|r| (r.name.clone(), vec![r.clone()])).collect();
+                let _ = writeln!(out, "<p>Ratios are against the first run, <b>{}</b>.</p>", esc(&runs[0].name));
+                compare(&sides)
+            }
+        };
         comparison_table(&mut out, &c);
         let _ = writeln!(out, "<p class=\"muted\">Noise rule: {}.</p>", esc(c.noise_rule));
         for c in all_charts(runs) {

@@ -46,8 +46,8 @@ pub use compare::{
 };
 pub use csv::write_csv_series;
 pub use html::{
-    shell_quote, write_html_report, write_html_report_file, write_html_report_file_with_limits,
-    write_html_report_with_limits,
+    shell_quote, write_html_comparison, write_html_comparison_file, write_html_report, write_html_report_file,
+    write_html_report_file_with_limits, write_html_report_with_limits,
 };
 pub use input::{unique_names, MergedPart, NamedRun};
 pub use json::{read_json_file, write_file_atomic, write_json, write_json_file_atomic, ReportError};

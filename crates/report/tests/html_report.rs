@@ -100,7 +100,10 @@ fn console_lines(stderr: &str) -> Vec<&str> {
 }
 
 fn runs() -> Vec<NamedRun> {
-    let mut udp = named("udp-run", &Spec { nxdomain_every: Some(4), timed_out: 10, failed: 3, ..Spec::default() });
+    // 1013 queries sent, 1000 answered; on the wire 2026 packets out and 1500 in.
+    let wire = volley_metrics::WireStats { bytes_out: 162_080, bytes_in: 120_000, packets_out: 2026, packets_in: 1500 };
+    let mut udp =
+        named("udp-run", &Spec { nxdomain_every: Some(4), timed_out: 10, failed: 3, wire, ..Spec::default() });
     udp.result.warnings.push("the generator fell behind <by 2 ms> & more".into());
     let tcp = named("tcp-run", &tcp_spec());
     vec![udp, tcp]
@@ -162,7 +165,15 @@ fn report_renders_in_headless_chromium() {
         compare.contains("answers/s") && compare.contains("latency p99") && compare.contains("x</td>"),
         "{compare}"
     );
+    assert!(compare.contains("<td>packets out/query</td><td class=\"n\">2.00</td><td class=\"n\">-</td>"), "{compare}");
     assert_eq!(dom.matches("<table class=\"summary\">").count(), 2);
+    // Wire bytes and packets, headers included, per query sent and per answer.
+    assert!(dom.contains(
+        "<td>wire out (headers included)</td><td class=\"n\">162.1kB, 2026 packets</td><td class=\"n\">160B, 2.00 packets/query</td>"
+    ));
+    assert!(dom.contains(
+        "<td>wire in (headers included)</td><td class=\"n\">120.0kB, 1500 packets</td><td class=\"n\">120B, 1.50 packets/answer</td>"
+    ));
     assert!(dom.contains("<td>answered</td><td class=\"n\">1000</td>"));
     let errors = &dom[dom.find("<table class=\"errors\">").expect("errors table")..];
     assert!(errors[..errors.find("</table>").unwrap()].contains("<td>reset</td><td class=\"n\">3</td>"));
@@ -224,4 +235,55 @@ fn single_run_report_has_no_comparison() {
     assert!(!html.contains("id=\"comparison\""));
     assert_eq!(html.matches("<section class=\"run\"").count(), 1);
     assert!(html.contains("<p class=\"errors muted\">none</p>"));
+}
+
+/// Repeated runs compared side by side (`volley compare --a ... --b ... --html`): the table holds
+/// each side's median and range and the noise verdicts, the charts hold every run; opened in
+/// Chromium with no console message and no network request.
+#[test]
+fn comparison_of_repeated_runs_renders_in_headless_chromium() {
+    let side = |prefix: &str, cpu_ms: &[u64], transport: &'static str| -> Vec<NamedRun> {
+        cpu_ms
+            .iter()
+            .enumerate()
+            .map(|(i, ms)| {
+                named(&format!("{prefix}{}", i + 1), &Spec { cpu_ns: ms * 1_000_000, transport, ..Spec::default() })
+            })
+            .collect()
+    };
+    // CPU per answer: old 100, 110, 120 µs; new 200, 210, 190 µs: beyond noise.
+    let sides = vec![
+        ("old".to_string(), side("old", &[110, 100, 120], "udp")),
+        ("new".to_string(), side("new", &[200, 210, 190], "udp")),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("compare.html");
+    write_html_comparison_file(&sides, &page).unwrap();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_self_contained(&html);
+
+    let (dom, stderr, log) = run_chromium(&page, &["--dump-dom".to_string()], dir.path());
+    assert!(console_lines(&stderr).is_empty(), "console messages: {:?}", console_lines(&stderr));
+    assert!(page_requests(&log).is_empty(), "the page made network requests: {:?}", page_requests(&log));
+    assert!(
+        dom.contains("<li><b>old</b>: old1, old2, old3</li>") && dom.contains("<li><b>new</b>: new1, new2, new3</li>")
+    );
+    let compare = &dom[dom.find("<table class=\"compare\">").expect("compare table")..];
+    let compare = &compare[..compare.find("</table>").unwrap()];
+    assert!(compare.contains("<th class=\"n\">old (3 runs)</th>"), "{compare}");
+    assert!(
+        compare.contains(
+            "<td>CPU/answer</td><td class=\"n\">110µs (100µs–120µs)</td><td class=\"n\">200µs (190µs–210µs)</td>\
+             <td class=\"n\">1.82x</td><td class=\"n beyond\">beyond noise</td>"
+        ),
+        "{compare}"
+    );
+    assert!(compare.contains("<td class=\"n\">within noise</td>"), "{compare}");
+    // Six runs, each with its section; the combined charts have every run in their legends.
+    assert_eq!(dom.matches("<section class=\"run\"").count(), 6);
+    let combined = &dom[dom.find("id=\"comparison\"").unwrap()..dom.find("id=\"run-1\"").unwrap()];
+    assert_eq!(combined.matches("<figure class=\"chart\"").count(), 4, "UDP runs: no connection charts");
+    for name in ["old1", "old3", "new1", "new3"] {
+        assert!(combined.contains(&format!("{name}: answered")), "{name} missing from the response rate legend");
+    }
 }
