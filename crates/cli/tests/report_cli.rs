@@ -75,6 +75,28 @@ fn report_compare_merge_on_real_runs() {
     assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
     assert!(out.stdout.lines().next().unwrap().contains("u1") && out.stdout.contains("/u1"), "{}", out.stdout);
     assert!(out.stdout.lines().any(|l| l.starts_with("handshake p50")));
+    // Wire figures, headers included: bytes and packets per query in both directions.
+    for label in ["wire bytes out/query", "wire bytes in/answer", "packets out/query", "packets in/answer"] {
+        assert!(out.stdout.lines().any(|l| l.starts_with(label)), "no {label} row:\n{}", out.stdout);
+    }
+    let out = volley_cmd(&["compare", "--format", "json", s(&u1), s(&t1)]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let figure = |m: &str| v["figures"].as_array().unwrap().iter().find(|f| f["metric"] == m).cloned().unwrap();
+    for (side, file) in [(0, &u1), (1, &t1)] {
+        let r: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+        let t = &r["totals"];
+        let per = |n: &Value, of: &Value| n.as_f64().unwrap() / of.as_f64().unwrap();
+        let median = |m: &str| figure(m)["groups"][side]["median"].as_f64().unwrap();
+        assert_eq!(median("packets_out_per_query"), per(&t["wire"]["packets_out"], &t["sent"]));
+        assert_eq!(median("packets_in_per_answer"), per(&t["wire"]["packets_in"], &t["answered"]));
+        assert_eq!(median("wire_bytes_out_per_query"), per(&t["wire"]["bytes_out"], &t["sent"]));
+        assert_eq!(median("wire_bytes_in_per_answer"), per(&t["wire"]["bytes_in"], &t["answered"]));
+    }
+    // UDP: one datagram per query, each with at least the 28 bytes of IPv4 and UDP headers.
+    assert_eq!(figure("packets_out_per_query")["groups"][0]["median"], 1.0);
+    let (wire, dns) = (figure("wire_bytes_out_per_query"), figure("bytes_out_per_query"));
+    assert!(wire["groups"][0]["median"].as_f64().unwrap() >= dns["groups"][0]["median"].as_f64().unwrap() + 28.0);
     let out = volley_cmd(&["compare", "--format", "json", "--a", s(&u1), s(&u2), "--b", s(&t1), s(&t1)]);
     assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
@@ -82,11 +104,44 @@ fn report_compare_merge_on_real_runs() {
     assert_eq!(v["sides"][0]["runs"].as_array().unwrap().len(), 2);
     assert!(v["figures"].as_array().unwrap().iter().all(|f| f["verdicts"][0] == "baseline"));
 
+    // compare --html: the same table over repeated runs, in a self-contained report.
+    let page = dir.path().join("c.html");
+    let out = volley_cmd(&["compare", "--a", s(&u1), s(&u2), "--b", s(&t1), "--label", "udp", "--label", "tcp"]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let text = out.stdout;
+    let out = volley_cmd(&[
+        "compare",
+        "--a",
+        s(&u1),
+        s(&u2),
+        "--b",
+        s(&t1),
+        "--label",
+        "udp",
+        "--label",
+        "tcp",
+        "--html",
+        s(&page),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert_eq!(out.stdout, text, "--html writes the report besides the table, not instead of it");
+    let page = std::fs::read_to_string(&page).unwrap();
+    assert!(page.contains("<li><b>udp</b>: u1, u2</li>") && page.contains("<li><b>tcp</b>: t1</li>"), "sides listed");
+    assert!(page.contains("<th class=\"n\">udp (2 runs)</th>") && page.contains("<td>packets out/query</td>"));
+    assert_eq!(page.matches("<section class=\"run\"").count(), 3);
+    assert!(!page.contains("http://") && !page.contains("https://"));
+
     // merge: counts add, the histogram is merged, parts are recorded.
     let merged = dir.path().join("m.json");
     let out = volley_cmd(&["merge", s(&u1), s(&u2), "-o", s(&merged)]);
     assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
     assert!(out.stderr.contains("series shifted by"), "{}", out.stderr);
+    // u1 and u2 ran one after the other, not at the same time: said on stderr and in the file.
+    assert!(
+        out.stderr.contains("volley: warning: merge: ") && out.stderr.contains("were not made at the same time"),
+        "{}",
+        out.stderr
+    );
     let m: Value = serde_json::from_str(&std::fs::read_to_string(&merged).unwrap()).unwrap();
     let a: Value = serde_json::from_str(&std::fs::read_to_string(&u1).unwrap()).unwrap();
     let b: Value = serde_json::from_str(&std::fs::read_to_string(&u2).unwrap()).unwrap();
@@ -97,6 +152,20 @@ fn report_compare_merge_on_real_runs() {
         a["latency"]["count"].as_u64().unwrap() + b["latency"]["count"].as_u64().unwrap()
     );
     check_accounting(&m);
+    assert!(m["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w.as_str().unwrap().contains("not made at the same time")));
+    // The merged run spans both by the wall clock: from u1's start to u2's end.
+    let (start, dur) =
+        (|v: &Value| v["started_unix_ms"].as_f64().unwrap(), |v: &Value| v["duration_s"].as_f64().unwrap());
+    let span = (start(&b) - start(&a)) / 1000.0 + dur(&b);
+    assert!((dur(&m) - span).abs() < 1e-6, "{} vs {span}", dur(&m));
+    for k in ["bytes_out", "bytes_in", "packets_out", "packets_in"] {
+        let w = |v: &Value| v["totals"]["wire"][k].as_u64().unwrap();
+        assert_eq!(w(&m), w(&a) + w(&b), "wire {k}");
+    }
     assert_eq!(m["merged_from"].as_array().unwrap().len(), 2);
     assert_eq!(m["merged_from"][1]["command"], b["command"]);
     assert_eq!(m["command"][1], "merge");
@@ -128,6 +197,96 @@ fn bad_inputs_are_one_line_and_exit_2() {
     let missing = dir.path().join("missing.json");
     let line = one_error_line(&volley_cmd(&["merge", s(&missing), s(&other), "-o", s(&out_file)]));
     assert!(line.contains("missing.json"), "{line}");
+
+    // A missing file, JSON that is not a results file, and a results file cut short: each one
+    // line naming the file, exit 2, for every command, and nothing written.
+    let good = dir.path().join("good.json");
+    let server = Server::start();
+    let out = volley_cmd(&["run", &server.udp_url(), "-n", "50", "--progress", "never", "-o", s(&good)]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    drop(server);
+    let text = std::fs::read_to_string(&good).unwrap();
+    let truncated = dir.path().join("truncated.json");
+    std::fs::write(&truncated, &text[..text.len() / 2]).unwrap();
+    let not_results = dir.path().join("not-results.json");
+    std::fs::write(&not_results, r#"{"hello": [1, 2, 3]}"#).unwrap();
+    let html = dir.path().join("bad.html");
+    for (bad, why) in [
+        (&missing, "cannot read results: No such file"),
+        (&not_results, "unsupported results schema (none: no \"schema\" field)"),
+        (&truncated, "not a volley results file: EOF while parsing"),
+    ] {
+        let name = bad.file_name().unwrap().to_str().unwrap();
+        for args in [
+            vec!["report", s(bad), "-o", s(&html)],
+            vec!["report", s(bad), "--csv", "-"],
+            vec!["report", s(&good), s(bad), "--charts", s(&dir.path().join("charts"))],
+            vec!["compare", s(&good), s(bad)],
+            vec!["compare", "--a", s(&good), "--b", s(bad)],
+            vec!["merge", s(&good), s(bad), "-o", s(&out_file)],
+        ] {
+            let out = volley_cmd(&args);
+            assert!(out.stdout.is_empty(), "{args:?}: {}", out.stdout);
+            let line = one_error_line(&out);
+            assert!(line.contains(&format!("{name}: {why}")), "{args:?}: {line}");
+        }
+    }
+    assert!(!out_file.exists() && !html.exists() && !dir.path().join("charts").exists());
+    // The same for a limit search file given to --limit.
+    for bad in [&missing, &not_results, &truncated] {
+        let line = one_error_line(&volley_cmd(&["report", "--limit", s(bad), "-o", s(&html)]));
+        assert!(line.contains(bad.file_name().unwrap().to_str().unwrap()), "{line}");
+    }
+}
+
+/// `volley run --metrics-file`: OpenMetrics text rewritten every second while the run goes,
+/// whose last version agrees with the results file.
+#[test]
+fn live_metrics_file_during_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (prom, results) = (dir.path().join("live.prom"), dir.path().join("r.json"));
+    let server = Server::start();
+    let mut child = Command::new(volley())
+        .args(["run", &server.udp_url(), "-l", "3s", "-Q", "500", "--progress", "never"])
+        .arg("--metrics-file")
+        .arg(&prom)
+        .arg("-o")
+        .arg(&results)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // While it runs: a complete exposition of the seconds so far.
+    let start = std::time::Instant::now();
+    let mut live = None;
+    while start.elapsed() < Duration::from_secs(20) && live.is_none() {
+        if let Ok(text) = std::fs::read_to_string(&prom) {
+            live = Some(text);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let live = live.expect("no metrics file while the run went");
+    let status = wait_bounded(&mut child, WAIT).expect("volley run finished");
+    assert!(status.success());
+    assert!(live.ends_with("# EOF\n"), "{live}");
+    assert!(
+        live.contains("volley_queries_total{fate=\"sent\"}")
+            && live.contains("volley_second_queries{fate=\"answered\"}")
+    );
+    let sample = |text: &str, name: &str| -> u64 {
+        let l = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in\n{text}"));
+        l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64
+    };
+    assert_eq!(sample(&live, "volley_elapsed_seconds"), 1, "the first version covers the first second");
+    assert!((400..=600).contains(&sample(&live, "volley_queries_total{fate=\"sent\"}")), "{live}");
+    // At the end: the totals of the results file.
+    let last = std::fs::read_to_string(&prom).unwrap();
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    for fate in ["sent", "answered", "timed_out", "failed"] {
+        let name = format!("volley_queries_total{{fate=\"{fate}\"}}");
+        assert_eq!(sample(&last, &name), r["totals"][fate].as_u64().unwrap(), "{fate}");
+    }
+    assert_eq!(sample(&last, "volley_latency_seconds_count"), r["latency"]["count"].as_u64().unwrap());
 }
 
 /// `volley report --limit`: a limit search's step curve and latency, with the limit marked,

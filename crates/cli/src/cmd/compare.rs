@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use volley_report::{compare, write_compare_json, write_compare_text, NamedRun};
+use volley_report::{compare, unique_names, write_compare_json, write_compare_text, NamedRun};
 
 use crate::cmd::report::read_runs;
 use crate::error::{CliError, CliResult};
@@ -21,14 +21,19 @@ Examples:
   As JSON:
     volley compare --format json udp.json tcp.json
 
+  Also as an HTML report (the table, every chart with all runs, one section per run):
+    volley compare --a a1.json a2.json --b b1.json b2.json --html compare.html
+
 Figures: answers/s, queries/s, answered %, latency p50/p99/p99.9, handshake p50 (connection-based
-transports), bytes out per query, bytes in per answer, generator CPU per answer.
+transports), bytes out per query, bytes in per answer, wire bytes and packets (headers included)
+out per query and in per answer (runs with wire statistics), generator CPU per answer.
 
 Noise rule: each side is summarised by the median of its runs and their range (min-max). A
 difference is 'beyond noise' when both sides have at least 2 runs and their ranges do not
 overlap, 'within noise' when they overlap; with a single run on a side nothing is said.
 
-Exit status: 0 done; 2 bad input (unreadable or incompatible results file, bad flags).";
+Exit status: 0 done; 1 the HTML report could not be written; 2 bad input (unreadable or
+incompatible results file, bad flags).";
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -61,6 +66,11 @@ pub struct CompareArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub format: CompareFormat,
+
+    /// Also write the comparison as a self-contained HTML report to FILE (atomically): the
+    /// table, every chart with all runs, and one section per run.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 pub fn run(a: CompareArgs) -> CliResult {
@@ -76,7 +86,12 @@ pub fn run(a: CompareArgs) -> CliResult {
             return Err(CliError::usage("with --a/--b, give at most two --label (one per side)"));
         }
         let name = |i: usize, d: &str| a.label.get(i).cloned().unwrap_or_else(|| d.to_string());
-        vec![(name(0, "a"), read_runs(&a.a, &[])?), (name(1, "b"), read_runs(&a.b, &[])?)]
+        // Run names unique across both sides, so that chart legends tell every run apart.
+        let mut runs = read_runs(&a.a, &[])?;
+        runs.extend(read_runs(&a.b, &[])?);
+        unique_names(&mut runs);
+        let b = runs.split_off(a.a.len());
+        vec![(name(0, "a"), runs), (name(1, "b"), b)]
     } else {
         if a.files.len() < 2 {
             return Err(CliError::usage("compare needs two or more results files, or --a FILE... --b FILE..."));
@@ -84,10 +99,18 @@ pub fn run(a: CompareArgs) -> CliResult {
         read_runs(&a.files, &a.label)?.into_iter().map(|r| (r.name.clone(), vec![r])).collect()
     };
     let c = compare(&sides);
+    if let Some(path) = &a.html {
+        volley_report::write_html_comparison_file(&sides, path).map_err(CliError::failure)?;
+        eprintln!("volley: report written to {}", path.display());
+    }
     let mut out = io::stdout().lock();
     let written = match a.format {
         CompareFormat::Text => write_compare_text(&c, &mut out),
         CompareFormat::Json => write_compare_json(&c, &mut out),
     };
-    written.and_then(|_| out.flush()).map_err(|e| CliError::failure(format!("stdout: {e}")))
+    match written.and_then(|_| out.flush()) {
+        // A reader that stopped early (`| head`) wanted no more.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(|e| CliError::failure(format!("stdout: {e}"))),
+    }
 }

@@ -19,8 +19,10 @@ What is combined: counts are added; latency, send-lateness and handshake histogr
 from their sparse form and added bucket by bucket, so percentiles of the merged file are those of
 one run that recorded every value; series rows are added by wall-clock second (a part that
 started D ms after the earliest is shifted by round(D/1000) s, printed on standard error);
-QPS and CPU per answer are recomputed. The parts' commands and targets are kept in the merged
-file's `merged_from`. See docs/report.md.
+the merged run lasts from the earliest start to the last end, QPS and CPU per answer are
+recomputed; a warning on standard error names a part that started after the others had
+finished sending (not made at the same time). The parts' commands and targets are kept in the
+merged file's `merged_from`. See docs/report.md.
 
 Exit status: 0 done; 1 the merged file could not be written; 2 bad or incompatible input (a
 file that is not volley.results/1, histograms of different precision).";
@@ -48,6 +50,11 @@ pub fn run(a: MergeArgs) -> CliResult {
             p.started_unix_ms - earliest,
             p.offset_s
         );
+    }
+    // The merge's own warnings (misaligned starts, parts not made at the same time); those of
+    // the parts are in their files already.
+    for w in merged.result.warnings.iter().filter(|w| w.starts_with("merge: ")) {
+        eprintln!("volley: warning: {w}");
     }
     write_merged_file(&merged, &a.output).map_err(CliError::failure)?;
     let t = &merged.result.totals;

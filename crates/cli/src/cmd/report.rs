@@ -24,8 +24,12 @@ Examples:
   The per-second series as CSV, and OpenMetrics text, of one run:
     volley report udp.json --csv udp.csv --openmetrics udp.prom
 
+  A limit search's step curves with the limits marked (`volley limit -o limit.json`):
+    volley report --limit limit.json -o limit.html --charts charts/
+
 Charts: response_rate, latency_percentiles, latency_over_time, qps, connections (connection-based
-transports), handshake_cdf (when handshakes were measured). See docs/report.md.
+transports), handshake_cdf (when handshakes were measured), limit and limit_latency (--limit).
+See docs/report.md.
 
 Exit status: 0 done; 1 an output could not be written; 2 bad input (unreadable or incompatible
 results file, bad flags).";
@@ -100,7 +104,11 @@ pub fn read_runs(files: &[PathBuf], labels: &[String]) -> CliResult<Vec<NamedRun
 fn write_out(path: &Path, bytes: &[u8]) -> CliResult {
     if path == Path::new("-") {
         let mut out = io::stdout().lock();
-        return out.write_all(bytes).and_then(|_| out.flush()).map_err(|e| CliError::failure(format!("stdout: {e}")));
+        return match out.write_all(bytes).and_then(|_| out.flush()) {
+            // A reader that stopped early (`| head`) wanted no more.
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+            r => r.map_err(|e| CliError::failure(format!("stdout: {e}"))),
+        };
     }
     volley_atomic::write(path, bytes).map_err(|e| CliError::failure(format!("{}: cannot write: {e}", path.display())))
 }
@@ -113,10 +121,13 @@ fn read_limits(files: &[PathBuf]) -> CliResult<Vec<volley_report::LimitResult>> 
         let v: serde_json::Value =
             serde_json::from_slice(&text).map_err(|e| CliError::usage(format!("{}: not JSON: {e}", f.display())))?;
         if v["schema"] != "volley.limit/1" {
+            let found = match v["schema"].as_str() {
+                Some(s) => format!("schema \"{s}\""),
+                None => "no \"schema\" field".to_string(),
+            };
             return Err(CliError::usage(format!(
-                "{}: not a limit search (schema {}, expected volley.limit/1)",
-                f.display(),
-                v["schema"]
+                "{}: not a limit search ({found}, expected volley.limit/1)",
+                f.display()
             )));
         }
         let searches: Vec<volley_report::LimitResult> = serde_json::from_value(v["searches"].clone())
