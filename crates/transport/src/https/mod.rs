@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
@@ -27,9 +27,11 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use volley_metrics::{Close, ErrorKind};
 
+mod responses;
+
 use crate::meter::TcpMeter;
 use crate::stream::{self, Buffers};
-use crate::{dot, tcp, tls, DohMethod, Exchange, IdTable, Lane, LaneOptions, Target, Token};
+use crate::{dot, tcp, tls, DohMethod, Exchange, IdTable, Lane, LaneOptions, Target};
 
 /// The media type of DNS messages over HTTP.
 pub const DNS_MESSAGE: &str = "application/dns-message";
@@ -281,6 +283,24 @@ impl Tls {
         true
     }
 
+    /// Whether a write with the cork off joins what the cork held, so that both leave in one
+    /// TLS record and one system call (not the held burst, then the write that released it).
+    #[inline]
+    fn joins(&self, len: usize) -> bool {
+        !self.cork.on.get() && !self.held.is_empty() && self.held.len() + len <= CORK_MAX
+    }
+
+    /// After `len` bytes were added to what is held: accepted. With the cork off, what is held
+    /// goes to TLS now; if the socket is full, the next write or flush sends the rest.
+    fn flush_held(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<io::Result<usize>> {
+        if !self.cork.on.get() {
+            if let Poll::Ready(Err(e)) = self.release(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
+        Poll::Ready(Ok(len))
+    }
+
     /// Hands what was held to TLS.
     fn release(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while !self.held.is_empty() {
@@ -306,9 +326,9 @@ impl AsyncRead for Tls {
 impl AsyncWrite for Tls {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.holds(cx, buf.len()) {
+        if this.holds(cx, buf.len()) || this.joins(buf.len()) {
             this.held.extend_from_slice(buf);
-            return Poll::Ready(Ok(buf.len()));
+            return this.flush_held(cx, buf.len());
         }
         ready!(this.release(cx))?;
         let r = Pin::new(&mut this.s).poll_write(cx, buf);
@@ -322,11 +342,11 @@ impl AsyncWrite for Tls {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let len = bufs.iter().map(|b| b.len()).sum();
-        if this.holds(cx, len) {
+        if this.holds(cx, len) || this.joins(len) {
             for b in bufs {
                 this.held.extend_from_slice(b);
             }
-            return Poll::Ready(Ok(len));
+            return this.flush_held(cx, len);
         }
         ready!(this.release(cx))?;
         let r = Pin::new(&mut this.s).poll_write_vectored(cx, bufs);
@@ -514,6 +534,10 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
     let Some((cfg, name, mut tpl)) = setup(&target, &lane, &*x, &opts, b"h2", false).await else { return };
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
+    let sweep = (opts.query_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let responses = responses::Responses::start(x.clone(), sweep);
+    // Whichever way the driver returns, the responses' task ends with it.
+    let _close = scopeguard(|| responses.close());
     loop {
         let Some((tls, hs, meter)) = open(&target, &cfg, &name, &opts, &lane, &x, b"h2", &mut backoff).await else {
             return;
@@ -599,7 +623,7 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                             posted = true;
                         }
                         x.sent(t, msg.len(), x.now());
-                        tokio::task::spawn_local(h2_request(x.clone(), t, resp, opts.query_timeout));
+                        responses.push(t, resp);
                     }
                     Err(e) => {
                         x.failed(t, h2_kind(&e), x.now());
@@ -668,7 +692,19 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
     }
 }
 
-/// Awaits one HTTP/2 response and reports the query's fate.
+/// Runs `f` when dropped.
+fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}
+
 /// Lets the thread's other ready tasks (the HTTP/2 connection task, woken by the request
 /// just opened) run before this one goes on. Unlike `tokio::task::yield_now`, it does not ask
 /// the runtime to poll for I/O first (an `epoll_wait` per call): the task only wakes itself
@@ -684,45 +720,6 @@ async fn run_others_first() {
         Poll::Pending
     })
     .await
-}
-
-async fn h2_request<X: Exchange>(x: Rc<X>, t: Token, resp: h2::client::ResponseFuture, limit: Duration) {
-    let r = tokio::time::timeout(limit, async {
-        let resp = resp.await.map_err(|e| h2_kind(&e))?;
-        check_head(resp.status(), resp.headers())?;
-        let mut body = resp.into_body();
-        let mut first: Option<Bytes> = None;
-        let mut more: Option<BytesMut> = None;
-        while let Some(chunk) = body.data().await {
-            let chunk = chunk.map_err(|e| h2_kind(&e))?;
-            let _ = body.flow_control().release_capacity(chunk.len());
-            match (&mut first, &mut more) {
-                (None, _) => first = Some(chunk),
-                (Some(f), None) => {
-                    let mut m = BytesMut::with_capacity(f.len() + chunk.len());
-                    m.extend_from_slice(f);
-                    m.extend_from_slice(&chunk);
-                    more = Some(m);
-                }
-                (Some(_), Some(m)) => m.extend_from_slice(&chunk),
-            }
-            if more.as_ref().map_or(0, |m| m.len()) > MAX_MESSAGE {
-                return Err(ErrorKind::Malformed);
-            }
-        }
-        Ok(match more {
-            Some(m) => m.freeze(),
-            None => first.unwrap_or_default(),
-        })
-    })
-    .await;
-    let now = x.now();
-    match r {
-        Ok(Ok(msg)) => x.response(t, &msg, now),
-        Ok(Err(kind)) => x.failed(t, kind, now),
-        // The engine has timed the query out already; dropping the stream resets it.
-        Err(_) => {}
-    }
 }
 
 /// The driver of one DoH lane over HTTP/1.1: one request at a time on a keep-alive
