@@ -287,6 +287,10 @@ fn live_metrics_file_during_a_run() {
         assert_eq!(sample(&last, &name), r["totals"][fate].as_u64().unwrap(), "{fate}");
     }
     assert_eq!(sample(&last, "volley_latency_seconds_count"), r["latency"]["count"].as_u64().unwrap());
+    // ... and the finished run's families, which the live figures cannot hold.
+    assert!(last.contains("volley_run_info{") && last.contains("status=\"complete\""), "{last}");
+    assert_eq!(sample(&last, "volley_bytes_total{direction=\"out\"}"), r["totals"]["bytes_out"].as_u64().unwrap());
+    assert!(last.ends_with("# EOF\n"));
 }
 
 /// `volley report --limit`: a limit search's step curve and latency, with the limit marked,

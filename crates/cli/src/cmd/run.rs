@@ -529,6 +529,16 @@ pub fn execute(
         eprint!("\r\x1b[2K");
     }
     let mut result = result;
+    if let Some(path) = metrics_file {
+        // The finished run replaces the live figures: every family, totals exact, its status.
+        let mut text = Vec::new();
+        let done = volley_report::write_openmetrics(&result, &mut text)
+            .map_err(|e| e.to_string())
+            .and_then(|_| volley_report::write_metrics_file_atomic(path, &text).map_err(|e| e.to_string()));
+        if let Err(e) = done {
+            metrics_error.get_or_insert(e);
+        }
+    }
     if let Some(e) = metrics_error {
         result.warnings.push(format!("live metrics file: {e}"));
     }
