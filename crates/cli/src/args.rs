@@ -15,8 +15,8 @@ use crate::error::{CliError, CliResult};
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = "TLS and HTTP")]
 pub struct TlsArgs {
-    /// DoH: HTTP version: 1.1 (one request in flight per connection; --connections defaults
-    /// to the concurrency), 2 (multiplexed, up to the server's stream limit) or 3 (QUIC).
+    /// DoH: HTTP version: 1.1 (one request in flight per connection, or --h1-pipeline;
+    /// --connections defaults to the concurrency over that), 2 (multiplexed, up to the server's stream limit) or 3 (QUIC).
     #[arg(long = "http", value_name = "VERSION", default_value = "2")]
     pub http: String,
 
@@ -24,6 +24,11 @@ pub struct TlsArgs {
     /// message ID 0 and application/dns-message.
     #[arg(long = "doh-method", value_name = "METHOD", default_value = "post")]
     pub doh_method: String,
+
+    /// DoH over HTTP/1.1: requests in flight per connection, pipelined (written back to back,
+    /// answered in order; RFC 9112 section 9.3). 1: one at a time (keep-alive only).
+    #[arg(long = "h1-pipeline", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub h1_pipeline: u32,
 
     /// Server name to send (SNI) and verify the certificate against [default: the target's
     /// host when it is a name; for an IP address no SNI is sent and the certificate must
@@ -94,7 +99,10 @@ impl TlsArgs {
             resume,
             zero_rtt: self.zero_rtt,
         };
-        let opts = LaneOptions { tls, http, doh_method, ..base };
+        let opts = LaneOptions { tls, http, doh_method, h1_pipeline: self.h1_pipeline, ..base };
+        if self.h1_pipeline > 1 && !(target.scheme.is_https() && opts.http_for(target.scheme) == HttpVersion::Http1) {
+            return Err(CliError::usage("--h1-pipeline applies to DoH over HTTP/1.1 (https:// with --http 1.1)"));
+        }
         if target.scheme.is_encrypted() {
             let quic = target.scheme == Scheme::Quic || opts.http_for(target.scheme) == HttpVersion::Http3;
             volley_transport::tls::check(&opts.tls, quic).map_err(CliError::usage)?;

@@ -208,9 +208,13 @@ fn http_status_counted_doh2_and_doh3() {
         answered_or(v, "http_status", 40);
         assert!(total(v, "answered") >= 400, "{t}: the other 9 in 10 answered:\n{:#}", v["totals"]);
     }
-    // HTTP/1.1 too.
+    // HTTP/1.1 too, one request at a time and pipelined: the connection goes on after a 503.
     let r = run_n(&s.url("https"), s.ca_str(), "www.example.test", 300, &["--http", "1.1"]);
     answered_or(ended(&r), "http_status", 20);
+    let r = run_n(&s.url("https"), s.ca_str(), "www.example.test", 300, &["--http", "1.1", "--h1-pipeline", "8"]);
+    let v = ended(&r);
+    answered_or(v, "http_status", 20);
+    assert_eq!(v["connections"]["closed"]["error"].as_u64(), None, "no connection broke:\n{:#}", v["connections"]);
 }
 
 #[test]
@@ -222,6 +226,8 @@ fn content_type_counted_doh2_and_doh3() {
         answered_or(v, "content_type", 40);
         assert!(total(v, "answered") >= 400, "{t}:\n{:#}", v["totals"]);
     }
+    let r = run_n(&s.url("https"), s.ca_str(), "www.example.test", 300, &["--http", "1.1", "--h1-pipeline", "8"]);
+    answered_or(ended(&r), "content_type", 20);
 }
 
 #[test]

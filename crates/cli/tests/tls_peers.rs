@@ -243,6 +243,11 @@ fn dnsproxy_doh2_and_doh11() {
         check_encrypted_run(r.ok(), N, "NOERROR", &H2);
         let r = run(&url, &p.cert.cert_str(), "fixed.example.test", &["--doh-method", method, "--http", "1.1"]);
         check_encrypted_run(r.ok(), N, "NOERROR", &H11);
+        // Pipelined: 10 in flight on 2 connections (Go's net/http answers them in order).
+        let pipelined = ["--doh-method", method, "--http", "1.1", "--h1-pipeline", "5"];
+        let r = run(&url, &p.cert.cert_str(), "fixed.example.test", &pipelined);
+        check_encrypted_run(r.ok(), N, "NOERROR", &H11);
+        assert_eq!(conn_total(r.ok(), "opened"), 2, "{:#}", r.ok()["connections"]);
     }
     kdig_says(&p, "+https", "doh", "fixed.example.test", "192.0.2.7");
     q_says(&p, &url, &["--http2"]);

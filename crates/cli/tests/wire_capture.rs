@@ -297,3 +297,68 @@ fn wire_counts_match_a_capture() {
         );
     }
 }
+
+/// `--h1-pipeline 4`: on one HTTP/1.1 connection, requests leave back to back before their
+/// responses come (at most 4 outstanding), as a capture decrypted with the run's own
+/// SSLKEYLOGFILE shows; every response is matched to its request in order.
+#[test]
+fn doh11_requests_pipelined_on_the_wire() {
+    require("tcpdump");
+    let tshark = require("tshark");
+    let dir = tempfile::tempdir().expect("temp dir for the capture");
+    let (ca, keys, results) = (dir.path().join("ca.pem"), dir.path().join("keys.log"), dir.path().join("r.json"));
+    let server = Server::start_with(&["--doh-port", "0", "--ca-out", ca.to_str().unwrap()]);
+    let deadline = Instant::now() + WAIT;
+    while !std::fs::read_to_string(&ca).map(|t| t.contains("BEGIN CERTIFICATE")).unwrap_or(false) {
+        assert!(Instant::now() < deadline, "volley serve wrote no CA to {}", ca.display());
+        thread::sleep(Duration::from_millis(20));
+    }
+    let port = server.listener("doh").port();
+    let url = format!("https://localhost:{port}/dns-query");
+    let cap = Capture::start(&dir.path().join("h1.pcap"), port);
+    let out = run_cmd(
+        Command::new(common::volley())
+            .env("SSLKEYLOGFILE", &keys)
+            .args(["run", &url, "--ca", ca.to_str().unwrap(), "--http", "1.1", "--h1-pipeline", "4"])
+            .args(["--connections", "1", "-T", "1", "-c", "4", "-n", "40", "--progress", "never", "-q", "-o"])
+            .arg(&results),
+        WAIT,
+    );
+    let file = cap.stop();
+    assert!(out.status.success(), "volley run: {}\n{}", out.status, out.stderr);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    assert_eq!(v["totals"]["answered"].as_u64(), Some(40), "{:#}", v["totals"]);
+    assert_eq!(v["connections"]["opened"].as_u64(), Some(1), "{:#}", v["connections"]);
+
+    // HTTP messages per TCP connection, in capture order: +n requests, -n responses.
+    let shown = Command::new(&tshark)
+        .arg("-r")
+        .arg(&file)
+        .arg("-o")
+        .arg(format!("tls.keylog_file:{}", keys.display()))
+        .args(["-d", &format!("tcp.port=={port},tls"), "-Y", "http", "-T", "fields"])
+        .args(["-e", "tcp.stream", "-e", "http.request.method", "-e", "http.response.code"])
+        .output()
+        .expect("run tshark");
+    assert!(shown.status.success(), "tshark: {}", String::from_utf8_lossy(&shown.stderr));
+    let text = String::from_utf8_lossy(&shown.stdout);
+    let mut flows: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let count = |s: &str| if s.is_empty() { 0 } else { s.split(',').count() as i64 };
+        let stream: u64 = f[0].parse().unwrap_or_else(|_| panic!("tshark line {line:?}"));
+        let (req, resp) = (count(f.get(1).unwrap_or(&"")), count(f.get(2).unwrap_or(&"")));
+        flows.entry(stream).or_default().push(req - resp);
+    }
+    // The first connection is the probe before the run (one request, unpipelined).
+    let run = flows.values().nth(1).unwrap_or_else(|| panic!("no HTTP on the run's connection:\n{text}"));
+    let (mut outstanding, mut most, mut requests) = (0i64, 0i64, 0i64);
+    for d in run {
+        requests += d.max(&0);
+        outstanding += d;
+        most = most.max(outstanding);
+        assert!(outstanding >= 0, "a response before its request:\n{text}");
+    }
+    assert_eq!((requests, outstanding), (40, 0), "40 requests, each answered:\n{text}");
+    assert!((2..=4).contains(&most), "pipelined, at most 4 outstanding; saw {most}:\n{text}");
+}

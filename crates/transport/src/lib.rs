@@ -71,6 +71,8 @@ pub struct LaneOptions {
     pub http: HttpVersion,
     /// HTTP method for DoH.
     pub doh_method: DohMethod,
+    /// DoH over HTTP/1.1: requests in flight per connection (pipelining); 1: one at a time.
+    pub h1_pipeline: u32,
     /// The run's query timeout: DoH and DoQ give up a request's stream after it (the engine
     /// has counted the query as timed out by then), so silent streams do not pile up.
     pub query_timeout: std::time::Duration,
@@ -99,6 +101,7 @@ impl Default for LaneOptions {
             tls: TlsSettings::default(),
             http: HttpVersion::default(),
             doh_method: DohMethod::default(),
+            h1_pipeline: 1,
             query_timeout: std::time::Duration::from_secs(5),
             conn: ConnPolicy::default(),
             udp_lazy_receive: None,

@@ -1,8 +1,9 @@
-//! DNS over a byte stream (RFC 7766 framing): the part TCP and DoT share. Queries are
-//! framed with a 2-byte length into one write buffer and pipelined; answers are parsed from
-//! one read buffer in any order and matched by DNS ID. Generic over the two halves of a
-//! stream: plain TCP passes `TcpStream::split()` halves (no locking), TLS passes
-//! `tokio::io::split` halves.
+//! DNS over a byte stream: the part TCP, DoT and pipelined DoH over HTTP/1.1 share. Queries
+//! are framed into one write buffer and pipelined; answers are parsed from one read buffer.
+//! How is a [`Framing`]: RFC 7766's 2-byte length, answers in any order matched by DNS ID
+//! ([`IdTable`], TCP and DoT), or HTTP/1.1 requests answered in order (`https::h1`). Generic
+//! over the two halves of a stream: plain TCP passes `TcpStream::split()` halves (no
+//! locking), TLS passes `tokio::io::split` halves.
 
 use std::io;
 use std::time::Duration;
@@ -10,7 +11,56 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use volley_metrics::{Close, ErrorKind};
 
-use crate::{deliver, Exchange, IdTable, Lane};
+use crate::{deliver, Exchange, IdTable, Lane, Token};
+
+/// How queries go onto a stream and answers come off it.
+pub(crate) trait Framing {
+    /// Whether another query may go out now (HTTP/1.1: its pipelining depth).
+    fn has_room(&self) -> bool {
+        true
+    }
+    /// Frames query `t` into `out` (`msg`: scratch for its DNS message). False: it did not
+    /// go out (it had ended already, or it failed and was reported).
+    fn frame<X: Exchange + ?Sized>(&mut self, t: Token, x: &X, msg: &mut Vec<u8>, out: &mut Vec<u8>) -> bool;
+    /// Hands the complete answers at the start of `buf` to the engine. The bytes used, or
+    /// the error that ends the connection (its outstanding queries then fail with it).
+    fn split<X: Exchange + ?Sized>(&mut self, buf: &[u8], x: &X, now: u64) -> Result<usize, ErrorKind>;
+    /// The queries outstanding on a connection that ended, to fail.
+    fn drain(&mut self) -> Vec<Token>;
+    /// How often [`Framing::stalled`] is asked while queries are outstanding; None: never.
+    fn watch(&self) -> Option<Duration> {
+        None
+    }
+    /// Whether the connection cannot go on (HTTP/1.1: the request at the head of the line
+    /// has ended in the engine, and every answer behind it waits for its answer).
+    fn stalled<X: Exchange + ?Sized>(&mut self, _x: &X) -> bool {
+        false
+    }
+}
+
+/// RFC 7766: a 2-byte length before each message; answers in any order, matched by DNS ID.
+impl Framing for IdTable {
+    fn frame<X: Exchange + ?Sized>(&mut self, t: Token, x: &X, msg: &mut Vec<u8>, out: &mut Vec<u8>) -> bool {
+        let Some(id) = self.insert(t, |o| x.is_live(o)) else {
+            x.failed(t, ErrorKind::Overload, x.now());
+            return false;
+        };
+        if !x.encode(t, id, msg) {
+            self.remove(id);
+            return false;
+        }
+        frame(msg, out);
+        true
+    }
+
+    fn split<X: Exchange + ?Sized>(&mut self, buf: &[u8], x: &X, now: u64) -> Result<usize, ErrorKind> {
+        Ok(split_frames(buf, |m| deliver(m, self, x, now)))
+    }
+
+    fn drain(&mut self) -> Vec<Token> {
+        IdTable::drain(self)
+    }
+}
 
 const READ_CHUNK: usize = 64 * 1024;
 /// The read buffer a connection starts with: an idle connection (most of them, with many
@@ -31,21 +81,16 @@ impl Buffers {
         Buffers { wbuf: Vec::new(), rbuf: Vec::with_capacity(READ_START), msg: Vec::with_capacity(512) }
     }
 
-    /// Frames every queued query into the write buffer (IDs from `ids`); returns how many.
-    pub(crate) fn frame_queued<X: Exchange + ?Sized>(&mut self, lane: &Lane, x: &X, ids: &mut IdTable) -> usize {
+    /// Frames every queued query into the write buffer, while the framing has room;
+    /// returns how many.
+    pub(crate) fn frame_queued<X: Exchange + ?Sized, F: Framing>(&mut self, lane: &Lane, x: &X, f: &mut F) -> usize {
         let mut n = 0;
-        while let Some(t) = lane.pop() {
-            let Some(id) = ids.insert(t, |o| x.is_live(o)) else {
-                x.failed(t, ErrorKind::Overload, x.now());
-                continue;
-            };
-            if !x.encode(t, id, &mut self.msg) {
-                ids.remove(id);
-                continue;
+        while f.has_room() {
+            let Some(t) = lane.pop() else { break };
+            if f.frame(t, x, &mut self.msg, &mut self.wbuf) {
+                x.sent(t, self.msg.len(), x.now());
+                n += 1;
             }
-            frame(&self.msg, &mut self.wbuf);
-            x.sent(t, self.msg.len(), x.now());
-            n += 1;
         }
         n
     }
@@ -95,12 +140,12 @@ pub(crate) enum Served {
 
 /// Runs one connection until it ends.
 /// `kind_of` maps the stream's I/O errors (TLS streams wrap TLS errors in them).
-pub(crate) async fn serve<R, W, X>(
+pub(crate) async fn serve<R, W, X, F>(
     mut rd: R,
     mut wr: W,
     lane: &Lane,
     x: &X,
-    ids: &mut IdTable,
+    f: &mut F,
     b: &mut Buffers,
     kind_of: fn(&io::Error) -> ErrorKind,
 ) -> Served
@@ -108,14 +153,19 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
     X: Exchange + ?Sized,
+    F: Framing,
 {
     let mut woff = 0;
     // Bytes handed to the writer that may still sit in its buffer (TLS records).
     let mut unflushed = !b.wbuf.is_empty();
     // The last read filled the buffer: more was probably waiting, so read more at once.
     let mut filled = false;
+    // One timer for the whole connection, re-armed when it fires (framings that watch).
+    let every = f.watch();
+    let watch = tokio::time::sleep(every.unwrap_or(Duration::from_secs(3600)));
+    tokio::pin!(watch);
     loop {
-        b.frame_queued(lane, x, ids);
+        b.frame_queued(lane, x, f);
         if lane.closing() {
             return Served::Failed(ErrorKind::Closed);
         }
@@ -132,8 +182,10 @@ where
                 Ok(n) => {
                     filled = n == spare;
                     let now = x.now();
-                    let used = split_frames(&b.rbuf, |m| deliver(m, ids, x, now));
-                    b.rbuf.drain(..used);
+                    match f.split(&b.rbuf, x, now) {
+                        Ok(used) => drop(b.rbuf.drain(..used)),
+                        Err(kind) => return Served::Failed(kind),
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Served::Failed(kind_of(&e)),
@@ -163,6 +215,12 @@ where
                 if let Some(how) = turn {
                     return Served::Turn(how);
                 }
+            }
+            () = &mut watch, if every.is_some() => {
+                if f.stalled(x) {
+                    return Served::Failed(ErrorKind::Io);
+                }
+                watch.as_mut().reset(tokio::time::Instant::now() + every.unwrap_or_default());
             }
         }
     }
@@ -197,9 +255,9 @@ pub(crate) async fn after_turn(lane: &Lane, how: Close) -> bool {
 
 /// Ends the outstanding queries of a dead connection and reports its close. Returns true
 /// when the lane is closing (the driver ends).
-pub(crate) fn end_connection<X: Exchange + ?Sized>(lane: &Lane, x: &X, ids: &mut IdTable, kind: ErrorKind) -> bool {
+pub(crate) fn end_connection<X: Exchange + ?Sized, F: Framing>(lane: &Lane, x: &X, f: &mut F, kind: ErrorKind) -> bool {
     let now = x.now();
-    for t in ids.drain() {
+    for t in f.drain() {
         if x.is_live(t) {
             x.failed(t, kind, now);
         }

@@ -281,8 +281,10 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
     };
     let h1 = target.scheme.is_https() && lane.http_for(target.scheme) == HttpVersion::Http1;
     let connections = match (a.connections, &load) {
-        // HTTP/1.1 carries one request at a time per connection.
-        (None, Load::Closed { concurrency }) if h1 => (*concurrency as usize).max(threads),
+        // HTTP/1.1 carries one request at a time per connection, or its pipelining depth.
+        (None, Load::Closed { concurrency }) if h1 => {
+            (concurrency.div_ceil(lane.h1_pipeline.max(1) as u64) as usize).max(threads)
+        }
         (c, _) => c.unwrap_or(threads),
     };
     if clients.is_none() {

@@ -4,7 +4,8 @@
 //!
 //! HTTP/2 (the h2 crate): one connection per lane, one stream per query, each awaited by its
 //! own local task; the lane's capacity follows the server's SETTINGS_MAX_CONCURRENT_STREAMS.
-//! HTTP/1.1 (hyper): keep-alive, one request in flight per connection (lane capacity 1).
+//! HTTP/1.1 (hyper): keep-alive, one request in flight per connection; with pipelining
+//! (`h1_pipeline` > 1) the lane runs on the stream loop of TCP and DoT instead (see `h1`).
 
 use std::cell::Cell;
 use std::future::poll_fn;
@@ -27,6 +28,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use volley_metrics::{Close, ErrorKind};
 
+mod h1;
 mod responses;
 
 use crate::meter::TcpMeter;
@@ -725,6 +727,9 @@ async fn run_others_first() {
 /// The driver of one DoH lane over HTTP/1.1: one request at a time on a keep-alive
 /// connection.
 pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
+    if opts.h1_pipeline > 1 {
+        return h1::drive(target, lane, x, opts).await;
+    }
     let Some((cfg, name, mut tpl)) = setup(&target, &lane, &*x, &opts, b"http/1.1", true).await else { return };
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
