@@ -158,7 +158,7 @@ fn dechunk(buf: &[u8], out: &mut Vec<u8>) -> Result<Option<usize>, ErrorKind> {
         };
         at += n;
         let size = usize::try_from(size).map_err(|_| ErrorKind::Malformed)?;
-        if out.len() + size > MAX_MESSAGE {
+        if size > MAX_MESSAGE.saturating_sub(out.len()) {
             return Err(ErrorKind::Malformed);
         }
         if size == 0 {
@@ -327,6 +327,47 @@ mod tests {
         assert_eq!(parse(b"HTTP/1.1 200 OK\r\n\r\n", &mut body).err(), Some(ErrorKind::Malformed));
         assert_eq!(parse(b"garbage\r\n\r\n", &mut body).err(), Some(ErrorKind::Malformed));
         assert_eq!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", &mut body).err(), Some(ErrorKind::Malformed));
+    }
+
+    /// Network input never panics: every prefix and every one-byte change of valid responses,
+    /// and random bytes, parse to a response, an error or "incomplete".
+    #[test]
+    fn never_panics_on_mangled_input() {
+        let valid: [&[u8]; 2] = [
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/dns-message\r\nContent-Length: 3\r\n\r\nabc",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        ];
+        let mut body = Vec::new();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for v in valid {
+            for cut in 0..=v.len() {
+                let _ = parse(&v[..cut], &mut body);
+            }
+            for i in 0..v.len() {
+                for b in [0u8, b'\r', b'\n', b'9', b'f', b':', 0xff] {
+                    let mut m = v.to_vec();
+                    m[i] = b;
+                    let _ = parse(&m, &mut body);
+                }
+            }
+        }
+        for _ in 0..2000 {
+            let len = (next() % 200) as usize;
+            let junk: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            let _ = parse(&junk, &mut body);
+            let mut chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            chunked.extend_from_slice(&junk);
+            let _ = parse(&chunked, &mut body);
+        }
+        // A chunk size beyond any message is refused, not allocated.
+        let huge = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n";
+        assert_eq!(parse(huge, &mut body).err(), Some(ErrorKind::Malformed));
     }
 
     #[test]
