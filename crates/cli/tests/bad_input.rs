@@ -45,6 +45,15 @@ fn unknown_qtype() {
 }
 
 #[test]
+fn target_pid_that_does_not_exist() {
+    let s = Server::start();
+    // pid_max is at most 2^22: this pid cannot exist.
+    let r = run_volley(&[&s.udp_url(), "-n", "10", "--target-pid", "4194999"]);
+    let line = assert_usage_error(&r);
+    assert!(line.contains("--target-pid 4194999"), "the message names the flag and pid: {line}");
+}
+
+#[test]
 fn unparsable_targets() {
     for target in ["foo://x", "udp://", "udp://[::1", "tcp://127.0.0.1:99999"] {
         let r = run_volley(&[target, "--name", "www.example.test", "-n", "10"]);

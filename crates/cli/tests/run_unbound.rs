@@ -82,3 +82,47 @@ fn open_loop_against_unbound() {
         assert!(total(v, "sent") <= 2000 + 20, "sent more than scheduled:\n{:#}", v["totals"]);
     }
 }
+
+/// User + system CPU time of a process from /proc/PID/stat, seconds (clock-tick resolution).
+fn proc_cpu_s(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    let after = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = after.split(' ').collect();
+    // Fields 14 and 15 of the file: utime, stime; `after` starts at field 3.
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / tick_hz()
+}
+
+fn tick_hz() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
+}
+
+/// `--target-pid`: the CPU time unbound spent during the run, from its CPU-time clock, agrees
+/// with what /proc says it spent between just before and just after the run; the summary
+/// shows it and the figure per answer follows from it.
+#[test]
+fn target_cpu_of_unbound() {
+    let ub = Unbound::start(UNBOUND_DATA);
+    let url = ub.url("udp");
+    let pid = ub.pid().to_string();
+    let before = proc_cpu_s(ub.pid());
+    let r = run_volley(&[&url, "--name", "www.example.test", "-c", "20", "-n", "40000", "--target-pid", &pid]);
+    let after = proc_cpu_s(ub.pid());
+    let v = r.ok();
+    check_all_noerror(v, &url, "udp", 40000);
+    let t = &v["target_cpu"];
+    assert_eq!(t["pids"], serde_json::json!([ub.pid()]), "{t:#}");
+    let cpu = t["cpu_s"].as_f64().unwrap();
+    let bracket = after - before;
+    let slack = 2.0 / tick_hz() + 0.05 * bracket;
+    assert!(cpu > 0.0, "unbound answered 40000 queries on no CPU? {t:#}");
+    assert!((cpu - bracket).abs() <= slack, "target CPU {cpu} s, /proc around the run {bracket} s");
+    let per = t["cpu_us_per_answer"].as_f64().unwrap();
+    assert!((per - cpu * 1e6 / 40000.0).abs() < 1e-6 * per.max(1.0), "{t:#}");
+    assert!(
+        r.stdout.lines().any(|l| l.starts_with("target") && l.contains(&format!("(pid {pid})"))),
+        "the summary shows the target's CPU:\n{}",
+        r.stdout
+    );
+}

@@ -63,6 +63,9 @@ pub struct Plan {
     /// Open loop: queries due within this window of a wake-up leave together (they may leave
     /// up to this early; latency then counts from when they left). Zero: one wake-up per query.
     pub batch_window: Duration,
+    /// The target's processes, when it runs on this host: their CPU time over the run is
+    /// reported (`target_cpu`).
+    pub target_pids: Vec<u32>,
 }
 
 #[derive(Debug, Error)]
@@ -234,11 +237,13 @@ pub fn run(
     }
     drop(common);
 
+    let mut target = TargetClock::start(&plan.target_pids);
     let mut collector = Collector::new(threads);
     while !collector.done() {
         match rx.recv_timeout(Duration::from_millis(250)) {
             Ok(m) => {
                 for p in collector.absorb(m) {
+                    target.read();
                     progress(&p);
                 }
             }
@@ -255,6 +260,7 @@ pub fn run(
         }
     }
     let elapsed_ns = clock::now_ns() - start_ns;
+    target.read();
     let got = collector.finish();
     let interrupted = interrupt.load(Ordering::Relaxed);
 
@@ -290,6 +296,7 @@ pub fn run(
     if let Some(n) = events.get("udp_icmp_refused") {
         warnings.push(format!("{n} ICMP port-unreachable errors: the target stopped listening during the run"));
     }
+    let target_cpu = target.finish(totals.answered, &mut warnings);
     if !totals.balanced() {
         warnings.push("accounting does not balance: this is a bug in volley, please report it".into());
     }
@@ -341,6 +348,7 @@ pub fn run(
             cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
             threads,
         },
+        target_cpu,
         connections: groups
             .iter()
             .any(|g| g.spec.target.scheme != volley_transport::Scheme::Udp || g.fallback.is_some())
@@ -351,6 +359,57 @@ pub fn run(
         events,
         warnings,
     })
+}
+
+/// The CPU-time clocks of the target's processes, read at the start, every second and at the
+/// end of a run (the last reading of a process that ended counts).
+struct TargetClock {
+    /// (pid, first reading, last reading)
+    procs: Vec<(u32, u64, u64)>,
+    gone: Vec<u32>,
+}
+
+impl TargetClock {
+    fn start(pids: &[u32]) -> TargetClock {
+        let mut gone = Vec::new();
+        let procs = pids
+            .iter()
+            .filter_map(|&p| match clock::pid_cpu_ns(p) {
+                Some(t) => Some((p, t, t)),
+                None => {
+                    gone.push(p);
+                    None
+                }
+            })
+            .collect();
+        TargetClock { procs, gone }
+    }
+
+    fn read(&mut self) {
+        for (pid, _, last) in &mut self.procs {
+            match clock::pid_cpu_ns(*pid) {
+                Some(t) => *last = t,
+                None if !self.gone.contains(pid) => self.gone.push(*pid),
+                None => {}
+            }
+        }
+    }
+
+    fn finish(self, answered: u64, warnings: &mut Vec<String>) -> Option<volley_metrics::TargetCpu> {
+        if self.procs.is_empty() && self.gone.is_empty() {
+            return None;
+        }
+        for pid in &self.gone {
+            warnings
+                .push(format!("target process {pid} ended during the run: its CPU time counts up to its last reading"));
+        }
+        let cpu_s = self.procs.iter().map(|(_, a, b)| b.saturating_sub(*a)).sum::<u64>() as f64 / 1e9;
+        Some(volley_metrics::TargetCpu {
+            pids: self.procs.iter().map(|p| p.0).collect(),
+            cpu_s,
+            cpu_us_per_answer: if answered > 0 { cpu_s * 1e6 / answered as f64 } else { 0.0 },
+        })
+    }
 }
 
 /// Per-group results of a mixture of simulated clients.

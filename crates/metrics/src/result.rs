@@ -40,6 +40,9 @@ pub struct RunResult {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub send_lateness: Option<LatencySummary>,
     pub generator: GeneratorInfo,
+    /// The target's CPU time over the run, when it runs on this host (`--target-pid`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub target_cpu: Option<TargetCpu>,
     /// Connection-based transports only: handshakes, resumption, closes.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub connections: Option<crate::ConnectionSummary>,
@@ -184,6 +187,16 @@ pub struct GeneratorInfo {
     /// That CPU time per answered query, microseconds.
     pub cpu_us_per_answer: f64,
     pub threads: usize,
+}
+
+/// The CPU time of the target's processes (user + system, all their threads) from the start
+/// of the run to its end, read from their CPU-time clocks.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TargetCpu {
+    pub pids: Vec<u32>,
+    pub cpu_s: f64,
+    /// That CPU time per answered query, microseconds.
+    pub cpu_us_per_answer: f64,
 }
 
 /// One second of the run (second 0 starts at `started_unix_ms`). Fates are counted in the

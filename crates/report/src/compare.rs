@@ -51,6 +51,8 @@ pub enum Metric {
     PacketsInPerAnswer,
     /// Generator CPU time per answer, µs.
     CpuUsPerAnswer,
+    /// The target's CPU time per answer, µs; runs with `target_cpu` (`--target-pid`) only.
+    TargetCpuUsPerAnswer,
 }
 
 /// Whether more is better.
@@ -65,7 +67,7 @@ pub enum Better {
 
 impl Metric {
     /// Every figure, in table order.
-    pub const ALL: [Metric; 14] = [
+    pub const ALL: [Metric; 15] = [
         Metric::QpsAnswered,
         Metric::QpsSent,
         Metric::AnsweredPct,
@@ -80,6 +82,7 @@ impl Metric {
         Metric::PacketsOutPerQuery,
         Metric::PacketsInPerAnswer,
         Metric::CpuUsPerAnswer,
+        Metric::TargetCpuUsPerAnswer,
     ];
 
     /// The row label.
@@ -99,6 +102,7 @@ impl Metric {
             Metric::PacketsOutPerQuery => "packets out/query",
             Metric::PacketsInPerAnswer => "packets in/answer",
             Metric::CpuUsPerAnswer => "CPU/answer",
+            Metric::TargetCpuUsPerAnswer => "target CPU/answer",
         }
     }
 
@@ -138,6 +142,7 @@ impl Metric {
             Metric::PacketsOutPerQuery => wire.and_then(|w| per_sent(w.packets_out)),
             Metric::PacketsInPerAnswer => wire.and_then(|w| per_answer(w.packets_in)),
             Metric::CpuUsPerAnswer => answered.map(|_| r.generator.cpu_us_per_answer),
+            Metric::TargetCpuUsPerAnswer => answered.and(r.target_cpu.as_ref()).map(|c| c.cpu_us_per_answer),
         }
     }
 
@@ -152,7 +157,7 @@ impl Metric {
             | Metric::WireBytesOutPerQuery
             | Metric::WireBytesInPerAnswer => fmt_bytes(v),
             Metric::PacketsOutPerQuery | Metric::PacketsInPerAnswer => format!("{v:.2}"),
-            Metric::CpuUsPerAnswer => fmt_ns((v * 1000.0).round() as u64),
+            Metric::CpuUsPerAnswer | Metric::TargetCpuUsPerAnswer => fmt_ns((v * 1000.0).round() as u64),
         }
     }
 }

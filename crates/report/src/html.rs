@@ -275,6 +275,15 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
         String::new()
     };
     table_row(out, &["generator CPU".into(), format!("{:.3}s", r.generator.cpu_s), cpu]);
+    if let Some(c) = &r.target_cpu {
+        let per = if t.answered > 0 {
+            format!("{}/answer", fmt_ns((c.cpu_us_per_answer * 1000.0).round() as u64))
+        } else {
+            String::new()
+        };
+        let pids: Vec<String> = c.pids.iter().map(u32::to_string).collect();
+        table_row(out, &[format!("target CPU (pid {})", pids.join(", ")), format!("{:.3}s", c.cpu_s), per]);
+    }
     table_close(out);
 
     let ok = t.balanced();

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use volley_metrics::{
     ConnectionSummary, GeneratorInfo, GroupSummary, Histogram, LatencySummary, Qps, RunResult, SecondConnections,
-    SecondLatency, SecondRow, SparseHistogram, Status, TargetInfo, Totals, SCHEMA,
+    SecondLatency, SecondRow, SparseHistogram, Status, TargetCpu, TargetInfo, Totals, SCHEMA,
 };
 
 use crate::input::{MergedPart, NamedRun};
@@ -161,6 +161,7 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     let mut rows: Vec<HistSumRow> = Vec::new();
     let mut conns: Option<ConnAcc> = None;
     let mut groups: Vec<GroupSum> = Vec::new();
+    let mut target_cpu: BTreeMap<Vec<u32>, f64> = BTreeMap::new();
 
     for run in runs {
         let r = &run.result;
@@ -173,6 +174,14 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
         }
         cpu_s += r.generator.cpu_s;
         gen_threads += r.generator.threads;
+        if let Some(c) = &r.target_cpu {
+            // Parts that measured the same processes saw the same CPU time over the same
+            // seconds: the longest reading counts once. Different processes add up.
+            let mut pids = c.pids.clone();
+            pids.sort_unstable();
+            let seen = target_cpu.entry(pids).or_insert(0.0);
+            *seen = f64::max(*seen, c.cpu_s);
+        }
         if r.status == Status::Interrupted {
             status = Status::Interrupted;
         }
@@ -274,6 +283,17 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
         cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
         threads: gen_threads,
     };
+    result.target_cpu = (!target_cpu.is_empty()).then(|| {
+        let cpu_s: f64 = target_cpu.values().sum();
+        let mut pids: Vec<u32> = target_cpu.keys().flatten().copied().collect();
+        pids.sort_unstable();
+        pids.dedup();
+        TargetCpu {
+            pids,
+            cpu_s,
+            cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
+        }
+    });
     result.connections = conns.map(ConnAcc::summary);
     result.groups = groups.into_iter().map(GroupSum::summary).collect();
     result.totals = totals;

@@ -182,6 +182,15 @@ pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
     }
     om.family("volley_generator_cpu_seconds", "counter", Some("seconds"), "CPU time of the generator's threads.")?;
     om.sample("volley_generator_cpu_seconds_total", &[], format_float(r.generator.cpu_s))?;
+    if let Some(c) = &r.target_cpu {
+        om.family(
+            "volley_target_cpu_seconds",
+            "counter",
+            Some("seconds"),
+            "CPU time of the target's processes over the run (--target-pid).",
+        )?;
+        om.sample("volley_target_cpu_seconds_total", &[], format_float(c.cpu_s))?;
+    }
     om.family("volley_elapsed_seconds", "gauge", Some("seconds"), "Time since the run started.")?;
     om.sample("volley_elapsed_seconds", &[], format_float(r.elapsed_s))?;
     writeln!(om.w, "# EOF")

@@ -236,6 +236,15 @@ fn text_lines(r: &RunResult) -> Vec<String> {
         "generator",
         &format!("CPU {:.3}s{per_answer}, {} threads", r.generator.cpu_s, r.generator.threads),
     );
+    if let Some(c) = &r.target_cpu {
+        let per_answer = if t.answered > 0 {
+            format!(", {} per answer", fmt_ns((c.cpu_us_per_answer * 1000.0).round() as u64))
+        } else {
+            String::new()
+        };
+        let pids: Vec<String> = c.pids.iter().map(u32::to_string).collect();
+        push_labeled(&mut out, "target", &format!("CPU {:.3}s{per_answer} (pid {})", c.cpu_s, pids.join(", ")));
+    }
 
     if !r.warnings.is_empty() {
         out.push(String::new());

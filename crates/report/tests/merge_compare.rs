@@ -383,3 +383,63 @@ fn merge_spans_the_wall_clock_and_warns_about_parts_not_made_together() {
         m.result.warnings
     );
 }
+
+// ---- the target's CPU time (--target-pid) -----------------------------------------------------
+
+/// A run of 1000 answers whose target processes `pids` spent `cpu_s`.
+fn target_run(name: &str, pids: &[u32], cpu_s: f64) -> NamedRun {
+    let mut r = named(name, &Spec::default());
+    let answered = r.result.totals.answered as f64;
+    r.result.target_cpu =
+        Some(volley_metrics::TargetCpu { pids: pids.to_vec(), cpu_s, cpu_us_per_answer: cpu_s * 1e6 / answered });
+    r
+}
+
+#[test]
+fn target_cpu_in_compare_text_and_openmetrics() {
+    let a = target_run("unbound", &[100], 0.05);
+    let b = target_run("kresd", &[200], 0.1);
+    let none = named("none", &Spec::default());
+    let c = compare(&[("unbound".into(), vec![a.clone()]), ("kresd".into(), vec![b]), ("none".into(), vec![none])]);
+    let f = figure(&c, Metric::TargetCpuUsPerAnswer);
+    let med: Vec<Option<f64>> = f.groups.iter().map(|g| g.map(|g| g.median)).collect();
+    assert_eq!(med, vec![Some(50.0), Some(100.0), None]);
+    assert_eq!(f.ratios[1], Some(2.0));
+    let mut out = Vec::new();
+    write_compare_text(&c, &mut out).unwrap();
+    let s = String::from_utf8(out).unwrap();
+    let line = s.lines().find(|l| l.starts_with("target CPU/answer")).unwrap_or_else(|| panic!("{s}"));
+    assert_eq!(
+        line["target CPU/answer".len()..].split_whitespace().collect::<Vec<_>>(),
+        ["50.0µs", "100µs", "2.00x", "-", "-"]
+    );
+    // Runs without it have no such row.
+    let c = compare(&[("x".into(), vec![named("x", &Spec::default())])]);
+    assert!(c.figures.iter().all(|f| f.metric != Metric::TargetCpuUsPerAnswer));
+
+    let mut out = Vec::new();
+    write_text(&a.result, &mut out).unwrap();
+    let s = String::from_utf8(out).unwrap();
+    assert!(s.lines().any(|l| l.starts_with("target") && l.contains("CPU 0.050s, 50.0µs per answer (pid 100)")), "{s}");
+    let mut out = Vec::new();
+    write_openmetrics(&a.result, &mut out).unwrap();
+    assert!(String::from_utf8(out).unwrap().contains("\nvolley_target_cpu_seconds_total 0.05\n"));
+}
+
+#[test]
+fn merge_counts_a_shared_target_once_and_adds_different_ones() {
+    // Two generators against the same server (pid 100) at the same time: each read its whole
+    // CPU time; the merge keeps the longer reading. A third against another server adds.
+    let m = merge_runs(&[target_run("a", &[100], 0.4), target_run("b", &[100], 0.5)], vec![]).unwrap();
+    let t = m.result.target_cpu.clone().unwrap();
+    assert_eq!((t.pids, t.cpu_s), (vec![100], 0.5));
+    assert_eq!(t.cpu_us_per_answer, 0.5 * 1e6 / 2000.0);
+    let m = merge_runs(&[target_run("a", &[100], 0.4), target_run("c", &[7, 300], 0.25)], vec![]).unwrap();
+    let t = m.result.target_cpu.unwrap();
+    assert_eq!((t.pids, t.cpu_s), (vec![7, 100, 300], 0.65));
+    assert!(merge_runs(&[named("x", &Spec::default()), named("y", &Spec::default())], vec![])
+        .unwrap()
+        .result
+        .target_cpu
+        .is_none());
+}

@@ -108,6 +108,7 @@ fn sample(plan: Plan) -> RunResult {
             cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
             threads: 2,
         },
+        target_cpu: None,
         connections: None,
         groups: Vec::new(),
         totals,

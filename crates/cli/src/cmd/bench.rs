@@ -226,6 +226,7 @@ pub fn run(a: BenchArgs) -> CliResult {
             connections: if h1 || fresh { a.concurrency as usize } else { threads },
             lane,
             batch_window: Duration::ZERO,
+            target_pids: Vec::new(),
             target: case.target,
         };
         check_target(&plan)?;

@@ -176,6 +176,11 @@ pub struct RunArgs {
     #[arg(short = 'o', long, value_name = "FILE", help_heading = "Output")]
     pub output: Option<PathBuf>,
 
+    /// The target's process on this host (repeatable): its CPU time over the run, in total and
+    /// per answered query, goes into the summary and the results (`target_cpu`).
+    #[arg(long = "target-pid", value_name = "PID", help_heading = "Output")]
+    pub target_pid: Vec<u32>,
+
     /// Rewrite FILE (atomically) every second with the run's live figures in OpenMetrics /
     /// Prometheus text, for scraping during long runs (e.g. by node_exporter's textfile collector).
     #[arg(long, value_name = "FILE", help_heading = "Output")]
@@ -301,6 +306,7 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         connections,
         lane,
         batch_window: a.batch_window,
+        target_pids: target_pids(&a.target_pid)?,
     })
 }
 
@@ -576,6 +582,19 @@ pub fn run(a: RunArgs) -> CliResult {
         return Err(CliError { code: 130, message: "interrupted: results are partial (status 'interrupted')".into() });
     }
     Ok(())
+}
+
+/// `--target-pid`: processes that exist, whose CPU-time clocks this process can read.
+fn target_pids(pids: &[u32]) -> CliResult<Vec<u32>> {
+    for &p in pids {
+        if volley_engine::clock::pid_cpu_ns(p).is_none() {
+            return Err(CliError::usage(format!("--target-pid {p}: no such process on this host")));
+        }
+    }
+    let mut v = pids.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    Ok(v)
 }
 
 /// `--conn-rate N`: a positive number of connections per second.

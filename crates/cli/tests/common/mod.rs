@@ -463,6 +463,11 @@ impl Unbound {
         }
     }
 
+    /// unbound's process id (it runs in the foreground, as this child).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }
