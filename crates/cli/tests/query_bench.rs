@@ -53,8 +53,10 @@ fn query_nothing_listening() {
 
 #[test]
 fn bench_prints_a_row_per_transport() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
     let mut cmd = Command::new(volley());
-    cmd.args(["bench", "-l", "1s", "-c", "10"]);
+    cmd.args(["bench", "-l", "1s", "-c", "10", "-o"]).arg(&json);
     let out = run_cmd(&mut cmd, Duration::from_secs(120));
     assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
     for t in ["udp", "tcp"] {
@@ -64,6 +66,24 @@ fn bench_prints_a_row_per_transport() {
             out.stdout
         );
     }
+    // The embedded responder's CPU per query, for every transport, relative to UDP's.
+    assert!(out.stdout.contains("srv CPU/query") && out.stdout.contains("srv vs udp"), "{}", out.stdout);
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for (row, run) in doc["rows"].as_array().unwrap().iter().zip(doc["runs"].as_array().unwrap()) {
+        let t = &run["target_cpu"];
+        let (cpu, answered) = (t["cpu_s"].as_f64().unwrap(), run["totals"]["answered"].as_f64().unwrap());
+        assert!(cpu > 0.0 && answered > 0.0, "{}: the responder spent CPU on its answers: {t:#}", row["transport"]);
+        assert!((row["target_cpu_us_per_answer"].as_f64().unwrap() - cpu * 1e6 / answered).abs() < 1e-6);
+    }
+}
+
+#[test]
+fn bench_target_pid_is_for_external_targets() {
+    let mut cmd = Command::new(volley());
+    cmd.args(["bench", "-l", "1s", "--target-pid", &std::process::id().to_string()]);
+    let out = run_cmd(&mut cmd, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(2), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("--target-pid is for external targets"), "{}", out.stderr);
 }
 
 #[test]
@@ -71,9 +91,19 @@ fn bench_against_unbound_targets() {
     let ub = Unbound::start(UNBOUND_DATA);
     let (udp, tcp) = (ub.url("udp"), ub.url("tcp"));
     let mut cmd = Command::new(volley());
-    cmd.args(["bench", "--target", &udp, "--target", &tcp, "-l", "1s", "-c", "10"]);
+    let pid = ub.pid().to_string();
+    cmd.args(["bench", "--target", &udp, "--target", &tcp, "-l", "1s", "-c", "10", "--target-pid", &pid]);
     let out = run_cmd(&mut cmd, Duration::from_secs(120));
     assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    // unbound's CPU per query, from --target-pid: a figure in every row.
+    let header = out.stdout.lines().find(|l| l.starts_with("transport")).unwrap_or_else(|| panic!("{}", out.stdout));
+    // Cells are right-aligned: the cell ends where its header does (in characters).
+    let end = header.find("srv CPU/query").expect("srv CPU/query column") + "srv CPU/query".len();
+    for l in out.stdout.lines().filter(|l| l.starts_with("udp") || l.starts_with("tcp")) {
+        let upto: String = l.chars().take(end).collect();
+        let cell = upto.split_whitespace().last().unwrap();
+        assert!(cell.ends_with("µs") || cell.ends_with("ns"), "a CPU time in {l:?}: {cell:?}");
+    }
     for t in ["udp", "tcp"] {
         assert!(
             out.stdout.lines().any(|l| l.split(|c: char| c.is_whitespace() || c == '|').any(|w| w == t)),

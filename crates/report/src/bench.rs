@@ -38,6 +38,10 @@ pub struct BenchRow {
     /// Packets on the wire per answered query, both directions together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packets_per_query: Option<f64>,
+    /// The target's CPU time per answered query, microseconds: the embedded responder's
+    /// threads, or an external target's processes (`--target-pid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_cpu_us_per_answer: Option<f64>,
     /// Free text printed after the columns (e.g. `connection refused`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -51,6 +55,8 @@ struct Context {
     /// `pkts vs udp`.
     udp_bytes: Option<f64>,
     udp_packets: Option<f64>,
+    /// The target's CPU per query of the `udp` row, the reference of `srv vs udp`.
+    udp_target_cpu: Option<f64>,
 }
 
 /// A column of the bench table: header, alignment, whether it appears at all for these rows,
@@ -87,6 +93,18 @@ const COLUMNS: &[Column] = &[
         },
     },
     Column { header: "vs udp", align: Align::Right, shown: always, cell: |r, c| vs_udp(r.qps, c.udp_qps) },
+    Column {
+        header: "srv CPU/query",
+        align: Align::Right,
+        shown: |rows| rows.iter().any(|r| r.target_cpu_us_per_answer.is_some()),
+        cell: |r, _| r.target_cpu_us_per_answer.map_or("-".into(), |us| fmt_ns((us * 1000.0).round() as u64)),
+    },
+    Column {
+        header: "srv vs udp",
+        align: Align::Right,
+        shown: |rows| rows.iter().any(|r| r.target_cpu_us_per_answer.is_some()),
+        cell: |r, c| r.target_cpu_us_per_answer.map_or("-".into(), |us| vs_udp(us, c.udp_target_cpu)),
+    },
     Column {
         header: "conns",
         align: Align::Right,
@@ -141,7 +159,7 @@ fn vs_udp(value: f64, udp_value: Option<f64>) -> String {
 }
 
 /// Writes the bench table: `transport  qps  answered  p50  p99  gen CPU/query  vs udp`, the
-/// connection columns, `B/query  B vs udp  pkts/query  pkts vs udp` when rows have wire
+/// target's CPU per query and its ratio to UDP's when rows have it, the connection columns, `B/query  B vs udp  pkts/query  pkts vs udp` when rows have wire
 /// figures, and the note, columns aligned. `vs udp` is each row's qps over the qps of the row
 /// whose transport is `udp` (the first such row), `-` when there is none; `B vs udp` and
 /// `pkts vs udp` likewise for bytes and packets per query.
@@ -156,6 +174,7 @@ pub fn bench_table(rows: &[BenchRow]) -> Table {
         udp_qps: udp.map(|r| r.qps),
         udp_bytes: udp.and_then(|r| r.bytes_per_query),
         udp_packets: udp.and_then(|r| r.packets_per_query),
+        udp_target_cpu: udp.and_then(|r| r.target_cpu_us_per_answer),
     };
     let cols: Vec<&Column> = COLUMNS.iter().filter(|c| (c.shown)(rows)).collect();
     let mut t = cols.iter().fold(Table::new(), |t, c| t.column(c.header, c.align));
@@ -182,8 +201,21 @@ mod tests {
             resumed: None,
             bytes_per_query: bytes,
             packets_per_query: packets,
+            target_cpu_us_per_answer: None,
             note: None,
         }
+    }
+
+    #[test]
+    fn target_cpu_relative_to_udp() {
+        let mut udp = row("udp", None, None);
+        udp.target_cpu_us_per_answer = Some(2.0);
+        let mut dot = row("dot", None, None);
+        dot.target_cpu_us_per_answer = Some(6.8);
+        let lines = bench_table(&[udp, dot, row("x", None, None)]).lines();
+        assert!(lines[0].contains("srv CPU/query") && lines[0].contains("srv vs udp"), "{lines:?}");
+        assert!(lines[2].contains("6.80µs") && lines[2].contains("3.40x"), "{lines:?}");
+        assert!(!bench_table(&[row("udp", None, None)]).lines()[0].contains("srv CPU"));
     }
 
     #[test]

@@ -196,6 +196,26 @@ impl Responder {
         s
     }
 
+    /// CPU time (user + system) the responder's threads have used so far, nanoseconds, from
+    /// their CPU-time clocks.
+    pub fn cpu_ns(&self) -> u64 {
+        use std::os::unix::thread::JoinHandleExt;
+        self.threads
+            .iter()
+            .filter_map(|t| {
+                let mut id: libc::clockid_t = 0;
+                // SAFETY: the thread is alive (joined only when the responder stops); both calls
+                // write into variables we own.
+                if unsafe { libc::pthread_getcpuclockid(t.as_pthread_t(), &mut id) } != 0 {
+                    return None;
+                }
+                let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                (unsafe { libc::clock_gettime(id, &mut ts) } == 0)
+                    .then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+            })
+            .sum()
+    }
+
     /// The generated CA certificate (PEM) that clients must trust to verify the responder;
     /// None when the certificate came from files or no TLS transport runs.
     pub fn ca_pem(&self) -> Option<&str> {

@@ -88,6 +88,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub insecure: bool,
 
+    /// External targets: the target's process on this host (repeatable), for its CPU time
+    /// per query (the embedded responder's own threads are always measured).
+    #[arg(long = "target-pid", value_name = "PID")]
+    pub target_pid: Vec<u32>,
+
     /// Write every run's full results (and the table) as JSON to FILE.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -136,8 +141,14 @@ pub fn run(a: BenchArgs) -> CliResult {
     if threads == 0 || a.concurrency == 0 {
         return Err(CliError::usage("--threads and --concurrency must be at least 1"));
     }
+    if !a.target_pid.is_empty() && a.target.is_empty() {
+        return Err(CliError::usage(
+            "--target-pid is for external targets (--target); the embedded responder's CPU is measured anyway",
+        ));
+    }
+    let target_pids = super::run::target_pids(&a.target_pid)?;
     let tmp = tempdir()?;
-    let mut embedded = None;
+    let mut embedded: Option<volley_responder::Responder> = None;
     let mut cases = Vec::new();
     if a.target.is_empty() {
         let mut wanted = Vec::new();
@@ -226,11 +237,22 @@ pub fn run(a: BenchArgs) -> CliResult {
             connections: if h1 || fresh { a.concurrency as usize } else { threads },
             lane,
             batch_window: Duration::ZERO,
-            target_pids: Vec::new(),
+            target_pids: target_pids.clone(),
             target: case.target,
         };
         check_target(&plan)?;
+        let srv0 = embedded.as_ref().map(|r| r.cpu_ns());
         let mut result = execute(&plan, a.progress, None, interrupt.clone())?;
+        if let (Some(r), Some(srv0)) = (&embedded, srv0) {
+            // The embedded responder's threads, over the run.
+            let cpu_s = r.cpu_ns().saturating_sub(srv0) as f64 / 1e9;
+            let answered = result.totals.answered;
+            result.target_cpu = Some(volley_metrics::TargetCpu {
+                pids: vec![std::process::id()],
+                cpu_s,
+                cpu_us_per_answer: if answered > 0 { cpu_s * 1e6 / answered as f64 } else { 0.0 },
+            });
+        }
         result.command = std::env::args().collect();
         if let Some(w) = insecure_warning(&plan) {
             result.warnings.insert(0, w);
@@ -250,6 +272,11 @@ pub fn run(a: BenchArgs) -> CliResult {
             resumed: conns.filter(|c| c.handshake_tls.is_some() || c.handshake_quic.is_some()).map(|c| c.resumed),
             bytes_per_query: per_query(t.wire.bytes_out + t.wire.bytes_in),
             packets_per_query: per_query(t.wire.packets_out + t.wire.packets_in),
+            target_cpu_us_per_answer: result
+                .target_cpu
+                .as_ref()
+                .filter(|_| result.totals.answered > 0)
+                .map(|c| c.cpu_us_per_answer),
             note: (!result.totals.balanced()).then(|| "accounting does not balance".to_string()),
         });
         runs.push(result);

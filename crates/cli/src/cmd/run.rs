@@ -585,7 +585,7 @@ pub fn run(a: RunArgs) -> CliResult {
 }
 
 /// `--target-pid`: processes that exist, whose CPU-time clocks this process can read.
-fn target_pids(pids: &[u32]) -> CliResult<Vec<u32>> {
+pub(crate) fn target_pids(pids: &[u32]) -> CliResult<Vec<u32>> {
     for &p in pids {
         if volley_engine::clock::pid_cpu_ns(p).is_none() {
             return Err(CliError::usage(format!("--target-pid {p}: no such process on this host")));
