@@ -217,8 +217,16 @@ pub fn run(a: LimitArgs) -> CliResult {
                         generator_bound: generator_bound(&r, load, a.by),
                         interrupted: interrupt.load(Ordering::Relaxed),
                     };
+                    // With --target-pid: how busy the target was at this step.
+                    let target = r.target_cpu.as_ref().map_or(String::new(), |c| {
+                        format!(
+                            "  target CPU {:.0}% ({}/answer)",
+                            c.cpu_s * 100.0 / r.elapsed_s.max(1e-3),
+                            volley_report::fmt_ns((c.cpu_us_per_answer * 1000.0).round() as u64)
+                        )
+                    });
                     eprintln!(
-                        "  {:>12} {}  answered {:>7.3}%  p{} {:>10}  {}",
+                        "  {:>12} {}  answered {:>7.3}%  p{} {:>10}  {}{target}",
                         format!("{load:.0}"),
                         a.by.unit(),
                         m.answered_ratio * 100.0,
