@@ -499,6 +499,7 @@ fn bench_row(transport: &str, qps: f64, note: Option<&str>) -> BenchRow {
         resumed: None,
         bytes_per_query: None,
         packets_per_query: None,
+        target_cpu_us_per_answer: None,
         note: note.map(Into::into),
     }
 }
