@@ -514,8 +514,13 @@ async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
     };
     // The header read timeout runs from the moment hyper waits for a request head, so it is
     // the keep-alive idle timeout too: no request for that long, and the connection closes.
+    // Pipelined requests (read together) get their responses written together: one write
+    // for the batch rather than one per response.
     let mut b = hyper::server::conn::http1::Builder::new();
-    b.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(ctx.idle_timeout).keep_alive(true);
+    b.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(ctx.idle_timeout)
+        .keep_alive(true)
+        .pipeline_flush(true);
     let conn = b.serve_connection(hyper_util::rt::TokioIo::new(io), svc);
     if let Err(e) = conn.await {
         if e.is_timeout() {
