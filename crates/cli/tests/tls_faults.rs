@@ -290,6 +290,29 @@ fn goaway_then_reconnect_doh3() {
     goaway_then_reconnect("h3");
 }
 
+/// HTTP/1.1's GOAWAY is `Connection: close` on the N-th response: a pipelining client sends
+/// nothing more on that connection, and the queries still waiting go on the next one; only
+/// requests already written after the N-th (at most the depth less one) are lost, as `closed`.
+#[test]
+fn connection_close_then_reconnect_doh11_pipelined() {
+    let s = Server::start_encrypted(&["--fault", "goaway-after=50"]);
+    let r = run_n(
+        &s.url("https"),
+        s.ca_str(),
+        "www.example.test",
+        500,
+        &["-T", "1", "--http", "1.1", "--h1-pipeline", "4"],
+    );
+    let v = ended(&r);
+    let c = &v["connections"];
+    let opened = conn_total(v, "opened");
+    assert!(opened >= 10, "a new connection after each close:\n{c:#}");
+    assert_eq!(total(v, "failed"), error_count(v, "closed"), "failures are closed:\n{:#}", v["totals"]);
+    assert!(total(v, "failed") <= 3 * opened, "at most 3 lost per connection:\n{:#}\n{c:#}", v["totals"]);
+    assert!(total(v, "answered") >= 400, "{:#}\n{c:#}", v["totals"]);
+    assert!(conn_map(v, &["closed"], "server_fin") >= 9, "closed by the server:\n{c:#}");
+}
+
 /// Who closed the connection and how: the server's GOAWAY, not a bare FIN.
 #[test]
 fn goaway_close_recorded_doh2() {

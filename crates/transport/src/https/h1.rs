@@ -39,6 +39,9 @@ pub(crate) struct H1Framing {
     body: Vec<u8>,
     /// The head of the line timed out: the rest end by their own timeouts, not as failures.
     abandoned: bool,
+    /// The server said `Connection: close`: no more requests on this connection; the queries
+    /// still waiting in the lane go on the next one.
+    closing: bool,
     watch: Duration,
 }
 
@@ -61,6 +64,7 @@ impl H1Framing {
             fifo: VecDeque::new(),
             body: Vec::new(),
             abandoned: false,
+            closing: false,
             watch,
         }
     }
@@ -94,6 +98,8 @@ struct Parsed {
     interim: bool,
     /// The body was chunked (its message is in the framing's `body`).
     chunked: bool,
+    /// `Connection: close`: the server answers no request after this one.
+    close: bool,
 }
 
 /// Parses the response at the start of `buf`; None: incomplete.
@@ -107,7 +113,7 @@ fn parse(buf: &[u8], body: &mut Vec<u8>) -> Result<Option<Parsed>, ErrorKind> {
         Err(_) => return Err(ErrorKind::Malformed),
     };
     let code = resp.code.unwrap_or(0);
-    let (mut length, mut chunked, mut dns) = (None, false, false);
+    let (mut length, mut chunked, mut dns, mut close) = (None, false, false, false);
     for h in resp.headers.iter() {
         let v = std::str::from_utf8(h.value).unwrap_or("").trim();
         if h.name.eq_ignore_ascii_case("content-length") {
@@ -116,10 +122,12 @@ fn parse(buf: &[u8], body: &mut Vec<u8>) -> Result<Option<Parsed>, ErrorKind> {
             chunked = v.to_ascii_lowercase().split(',').any(|c| c.trim() == "chunked");
         } else if h.name.eq_ignore_ascii_case("content-type") {
             dns = v.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case(DNS_MESSAGE));
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            close |= v.split(',').any(|o| o.trim().eq_ignore_ascii_case("close"));
         }
     }
     if (100..200).contains(&code) {
-        return Ok(Some(Parsed { used: head, fate: Err(ErrorKind::HttpStatus), interim: true, chunked: false }));
+        return Ok(Some(Parsed { used: head, fate: Err(ErrorKind::HttpStatus), interim: true, chunked: false, close }));
     }
     let fate = |range| match (code, dns) {
         (200, true) => Ok(range),
@@ -128,7 +136,7 @@ fn parse(buf: &[u8], body: &mut Vec<u8>) -> Result<Option<Parsed>, ErrorKind> {
     };
     if chunked {
         let Some(used) = dechunk(&buf[head..], body)? else { return Ok(None) };
-        return Ok(Some(Parsed { used: head + used, fate: fate(0..body.len()), interim: false, chunked: true }));
+        return Ok(Some(Parsed { used: head + used, fate: fate(0..body.len()), interim: false, chunked: true, close }));
     }
     // 204 and 304 have no body; otherwise a pipelined response needs its length.
     let len = match (code, length) {
@@ -142,7 +150,7 @@ fn parse(buf: &[u8], body: &mut Vec<u8>) -> Result<Option<Parsed>, ErrorKind> {
     if buf.len() - head < len {
         return Ok(None);
     }
-    Ok(Some(Parsed { used: head + len, fate: fate(head..head + len), interim: false, chunked: false }))
+    Ok(Some(Parsed { used: head + len, fate: fate(head..head + len), interim: false, chunked: false, close }))
 }
 
 /// Decodes a chunked body at the start of `buf` into `out`; the bytes used, None: incomplete.
@@ -184,7 +192,7 @@ fn dechunk(buf: &[u8], out: &mut Vec<u8>) -> Result<Option<usize>, ErrorKind> {
 
 impl Framing for H1Framing {
     fn has_room(&self) -> bool {
-        self.fifo.len() < self.depth && !self.abandoned
+        self.fifo.len() < self.depth && !self.abandoned && !self.closing
     }
 
     fn frame<X: Exchange + ?Sized>(&mut self, t: Token, x: &X, msg: &mut Vec<u8>, out: &mut Vec<u8>) -> bool {
@@ -206,11 +214,16 @@ impl Framing for H1Framing {
             }
             // A response no request waits for: the stream is out of step.
             let t = self.fifo.pop_front().ok_or(ErrorKind::Malformed)?;
+            self.closing |= p.close;
             match p.fate {
                 Ok(r) if p.chunked => x.response(t, &self.body[r], now),
                 Ok(r) => x.response(t, &buf[at - p.used..][r], now),
                 Err(kind) => x.failed(t, kind, now),
             }
+        }
+        if self.closing && self.fifo.is_empty() {
+            // Every request it will answer is answered: end the connection as it asked.
+            return Err(ErrorKind::Closed);
         }
         Ok(at)
     }
@@ -324,6 +337,8 @@ mod tests {
         let t = ok(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 1\r\n\r\nx");
         assert_eq!(t.fate.unwrap_err(), ErrorKind::ContentType);
         assert!(ok(b"HTTP/1.1 100 Continue\r\n\r\n").interim);
+        assert!(ok(b"HTTP/1.1 200 OK\r\nConnection: keep-alive, Close\r\nContent-Length: 0\r\n\r\n").close);
+        assert!(!ok(b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n").close);
         assert_eq!(parse(b"HTTP/1.1 200 OK\r\n\r\n", &mut body).err(), Some(ErrorKind::Malformed));
         assert_eq!(parse(b"garbage\r\n\r\n", &mut body).err(), Some(ErrorKind::Malformed));
         assert_eq!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", &mut body).err(), Some(ErrorKind::Malformed));
