@@ -118,6 +118,10 @@ fn target_cpu_of_unbound() {
     let slack = 2.0 / tick_hz() + 0.05 * bracket;
     assert!(cpu > 0.0, "unbound answered 40000 queries on no CPU? {t:#}");
     assert!((cpu - bracket).abs() <= slack, "target CPU {cpu} s, /proc around the run {bracket} s");
+    // Per second too: the seconds' readings add up to at most the total.
+    let seconds: Vec<f64> = v["series"].as_array().unwrap().iter().filter_map(|r| r["target_cpu_s"].as_f64()).collect();
+    assert!(!seconds.is_empty(), "series carry target_cpu_s:\n{:#}", v["series"]);
+    assert!(seconds.iter().sum::<f64>() <= cpu + 1e-6, "{seconds:?} vs {cpu}");
     let per = t["cpu_us_per_answer"].as_f64().unwrap();
     assert!((per - cpu * 1e6 / 40000.0).abs() < 1e-6 * per.max(1.0), "{t:#}");
     assert!(

@@ -243,7 +243,7 @@ pub fn run(
         match rx.recv_timeout(Duration::from_millis(250)) {
             Ok(m) => {
                 for p in collector.absorb(m) {
-                    target.read();
+                    target.read_second(p.row.second);
                     progress(&p);
                 }
             }
@@ -295,6 +295,12 @@ pub fn run(
     }
     if let Some(n) = events.get("udp_icmp_refused") {
         warnings.push(format!("{n} ICMP port-unreachable errors: the target stopped listening during the run"));
+    }
+    let mut got = got;
+    for (second, cpu_s) in &target.seconds {
+        if let Some(row) = got.series.iter_mut().find(|r| r.second == *second) {
+            row.target_cpu_s = Some(*cpu_s);
+        }
     }
     let target_cpu = target.finish(totals.answered, &mut warnings);
     if !totals.balanced() {
@@ -367,6 +373,10 @@ struct TargetClock {
     /// (pid, first reading, last reading)
     procs: Vec<(u32, u64, u64)>,
     gone: Vec<u32>,
+    /// CPU seconds used by all of them in each completed second, as the seconds came in.
+    seconds: Vec<(u32, f64)>,
+    /// Their total at the last per-second reading, ns.
+    at_second: u64,
 }
 
 impl TargetClock {
@@ -382,7 +392,19 @@ impl TargetClock {
                 }
             })
             .collect();
-        TargetClock { procs, gone }
+        TargetClock { procs, gone, seconds: Vec::new(), at_second: 0 }
+    }
+
+    /// Reads the clocks when `second` has come in, and records what was used since the last
+    /// such reading.
+    fn read_second(&mut self, second: u32) {
+        if self.procs.is_empty() {
+            return;
+        }
+        self.read();
+        let used: u64 = self.procs.iter().map(|(_, a, b)| b.saturating_sub(*a)).sum();
+        self.seconds.push((second, used.saturating_sub(self.at_second) as f64 / 1e9));
+        self.at_second = used;
     }
 
     fn read(&mut self) {

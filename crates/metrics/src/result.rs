@@ -218,6 +218,10 @@ pub struct SecondRow {
     /// Connection events of this second (connection-based transports).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub connections: Option<crate::SecondConnections>,
+    /// CPU time the target used in this second, seconds (`--target-pid`; read when the
+    /// second's figures came in).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub target_cpu_s: Option<f64>,
 }
 
 /// Latency of one second's answers (2 significant figures), with its histogram.
@@ -252,6 +256,7 @@ impl SecondRow {
                 histogram: h.to_sparse(),
             },
             connections: crate::SecondConnections::of(&c.conns),
+            target_cpu_s: None,
         }
     }
 }

@@ -313,6 +313,32 @@ pub fn qps_series(runs: &[NamedRun]) -> ChartData {
     c
 }
 
+/// The target's CPU use over time, for runs made with `--target-pid`: per second, the CPU
+/// time its processes used as a percentage of one core (above 100 with several cores busy).
+/// Runs without it have no line.
+pub fn target_cpu_series(runs: &[NamedRun]) -> ChartData {
+    let mut c = ChartData::new(
+        "target_cpu",
+        "Target CPU over time",
+        Axis::new("time since start [s]", Scale::Linear, Unit::Seconds),
+        Axis::new("CPU [% of one core]", Scale::Linear, Unit::Percent),
+    );
+    for (i, run) in runs.iter().enumerate() {
+        let points: Points =
+            run.result.series.iter().filter_map(|r| r.target_cpu_s.map(|cpu| (r.second as f64, cpu * 100.0))).collect();
+        if !points.is_empty() {
+            c.series.push(Series {
+                name: label(runs, run, "target CPU"),
+                run: i,
+                shade: 0,
+                style: Style::Line,
+                points,
+            });
+        }
+    }
+    c
+}
+
 /// `(x, y)` points of a line.
 type Points = Vec<(f64, f64)>;
 
@@ -481,6 +507,7 @@ pub fn all_charts(runs: &[NamedRun]) -> Vec<ChartData> {
         qps_series(runs),
         connections_series(runs),
         handshake_cdf_series(runs),
+        target_cpu_series(runs),
     ]
     .into_iter()
     .filter(|c| !c.is_empty())

@@ -47,10 +47,19 @@ pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
     header.extend(rcodes.iter().cloned());
     header.extend(errors.iter().map(|k| format!("error_{k}")));
     header.extend(unexpected.iter().map(|k| format!("unexpected_{k}")));
+    // With --target-pid: the target's CPU seconds in each second.
+    let target = r.series.iter().any(|s| s.target_cpu_s.is_some());
+    if target {
+        header.push("target_cpu_s".into());
+    }
     write_record(w, &header)?;
 
     for s in &r.series {
-        write_record(w, &row_cells(s, &rcodes, &errors, &unexpected))?;
+        let mut cells = row_cells(s, &rcodes, &errors, &unexpected);
+        if target {
+            cells.push(s.target_cpu_s.map_or(String::new(), |c| format!("{c:.6}")));
+        }
+        write_record(w, &cells)?;
     }
     Ok(())
 }

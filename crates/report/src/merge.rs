@@ -220,6 +220,13 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
                 rows.resize_with(k + 1, HistSumRow::default);
             }
             rows[k].add(&file, k, row)?;
+            if let (Some(cpu), Some(t)) = (row.target_cpu_s, &r.target_cpu) {
+                // As for the totals: the same processes once (the larger reading), others added.
+                let mut pids = t.pids.clone();
+                pids.sort_unstable();
+                let seen = rows[k].target.entry(pids).or_insert(0.0);
+                *seen = f64::max(*seen, cpu);
+            }
         }
         parts.push(MergedPart {
             file,
@@ -389,6 +396,8 @@ struct HistSumRow {
     row: SecondRow,
     h: Option<(Histogram, String)>,
     conns: Option<SecondConnections>,
+    /// The target's CPU seconds of this second, by the processes measured.
+    target: BTreeMap<Vec<u32>, f64>,
 }
 
 impl HistSumRow {
@@ -446,6 +455,7 @@ impl HistSumRow {
             histogram: h.to_sparse(),
         };
         row.connections = self.conns;
+        row.target_cpu_s = (!self.target.is_empty()).then(|| self.target.values().sum());
         row
     }
 }

@@ -220,3 +220,40 @@ fn an_empty_chart_still_draws() {
     assert!(svg.contains("no data"));
     check_png(&render_png(&c, CHART_SIZE).unwrap(), "empty");
 }
+
+/// A run made with `--target-pid`: the target's CPU per second, as a share of one core.
+#[test]
+fn target_cpu_over_time_as_share_of_a_core() {
+    let mut run = known();
+    for (k, row) in run.result.series.iter_mut().enumerate() {
+        row.target_cpu_s = Some(0.1 * (k + 1) as f64);
+    }
+    let plain = known();
+    let runs = [run, plain];
+    let c = target_cpu_series(&runs);
+    assert_eq!(c.id, "target_cpu");
+    assert_eq!(c.series.len(), 1, "only the run that measured its target has a line: {:?}", names(&c));
+    let p = &c.series[0].points;
+    assert_eq!(p.len(), runs[0].result.series.len());
+    for (k, (x, y)) in p.iter().enumerate() {
+        assert_eq!(*x, k as f64);
+        assert!((y - 10.0 * (k + 1) as f64).abs() < 1e-9, "second {k}: {y}");
+    }
+    assert!(all_charts(&runs).iter().any(|c| c.id == "target_cpu"));
+    assert!(!all_charts(&runs[1..]).iter().any(|c| c.id == "target_cpu"), "no chart without the figure");
+    let svg = render_svg(&c, CHART_SIZE).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("Target CPU over time"));
+    let png = render_png(&c, CHART_SIZE).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 1000);
+
+    // The CSV gets a column for it.
+    let mut out = Vec::new();
+    write_csv_series(&runs[0].result, &mut out).unwrap();
+    let csv = String::from_utf8(out).unwrap();
+    let mut lines = csv.lines();
+    assert!(lines.next().unwrap().ends_with(",target_cpu_s"));
+    assert!(lines.next().unwrap().ends_with(",0.100000"), "{csv}");
+    let mut out = Vec::new();
+    write_csv_series(&runs[1].result, &mut out).unwrap();
+    assert!(!String::from_utf8(out).unwrap().contains("target_cpu_s"));
+}

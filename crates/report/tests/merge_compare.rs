@@ -437,6 +437,28 @@ fn merge_counts_a_shared_target_once_and_adds_different_ones() {
     let m = merge_runs(&[target_run("a", &[100], 0.4), target_run("c", &[7, 300], 0.25)], vec![]).unwrap();
     let t = m.result.target_cpu.unwrap();
     assert_eq!((t.pids, t.cpu_s), (vec![7, 100, 300], 0.65));
+    // Per second, the same rule.
+    let with_seconds = |name: &str, pids: &[u32], cpu_s: f64, per_s: f64| {
+        let mut r = target_run(name, pids, cpu_s);
+        for row in &mut r.result.series {
+            row.target_cpu_s = Some(per_s);
+        }
+        r
+    };
+    let m = merge_runs(
+        &[
+            with_seconds("a", &[100], 0.4, 0.08),
+            with_seconds("b", &[100], 0.5, 0.1),
+            with_seconds("c", &[7], 0.2, 0.04),
+        ],
+        vec![],
+    )
+    .unwrap();
+    assert!(
+        m.result.series.iter().all(|r| r.target_cpu_s.is_some_and(|c| (c - 0.14).abs() < 1e-12)),
+        "{:?}",
+        m.result.series.iter().map(|r| r.target_cpu_s).collect::<Vec<_>>()
+    );
     assert!(merge_runs(&[named("x", &Spec::default()), named("y", &Spec::default())], vec![])
         .unwrap()
         .result
