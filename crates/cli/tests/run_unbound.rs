@@ -125,7 +125,7 @@ fn target_cpu_of_unbound() {
     let per = t["cpu_us_per_answer"].as_f64().unwrap();
     assert!((per - cpu * 1e6 / 40000.0).abs() < 1e-6 * per.max(1.0), "{t:#}");
     assert!(
-        r.stdout.lines().any(|l| l.starts_with("target") && l.contains(&format!("(pid {pid})"))),
+        r.stdout.lines().any(|l| l.starts_with("target cpu") && l.contains(&format!("(pid {pid})"))),
         "the summary shows the target's CPU:\n{}",
         r.stdout
     );

@@ -243,7 +243,7 @@ fn text_lines(r: &RunResult) -> Vec<String> {
             String::new()
         };
         let pids: Vec<String> = c.pids.iter().map(u32::to_string).collect();
-        push_labeled(&mut out, "target", &format!("CPU {:.3}s{per_answer} (pid {})", c.cpu_s, pids.join(", ")));
+        push_labeled(&mut out, "target cpu", &format!("{:.3}s{per_answer} (pid {})", c.cpu_s, pids.join(", ")));
     }
 
     if !r.warnings.is_empty() {

@@ -420,7 +420,7 @@ fn target_cpu_in_compare_text_and_openmetrics() {
     let mut out = Vec::new();
     write_text(&a.result, &mut out).unwrap();
     let s = String::from_utf8(out).unwrap();
-    assert!(s.lines().any(|l| l.starts_with("target") && l.contains("CPU 0.050s, 50.0µs per answer (pid 100)")), "{s}");
+    assert!(s.lines().any(|l| l.starts_with("target cpu 0.050s, 50.0µs per answer (pid 100)")), "{s}");
     let mut out = Vec::new();
     write_openmetrics(&a.result, &mut out).unwrap();
     assert!(String::from_utf8(out).unwrap().contains("\nvolley_target_cpu_seconds_total 0.05\n"));
