@@ -2,8 +2,9 @@
 //! matched by request, not by ID. GET sends the message base64url-encoded without padding
 //! in `?dns=`, POST as an `application/dns-message` body.
 //!
-//! HTTP/2 (the h2 crate): one connection per lane, one stream per query, each awaited by its
-//! own local task; the lane's capacity follows the server's SETTINGS_MAX_CONCURRENT_STREAMS.
+//! HTTP/2 (the h2 crate): one connection per lane, one stream per query, all awaited by one
+//! task per lane (`responses`); the lane's capacity follows the server's
+//! SETTINGS_MAX_CONCURRENT_STREAMS.
 //! HTTP/1.1 (hyper): keep-alive, one request in flight per connection; with pipelining
 //! (`h1_pipeline` > 1) the lane runs on the stream loop of TCP and DoT instead (see `h1`).
 
