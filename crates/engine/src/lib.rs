@@ -242,8 +242,8 @@ pub fn run(
     while !collector.done() {
         match rx.recv_timeout(Duration::from_millis(250)) {
             Ok(m) => {
-                for p in collector.absorb(m) {
-                    target.read_second(p.row.second);
+                for mut p in collector.absorb(m) {
+                    p.row.target_cpu_s = target.read_second(p.row.second);
                     progress(&p);
                 }
             }
@@ -395,16 +395,18 @@ impl TargetClock {
         TargetClock { procs, gone, seconds: Vec::new(), at_second: 0 }
     }
 
-    /// Reads the clocks when `second` has come in, and records what was used since the last
-    /// such reading.
-    fn read_second(&mut self, second: u32) {
+    /// Reads the clocks when `second` has come in, and records (and returns) what was used
+    /// since the last such reading.
+    fn read_second(&mut self, second: u32) -> Option<f64> {
         if self.procs.is_empty() {
-            return;
+            return None;
         }
         self.read();
         let used: u64 = self.procs.iter().map(|(_, a, b)| b.saturating_sub(*a)).sum();
-        self.seconds.push((second, used.saturating_sub(self.at_second) as f64 / 1e9));
+        let cpu_s = used.saturating_sub(self.at_second) as f64 / 1e9;
+        self.seconds.push((second, cpu_s));
         self.at_second = used;
+        Some(cpu_s)
     }
 
     fn read(&mut self) {

@@ -221,6 +221,8 @@ pub struct LiveTotals {
     pub unexpected: BTreeMap<String, u64>,
     /// Connection events.
     pub connections: Option<SecondConnections>,
+    /// The target's CPU seconds so far (runs with `--target-pid`).
+    pub target_cpu_s: Option<f64>,
     latency: Histogram,
 }
 
@@ -237,6 +239,7 @@ impl Default for LiveTotals {
             errors: BTreeMap::new(),
             unexpected: BTreeMap::new(),
             connections: None,
+            target_cpu_s: None,
             latency: Histogram::new(2),
         }
     }
@@ -256,6 +259,9 @@ impl LiveTotals {
         self.timed_out += row.timed_out;
         self.failed += row.failed;
         self.truncated += row.truncated;
+        if let Some(c) = row.target_cpu_s {
+            *self.target_cpu_s.get_or_insert(0.0) += c;
+        }
         for (into, from) in
             [(&mut self.rcodes, &row.rcodes), (&mut self.errors, &row.errors), (&mut self.unexpected, &row.unexpected)]
         {
@@ -330,6 +336,15 @@ pub fn progress_metrics(p: &Progress, live: &LiveTotals, w: &mut impl Write) -> 
         for (ev, n) in [("opened", c.opened), ("closed", c.closed), ("failed", c.failed), ("resumed", c.resumed)] {
             om.sample("volley_connections_total", &[("event", ev)], n)?;
         }
+    }
+    if let Some(c) = live.target_cpu_s {
+        om.family(
+            "volley_target_cpu_seconds",
+            "counter",
+            Some("seconds"),
+            "CPU time of the target's processes so far (--target-pid).",
+        )?;
+        om.sample("volley_target_cpu_seconds_total", &[], format_float(c))?;
     }
     let row = &p.row;
     om.family("volley_second_queries", "gauge", None, "Queries sent and fates in the last complete second.")?;

@@ -24,8 +24,10 @@ pub fn progress_line(p: &Progress, elapsed_s: f64, total_s: Option<f64>) -> Stri
     };
     let ended = row.answered + row.timed_out + row.failed;
     let p99 = if row.answered == 0 { "-".to_string() } else { fmt_ns(row.latency.p99_ns) };
+    // With --target-pid: the target's CPU in that second, as a share of one core.
+    let target = row.target_cpu_s.map_or(String::new(), |c| format!("  target cpu {:.0}%", c * 100.0));
     format!(
-        "{clock}  qps {}  answered {}  p99 {p99}  timeouts {}  errors {}",
+        "{clock}  qps {}  answered {}  p99 {p99}  timeouts {}  errors {}{target}",
         row.sent,
         fmt_pct(row.answered, ended),
         row.timed_out,

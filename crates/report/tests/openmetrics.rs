@@ -108,4 +108,19 @@ fn a_run_in_progress_and_its_file() {
     progress_metrics(&Progress { row }, &live, &mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
     assert_eq!(sample_value(&text, "volley_in_flight"), 7.0);
+    assert!(!text.contains("volley_target_cpu"), "no target CPU without --target-pid");
+
+    // With --target-pid: the target's CPU seconds so far.
+    let mut live = LiveTotals::new();
+    for (k, row) in run.result.series.iter().enumerate().take(3) {
+        let row = volley_metrics::SecondRow { target_cpu_s: Some(0.25 * (k + 1) as f64), ..row.clone() };
+        live.add(&row);
+        if k == 2 {
+            let mut out = Vec::new();
+            progress_metrics(&Progress { row }, &live, &mut out).unwrap();
+            let text = String::from_utf8(out).unwrap();
+            check_format(&text);
+            assert_eq!(sample_value(&text, "volley_target_cpu_seconds_total"), 1.5);
+        }
+    }
 }

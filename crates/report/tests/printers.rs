@@ -482,6 +482,10 @@ fn progress_line_for_a_second() {
     (empty.sent, empty.answered, empty.timed_out, empty.failed) = (0, 0, 0, 0);
     let line = progress_line(&Progress { row: empty }, 12.0, Some(3600.0));
     assert_eq!(line, "[  12s/3600s]  qps 0  answered -  p99 -  timeouts 0  errors 0");
+    // With --target-pid, the target's CPU in that second.
+    let mut row = r.series[3].clone();
+    row.target_cpu_s = Some(0.854);
+    assert!(progress_line(&Progress { row }, 3.4, None).ends_with("errors 0  target cpu 85%"));
 }
 
 // ---- bench ---------------------------------------------------------------------------------
