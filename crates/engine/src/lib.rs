@@ -428,11 +428,7 @@ impl TargetClock {
                 .push(format!("target process {pid} ended during the run: its CPU time counts up to its last reading"));
         }
         let cpu_s = self.procs.iter().map(|(_, a, b)| b.saturating_sub(*a)).sum::<u64>() as f64 / 1e9;
-        Some(volley_metrics::TargetCpu {
-            pids: self.procs.iter().map(|p| p.0).collect(),
-            cpu_s,
-            cpu_us_per_answer: if answered > 0 { cpu_s * 1e6 / answered as f64 } else { 0.0 },
-        })
+        Some(volley_metrics::TargetCpu::new(self.procs.iter().map(|p| p.0).collect(), cpu_s, answered))
     }
 }
 

@@ -199,6 +199,14 @@ pub struct TargetCpu {
     pub cpu_us_per_answer: f64,
 }
 
+impl TargetCpu {
+    /// `cpu_s` spent by `pids` for `answered` answers (0 µs per answer when none).
+    pub fn new(pids: Vec<u32>, cpu_s: f64, answered: u64) -> TargetCpu {
+        let cpu_us_per_answer = if answered > 0 { cpu_s * 1e6 / answered as f64 } else { 0.0 };
+        TargetCpu { pids, cpu_s, cpu_us_per_answer }
+    }
+}
+
 /// One second of the run (second 0 starts at `started_unix_ms`). Fates are counted in the
 /// second they happened; `sent` in the second the query was issued.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

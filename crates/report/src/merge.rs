@@ -295,11 +295,7 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
         let mut pids: Vec<u32> = target_cpu.keys().flatten().copied().collect();
         pids.sort_unstable();
         pids.dedup();
-        TargetCpu {
-            pids,
-            cpu_s,
-            cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
-        }
+        TargetCpu::new(pids, cpu_s, totals.answered)
     });
     result.connections = conns.map(ConnAcc::summary);
     result.groups = groups.into_iter().map(GroupSum::summary).collect();

@@ -389,9 +389,7 @@ fn merge_spans_the_wall_clock_and_warns_about_parts_not_made_together() {
 /// A run of 1000 answers whose target processes `pids` spent `cpu_s`.
 fn target_run(name: &str, pids: &[u32], cpu_s: f64) -> NamedRun {
     let mut r = named(name, &Spec::default());
-    let answered = r.result.totals.answered as f64;
-    r.result.target_cpu =
-        Some(volley_metrics::TargetCpu { pids: pids.to_vec(), cpu_s, cpu_us_per_answer: cpu_s * 1e6 / answered });
+    r.result.target_cpu = Some(volley_metrics::TargetCpu::new(pids.to_vec(), cpu_s, r.result.totals.answered));
     r
 }
 

@@ -246,12 +246,8 @@ pub fn run(a: BenchArgs) -> CliResult {
         if let (Some(r), Some(srv0)) = (&embedded, srv0) {
             // The embedded responder's threads, over the run.
             let cpu_s = r.cpu_ns().saturating_sub(srv0) as f64 / 1e9;
-            let answered = result.totals.answered;
-            result.target_cpu = Some(volley_metrics::TargetCpu {
-                pids: vec![std::process::id()],
-                cpu_s,
-                cpu_us_per_answer: if answered > 0 { cpu_s * 1e6 / answered as f64 } else { 0.0 },
-            });
+            result.target_cpu =
+                Some(volley_metrics::TargetCpu::new(vec![std::process::id()], cpu_s, result.totals.answered));
         }
         result.command = std::env::args().collect();
         if let Some(w) = insecure_warning(&plan) {
