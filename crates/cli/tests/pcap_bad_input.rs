@@ -107,12 +107,24 @@ fn queries_in(path: &Path) -> u64 {
 #[test]
 fn truncated_and_corrupt_captures() {
     let dir = tempfile::tempdir().unwrap();
-    let (real, ports) = real_capture(dir.path());
-    let bytes = fs::read(&real).unwrap();
     let out = dir.path().join("full.clients");
-    let full = pcap_cmd(&real, &out, &ports);
-    assert_eq!(full.status.code(), Some(0), "{}{}", full.stdout, full.stderr);
-    assert_eq!(queries_in(&out), 25, "{}", full.stdout);
+    // tcpdump on a loaded machine has once missed the first packets of the exchange although
+    // it had said it was listening: a capture without all 25 queries is made again (the
+    // reader is what is tested here, not tcpdump), at most three times.
+    let mut attempt = 1;
+    let (real, ports) = loop {
+        let (real, ports) = real_capture(dir.path());
+        let full = pcap_cmd(&real, &out, &ports);
+        assert_eq!(full.status.code(), Some(0), "{}{}", full.stdout, full.stderr);
+        let n = queries_in(&out);
+        if n == 25 || attempt == 3 {
+            assert_eq!(n, 25, "{}", full.stdout);
+            break (real, ports);
+        }
+        eprintln!("the capture holds {n} of the 25 queries sent: capturing again\n{}", full.stdout);
+        attempt += 1;
+    };
+    let bytes = fs::read(&real).unwrap();
 
     // Cut at many points, including mid-header and mid-packet.
     let cut_path = dir.path().join("cut.pcap");
