@@ -49,18 +49,6 @@ target() {
     esac
 }
 
-# Runs one side; $1 = label, rest = command. Sets CPU (client s), SRV (server s) in files.
-measure() {
-    local label="$1"
-    shift
-    local s0 s1
-    s0="$(proc_cpu_s "$SERVE_PID")"
-    timed "$WORK/$label.cpu" taskset -c "$CLIENT_CORE" "$@" >"$WORK/$label.out" 2>&1 \
-        || die "$label failed: $(tail -5 "$WORK/$label.out")"
-    s1="$(proc_cpu_s "$SERVE_PID")"
-    calc 'b - a' a="$s0" b="$s1" >"$WORK/$label.srv"
-}
-
 # Prints "qps cpu_us_per_answer server_cpu_pct" for a finished side.
 dp_row() {
     local done secs cpu srv

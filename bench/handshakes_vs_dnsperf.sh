@@ -24,17 +24,6 @@ VOLLEY_BIN="$(volley_bin_copy)"
 QUERIES="$(write_queries)"
 CA="$WORK/ca.pem"
 
-# Runs one side; $1 = label, rest = command; client CPU (s) to $WORK/LABEL.cpu, server CPU to .srv.
-measure() {
-    local label="$1" s0 s1
-    shift
-    s0="$(proc_cpu_s "$SERVE_PID")"
-    timed "$WORK/$label.cpu" taskset -c "$CLIENT_CORE" "$@" >"$WORK/$label.out" 2>&1 \
-        || die "$label failed: $(tail -5 "$WORK/$label.out")"
-    s1="$(proc_cpu_s "$SERVE_PID")"
-    calc 'b - a' a="$s0" b="$s1" >"$WORK/$label.srv"
-}
-
 # "handshakes_per_s handshakes_per_cpu_s server_cpu_pct" of a dnsperf side: one query per
 # connection, so each completed query is one completed handshake.
 dp_row() {

@@ -137,6 +137,19 @@ timed() {
 }
 
 # dnsperf's statistics: prints "completed runtime_s".
+# Runs one side of a comparison pinned to $CLIENT_CORE: `measure LABEL COMMAND...`. Writes
+# its stdout to $WORK/LABEL.out, stderr to .err, its CPU time (user + sys, s) to .cpu, and the
+# CPU the responder ($SERVE_PID) spent meanwhile to .srv; a failure ends the script.
+measure() {
+    local label="$1" s0 s1
+    shift
+    s0="$(proc_cpu_s "$SERVE_PID")"
+    timed "$WORK/$label.cpu" taskset -c "$CLIENT_CORE" "$@" >"$WORK/$label.out" 2>"$WORK/$label.err" \
+        || die "$label failed: $(tail -5 "$WORK/$label.err" "$WORK/$label.out")"
+    s1="$(proc_cpu_s "$SERVE_PID")"
+    calc 'b - a' a="$s0" b="$s1" >"$WORK/$label.srv"
+}
+
 dnsperf_stats() {
     awk '/Queries completed:/ { c = $3 } /Run time \(s\):/ { r = $4 } END { print c + 0, r + 0 }' "$1"
 }

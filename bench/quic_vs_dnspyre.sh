@@ -31,18 +31,6 @@ DOQ_PORT="$(serve_port doq)"
 DOH3_PORT="$(serve_port doh3)"
 log "responder pid $SERVE_PID on core $SERVER_CORE (doq $DOQ_PORT, doh3 $DOH3_PORT); generators on core $CLIENT_CORE"
 
-# Runs one side: $1 = label, rest = command; writes LABEL.cpu (client s) and LABEL.srv (server s).
-measure() {
-    local label="$1"
-    shift
-    local s0 s1
-    s0="$(proc_cpu_s "$SERVE_PID")"
-    timed "$WORK/$label.cpu" taskset -c "$CLIENT_CORE" "$@" >"$WORK/$label.out" 2>"$WORK/$label.err" \
-        || die "$label failed: $(tail -5 "$WORK/$label.err" "$WORK/$label.out")"
-    s1="$(proc_cpu_s "$SERVE_PID")"
-    calc 'b - a' a="$s0" b="$s1" >"$WORK/$label.srv"
-}
-
 # "qps cpu_s answers_per_cpu_s server_pct" from answered, seconds, label.
 row() {
     local done="$1" secs="$2" cpu srv
