@@ -49,7 +49,7 @@ pub struct BenchRow {
 
 /// What every cell may look at besides its row.
 struct Context {
-    /// QPS of the `udp` row, the reference of the `vs udp` column.
+    /// QPS of the `udp` row, the reference of the `qps vs udp` column.
     udp_qps: Option<f64>,
     /// Bytes and packets per query of the `udp` row, the references of `B vs udp` and
     /// `pkts vs udp`.
@@ -77,6 +77,7 @@ fn always(_: &[BenchRow]) -> bool {
 const COLUMNS: &[Column] = &[
     Column { header: "transport", align: Align::Left, shown: always, cell: |r, _| r.transport.clone() },
     Column { header: "qps", align: Align::Right, shown: always, cell: |r, _| fmt_rate(r.qps) },
+    Column { header: "qps vs udp", align: Align::Right, shown: always, cell: |r, c| vs_udp(r.qps, c.udp_qps) },
     Column { header: "answered", align: Align::Right, shown: always, cell: |r, _| fmt_ratio_pct(r.answered_ratio) },
     Column { header: "p50", align: Align::Right, shown: always, cell: |r, _| fmt_ns(r.p50_ns) },
     Column { header: "p99", align: Align::Right, shown: always, cell: |r, _| fmt_ns(r.p99_ns) },
@@ -92,7 +93,6 @@ const COLUMNS: &[Column] = &[
             }
         },
     },
-    Column { header: "vs udp", align: Align::Right, shown: always, cell: |r, c| vs_udp(r.qps, c.udp_qps) },
     Column {
         header: "srv CPU/query",
         align: Align::Right,
@@ -158,9 +158,9 @@ fn vs_udp(value: f64, udp_value: Option<f64>) -> String {
     }
 }
 
-/// Writes the bench table: `transport  qps  answered  p50  p99  gen CPU/query  vs udp`, the
+/// Writes the bench table: `transport  qps  qps vs udp  answered  p50  p99  gen CPU/query`, the
 /// target's CPU per query and its ratio to UDP's when rows have it, the connection columns, `B/query  B vs udp  pkts/query  pkts vs udp` when rows have wire
-/// figures, and the note, columns aligned. `vs udp` is each row's qps over the qps of the row
+/// figures, and the note, columns aligned. `qps vs udp` is each row's qps over the qps of the row
 /// whose transport is `udp` (the first such row), `-` when there is none; `B vs udp` and
 /// `pkts vs udp` likewise for bytes and packets per query.
 pub fn write_bench_table(rows: &[BenchRow], w: &mut impl Write) -> io::Result<()> {
