@@ -76,6 +76,24 @@ pub enum EngineError {
     Thread(std::io::Error),
 }
 
+/// The share of its threads' time (CPU over wall clock) above which a run warns that the
+/// generator may have set the pace.
+pub const GENERATOR_BUSY: f64 = 0.9;
+
+/// The warning of a run whose generator threads were busy nearly all the time: it may itself
+/// have set the pace (a closed loop then measures volley), and every latency includes its own
+/// queueing. Runs under a second are left out: a short run is mostly start-up and handshakes.
+fn busy_warning(cpu_s: f64, elapsed_s: f64, threads: usize) -> Option<String> {
+    let busy = cpu_s / (elapsed_s.max(1e-3) * threads.max(1) as f64);
+    (elapsed_s >= 1.0 && busy >= GENERATOR_BUSY).then(|| {
+        format!(
+            "the generator's {threads} thread(s) were busy {:.0}% of the run: the generator, not the target, \
+             may have set the pace, and latencies include its own queueing (more threads with -T, or less load)",
+            busy.min(1.0) * 100.0
+        )
+    })
+}
+
 /// Splits `total` into `n` near-equal parts.
 fn split(total: u64, n: usize, i: usize) -> u64 {
     total / n as u64 + u64::from((i as u64) < total % n as u64)
@@ -293,6 +311,7 @@ pub fn run(
             ));
         }
     }
+    warnings.extend(busy_warning(cpu_s, elapsed_ns as f64 / 1e9, threads));
     if let Some(n) = events.get("udp_icmp_refused") {
         warnings.push(format!("{n} ICMP port-unreachable errors: the target stopped listening during the run"));
     }
@@ -461,4 +480,24 @@ fn group_summaries(
                 .then(|| volley_metrics::ConnectionSummary::of(&acc.counters.conns, &acc.conns)),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::busy_warning;
+
+    #[test]
+    fn busy_generator_is_warned_about() {
+        // One thread busy 1.96 s of 2 s: warned, with the share.
+        let w = busy_warning(1.96, 2.0, 1).expect("a warning");
+        assert!(w.contains("1 thread(s) were busy 98%") && w.contains("-T"), "{w}");
+        // Two threads, 1.9 CPU-s over 2 s: 48 %, no warning.
+        assert_eq!(busy_warning(1.9, 2.0, 2), None);
+        // Just under the threshold.
+        assert_eq!(busy_warning(0.89, 1.0, 1), None);
+        // Short runs are left out however busy.
+        assert_eq!(busy_warning(0.5, 0.5, 1), None);
+        // CPU read a little above the wall clock (clock granularity) says 100 %, not more.
+        assert!(busy_warning(2.1, 2.0, 1).unwrap().contains("busy 100%"));
+    }
 }

@@ -153,7 +153,7 @@ fn generator_bound(r: &RunResult, load: f64, by: By) -> bool {
         By::Clients => r.load.rate.unwrap_or(0.0),
     };
     let short = asked > 0.0 && r.qps.sent < 0.95 * asked;
-    busy > 0.9 || late || short
+    busy > volley_engine::GENERATOR_BUSY || late || short
 }
 
 pub fn run(a: LimitArgs) -> CliResult {
