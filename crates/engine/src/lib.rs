@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 use volley_metrics::{
-    Collector, GeneratorInfo, LatencySummary, LoadInfo, Progress, Qps, RunResult, Status, TargetInfo, Totals, SCHEMA,
+    Collector, ConnCounters, GeneratorInfo, LatencySummary, LoadInfo, Progress, Qps, RunResult, Status, TargetInfo,
+    Totals, SCHEMA,
 };
 use volley_transport::{LaneOptions, Target};
 
@@ -92,6 +93,58 @@ fn busy_warning(cpu_s: f64, elapsed_s: f64, threads: usize) -> Option<String> {
             busy.min(1.0) * 100.0
         )
     })
+}
+
+/// Whether a group's connections run over TCP (and so leave TIME_WAIT behind when the client
+/// closes them).
+fn over_tcp(spec: &worker::LaneSpec) -> bool {
+    use volley_transport::{HttpVersion, Scheme};
+    match spec.target.scheme {
+        Scheme::Tcp | Scheme::Tls => true,
+        Scheme::Https => spec.lane.http_for(Scheme::Https) != HttpVersion::Http3,
+        Scheme::Udp | Scheme::H3 | Scheme::Quic => false,
+    }
+}
+
+/// How long Linux keeps a socket in TIME_WAIT after its side closed first (TCP_TIMEWAIT_LEN).
+const TIME_WAIT_S: usize = 60;
+
+/// The warning of a run that closed, within some 60 s, more connections than half its local
+/// ports towards the target (`ports`: ephemeral ports times source addresses): each leaves its
+/// port in TIME_WAIT for 60 s. The kernel then searches longer for a
+/// free port at each connect (CPU, and connects delayed by up to hundreds of milliseconds in a
+/// busy generator), and runs out of them once all are taken.
+fn time_wait_warning(conns: &ConnCounters, series: &[volley_metrics::SecondRow], ports: u64) -> Option<String> {
+    use volley_metrics::Close;
+    let all: u64 = conns.closed.iter().sum();
+    let ours: u64 =
+        [Close::ClientEnd, Close::ClientLifetime, Close::ClientIdle].iter().map(|&c| conns.closed[c as usize]).sum();
+    if all == 0 || ours == 0 {
+        return None;
+    }
+    let closed: Vec<u64> = series.iter().map(|r| r.connections.as_ref().map_or(0, |c| c.closed)).collect();
+    let peak =
+        (0..closed.len()).map(|i| closed[i.saturating_sub(TIME_WAIT_S - 1)..=i].iter().sum::<u64>()).max().unwrap_or(0);
+    // Only the connections this side closed first wait in TIME_WAIT here.
+    let peak = (peak as f64 * ours as f64 / all as f64).round() as u64;
+    (peak * 2 > ports).then(|| {
+        format!(
+            "this run closed up to {peak} connections within 60 s, for {ports} local ports towards the target: \
+             their ports wait in TIME_WAIT for 60 s, and connects then cost more CPU and can stall while the kernel \
+             searches for a free port; spread the sources with --bind (e.g. --bind 127.0.1.0/24)"
+        )
+    })
+}
+
+/// Ephemeral ports per source address towards one server (net.ipv4.ip_local_port_range).
+pub fn local_ports() -> u64 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|v| v.parse::<u64>().ok());
+            Some(it.next()??.abs_diff(it.next()??) + 1)
+        })
+        .unwrap_or(28_232)
 }
 
 /// Splits `total` into `n` near-equal parts.
@@ -312,6 +365,10 @@ pub fn run(
         }
     }
     warnings.extend(busy_warning(cpu_s, elapsed_ns as f64 / 1e9, threads));
+    if groups.iter().all(|g| over_tcp(&g.spec)) {
+        let addresses = groups.iter().map(|g| g.spec.lane.sources.as_ref().map_or(1, |s| s.count())).min().unwrap_or(1);
+        warnings.extend(time_wait_warning(&got.totals.conns, &got.series, local_ports() * addresses));
+    }
     if let Some(n) = events.get("udp_icmp_refused") {
         warnings.push(format!("{n} ICMP port-unreachable errors: the target stopped listening during the run"));
     }
@@ -484,7 +541,44 @@ fn group_summaries(
 
 #[cfg(test)]
 mod tests {
-    use super::busy_warning;
+    use super::{busy_warning, time_wait_warning};
+    use volley_metrics::{Close, ConnCounters, SecondConnections, SecondRow};
+
+    fn closing(per_second: &[u64]) -> Vec<SecondRow> {
+        let row = |i: usize, c: u64| SecondRow {
+            second: i as u32,
+            connections: Some(SecondConnections { closed: c, ..Default::default() }),
+            ..Default::default()
+        };
+        per_second.iter().enumerate().map(|(i, &c)| row(i, c)).collect()
+    }
+
+    #[test]
+    fn time_wait_is_warned_about_when_own_closes_outgrow_half_the_ports() {
+        let mut conns = ConnCounters::default();
+        conns.closed[Close::ClientLifetime as usize] = 30_000;
+        // 10,000 a second for 3 s against 28,232 ports: warned, with the peak.
+        let w = time_wait_warning(&conns, &closing(&[10_000, 10_000, 10_000]), 28_232).expect("a warning");
+        assert!(
+            w.contains("up to 30000 connections within 60 s, for 28232 local ports") && w.contains("--bind"),
+            "{w}"
+        );
+        // With 256 source addresses the same run is far from it.
+        assert_eq!(time_wait_warning(&conns, &closing(&[10_000, 10_000, 10_000]), 28_232 * 256), None);
+        // 1,000 a second never has more than 60,000 in a 60 s window: over half of 100,000 ports
+        // only once 51 s have passed.
+        assert_eq!(time_wait_warning(&conns, &closing(&[1_000; 50]), 100_000), None);
+        assert!(time_wait_warning(&conns, &closing(&[1_000; 70]), 100_000).unwrap().contains("up to 60000"));
+        // Connections the server closed leave TIME_WAIT on its side, not here.
+        let mut by_server = ConnCounters::default();
+        by_server.closed[Close::ServerFin as usize] = 30_000;
+        assert_eq!(time_wait_warning(&by_server, &closing(&[10_000, 10_000, 10_000]), 28_232), None);
+        // Half the closes ours: half the peak counted.
+        by_server.closed[Close::ClientIdle as usize] = 30_000;
+        assert!(time_wait_warning(&by_server, &closing(&[20_000, 20_000, 20_000]), 28_232)
+            .unwrap()
+            .contains("up to 30000 connections"));
+    }
 
     #[test]
     fn busy_generator_is_warned_about() {

@@ -622,7 +622,7 @@ fn check_sockets(sockets: u64, lane: &LaneOptions, what: &str) -> CliResult {
              may open; connections beyond it fail as local_limit"
         );
     }
-    let ports = local_ports();
+    let ports = volley_engine::local_ports();
     let addresses = lane.sources.as_ref().map_or(1, |s| s.count());
     if sockets > ports * addresses {
         return Err(CliError::usage(format!(
@@ -631,17 +631,6 @@ fn check_sockets(sockets: u64, lane: &LaneOptions, what: &str) -> CliResult {
         )));
     }
     Ok(())
-}
-
-/// Ephemeral ports per source address (net.ipv4.ip_local_port_range).
-fn local_ports() -> u64 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| {
-            let mut it = s.split_whitespace().map(|v| v.parse::<u64>().ok());
-            Some(it.next()??.abs_diff(it.next()??) + 1)
-        })
-        .unwrap_or(28_232)
 }
 
 /// The soft limit on open files (already raised at start to what the system allows).
