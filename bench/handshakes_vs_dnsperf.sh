@@ -82,6 +82,26 @@ run_pair() { # $1 = row key, $2 = url, $3 = dnsperf mode ("" for none), rest: ex
     ROWS+=("$key")
 }
 
+# TCP as fast as each can: dnsperf with no rate limit, volley in a closed loop from one source
+# address and from 254 (--bind: ports in TIME_WAIT are the limit on one address).
+run_max() {
+    wait_time_wait
+    log "tcp max: dnsperf -m tcp -O num-queries-per-conn=1 (no -Q) for ${DURATION}s"
+    measure dp_max dnsperf -m tcp -s 127.0.0.1 -p "${1##*:}" -O num-queries-per-conn=1 -d "$QUERIES" \
+        -l "$DURATION" -c "$CONNECTIONS" -q "$CONNECTIONS"
+    R[dp_max]="$(dp_row dp_max)"
+    local b
+    for b in one bind; do
+        wait_time_wait
+        local extra=()
+        [ "$b" = bind ] && extra=(--bind 127.0.1.0/24)
+        log "tcp max: volley run $1 --conn-queries 1 -c $CONNECTIONS ${extra[*]} for ${DURATION}s"
+        measure "v_max_$b" "$VOLLEY_BIN" run "$1" "${extra[@]}" --conn-queries 1 -d "$QUERIES" -c "$CONNECTIONS" \
+            -l "${DURATION}s" -T 1 --connections "$CONNECTIONS" --progress never -q -o "$WORK/v_max_$b.json"
+        R[v_max_$b]="$(v_row "v_max_$b")"
+    done
+}
+
 first=1
 for key in $KEYS; do
     start_responder "$VOLLEY_BIN" --dot-port 0 --doq-port 0 --key-type "$key" --ca-out "$CA"
@@ -91,6 +111,7 @@ for key in $KEYS; do
     log "responder ($key) pid $SERVE_PID on core $SERVER_CORE; generators on core $CLIENT_CORE"
     if [ "$first" = 1 ]; then
         run_pair tcp "tcp://127.0.0.1:$SERVE_TCP" tcp
+        run_max "tcp://127.0.0.1:$SERVE_TCP"
         first=0
     fi
     run_pair "dot_$key" "tls://127.0.0.1:$DOT_PORT" dot
@@ -116,7 +137,8 @@ label() {
         "verification, no resumption); volley: \`--conn-queries 1 --insecure --tls-resume off\`" \
         "(the same work), and a row with its defaults (verified, resumed). Handshakes = completed" \
         "connections (dnsperf: completed queries, one per connection). Client CPU is user + sys" \
-        "from \`/usr/bin/time\`; server CPU from \`/proc\`. Goal (issue 4): volley/dnsperf ≥ 1.5." \
+        "from \`/usr/bin/time\`; server CPU from \`/proc\`. The TCP rows \"as fast as each can\" drop the rate:" \
+        "dnsperf without \`-Q\`, volley in a closed loop of $CONNECTIONS. Goal (issue 4): volley/dnsperf ≥ 1.5." \
         "$(machine_line)."
     echo
     echo "| transport | generator | handshakes/s | handshakes per CPU-s | server CPU % | volley/dnsperf per CPU-s |"
@@ -130,6 +152,15 @@ label() {
         name="volley"
         [ "$k" != tcp ] && name="volley (no verify, no resume)"
         echo "| $(label "$k") | $name | $(field "v_$k" 1) | $(field "v_$k" 2) | $(field "v_$k" 3) | $ratio |"
+        if [ "$k" = tcp ] && [ -n "${R[dp_max]:-}" ]; then
+            echo "| TCP, as fast as each can | dnsperf (no \`-Q\`) | $(field dp_max 1) | $(field dp_max 2) | $(field dp_max 3) | |"
+            for b in one bind; do
+                name="volley, closed loop, one source address"
+                [ "$b" = bind ] && name="volley, closed loop, \`--bind 127.0.1.0/24\`"
+                echo "| TCP, as fast as each can | $name | $(field "v_max_$b" 1) | $(field "v_max_$b" 2)" \
+                    "| $(field "v_max_$b" 3) | $(div "$(field "v_max_$b" 2)" "$(field dp_max 2)") |"
+            done
+        fi
         if [ -n "${R[vd_$k]:-}" ]; then
             ratio=""
             [ -n "${R[dp_$k]:-}" ] && ratio="$(div "$(field "vd_$k" 2)" "$(field "dp_$k" 2)")"
