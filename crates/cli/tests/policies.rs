@@ -302,3 +302,37 @@ fn server_max_conns() {
     assert!(serve_stat(&stats, "refused_max_conns") >= 2, "{stats}");
     assert_eq!(serve_stat(&stats, "doq_connections"), 3 + 1, "three held, plus the probe's:\n{stats}");
 }
+
+/// An open connection costs the generator one descriptor, whoever owns its stream (TCP and
+/// DoT: volley's own loop; DoH: hyper or h2, which hand the socket back to the byte counters
+/// when they drop it): 60 connections held open per transport, the run's descriptors counted
+/// once `ss` sees them all established. (A duplicate per connection for the counters had
+/// halved the DoH connections one process can hold under its open-files limit.)
+#[test]
+fn one_descriptor_per_open_connection() {
+    let s = Server::start_encrypted(&["-T", "1"]);
+    let n = 60;
+    let cases = [
+        ("tcp", s.tcp_url(), s.tcp_addr().port(), vec![]),
+        ("dot", s.url("tls"), s.listener("dot").port(), vec!["--ca", s.ca_str()]),
+        ("doh2", s.url("https"), s.listener("doh").port(), vec!["--ca", s.ca_str(), "--http", "2"]),
+        ("doh1.1", s.url("https"), s.listener("doh").port(), vec!["--ca", s.ca_str(), "--http", "1.1"]),
+    ];
+    for (name, url, port, extra) in cases {
+        let conns = n.to_string();
+        let mut args = vec![url.as_str(), "--connections", &conns, "--rate", "120", "-l", "3s", "-T", "1"];
+        args.extend_from_slice(&extra);
+        let run = BackgroundRun::start(&args);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while ss_established(port) < n && std::time::Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(100));
+        }
+        let on_wire = ss_established(port);
+        let fds = std::fs::read_dir(format!("/proc/{}/fd", run.pid())).map(|d| d.count()).unwrap_or(0);
+        let v = run.finish();
+        check_accounting(&v);
+        assert!(on_wire >= n, "{name}: {on_wire} connections established to :{port}, {n} asked for");
+        // The connections, plus the process's own (standard streams, epoll, timers, threads).
+        assert!(fds >= n && fds < n + 40, "{name}: {fds} descriptors open with {on_wire} connections");
+    }
+}

@@ -1,11 +1,13 @@
 //! Bytes and packets on the wire, headers included, as the kernel and QUIC count them.
 //!
 //! * **TCP** (TCP, DoT, DoH over HTTP/1.1 and HTTP/2): a [`TcpMeter`] holds a duplicate of the
-//!   connection's socket descriptor from the moment the socket exists, so its counters can be
-//!   read when the connection ends whoever owns the stream by then (h2 and hyper own it inside
-//!   their connection tasks). When the connection ends, [`TcpMeter::finish`] sends FIN (if the
-//!   stream's owner has not), waits — in a task of its own, bounded — for the close handshake
-//!   to complete, then reads `TCP_INFO` and reports one [`WireStats`]: payload bytes
+//!   connection's socket descriptor from the moment the socket exists until the connection is
+//!   up (so that a failed attempt is counted too); then the stream's owner keeps the only
+//!   descriptor and gives it back when it is done (h2 and hyper own the stream inside their
+//!   connection tasks: its wrapper hands the socket to the meter when they drop it). When the
+//!   connection ends, [`TcpMeter::finish`] sends FIN (if the stream's owner has not), waits —
+//!   in a task of its own, bounded — for the close handshake to complete, then reads
+//!   `TCP_INFO` and reports one [`WireStats`]: payload bytes
 //!   (`tcpi_bytes_sent`, `tcpi_bytes_received`) plus IP and TCP headers for every segment
 //!   (`tcpi_segs_out`, `tcpi_segs_in`: SYN, FIN and pure ACKs included).
 //! * **QUIC** (DoQ, DoH/3): quinn's connection statistics, UDP payload of every datagram plus
@@ -205,14 +207,38 @@ pub(crate) fn tcp_wire(c: &TcpCounts, v6: bool) -> WireStats {
 /// While the meter holds it, closing the stream's own descriptor does not end the connection:
 /// [`TcpMeter::finish`] does (dropping the meter unfinished just closes the descriptor).
 ///
-/// A driver that keeps its stream to the end (TCP, DoT) releases the duplicate once the
-/// connection is up ([`TcpMeter::release`]) and hands the stream over at the end
-/// ([`TcpMeter::finish_with`]): an open connection then costs one descriptor, not two, which
-/// doubles the connections one process can hold under its open-files limit.
+/// Once the connection is up the duplicate goes, so that an open connection costs one
+/// descriptor, not two (which halves the connections one process can hold under its
+/// open-files limit). A driver that keeps its stream to the end (TCP, DoT) releases it
+/// ([`TcpMeter::release`]) and hands the stream over at the end ([`TcpMeter::finish_with`]).
+/// One whose stream an HTTP library owns (DoH) lends it ([`TcpMeter::lend`]): the stream's
+/// wrapper gives the socket back to the meter when the library drops it ([`SocketBack`]),
+/// and until then the meter reads the socket through the descriptor the wrapper still owns.
 #[derive(Debug)]
 pub(crate) struct TcpMeter {
     fd: Option<OwnedFd>,
+    lent: Option<(RawFd, SocketBack)>,
     v6: bool,
+}
+
+/// Where the wrapper of a lent stream puts its socket when it is dropped (see
+/// [`TcpMeter::lend`]).
+#[derive(Clone, Default)]
+pub(crate) struct SocketBack(Rc<std::cell::Cell<Option<OwnedFd>>>);
+
+impl std::fmt::Debug for SocketBack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SocketBack")
+    }
+}
+
+impl SocketBack {
+    /// The stream's owner is done with it: keeps the socket open for the meter.
+    pub(crate) fn put(&self, s: tokio::net::TcpStream) {
+        if Rc::strong_count(&self.0) > 1 {
+            self.0.set(s.into_std().ok().map(OwnedFd::from));
+        }
+    }
 }
 
 impl TcpMeter {
@@ -225,7 +251,7 @@ impl TcpMeter {
             return None;
         }
         // SAFETY: fd is a fresh descriptor owned by nobody else.
-        Some(TcpMeter { fd: Some(unsafe { OwnedFd::from_raw_fd(fd) }), v6: is_v6(peer) })
+        Some(TcpMeter { fd: Some(unsafe { OwnedFd::from_raw_fd(fd) }), lent: None, v6: is_v6(peer) })
     }
 
     /// Closes the duplicate descriptor: the driver keeps the stream and hands it to
@@ -234,9 +260,33 @@ impl TcpMeter {
         self.fd = None;
     }
 
+    /// Closes the duplicate descriptor of the socket `s`, whose stream a library will own: the
+    /// stream's wrapper must outlive no read of the meter without giving the socket back
+    /// through the returned [`SocketBack`] when it is dropped.
+    pub(crate) fn lend(&mut self, s: &impl AsRawFd) -> SocketBack {
+        let back = SocketBack::default();
+        self.fd = None;
+        self.lent = Some((s.as_raw_fd(), back.clone()));
+        back
+    }
+
+    /// The socket's descriptor: the meter's own, the one given back, or (lent, not given
+    /// back yet) the one its stream's wrapper still owns.
+    fn raw_fd(&mut self) -> Option<RawFd> {
+        if let Some((raw, back)) = &self.lent {
+            if let Some(fd) = back.0.take() {
+                self.fd = Some(fd);
+                self.lent = None;
+            } else {
+                return Some(*raw);
+            }
+        }
+        self.fd.as_ref().map(|fd| fd.as_raw_fd())
+    }
+
     /// The counters now.
-    pub(crate) fn counts(&self) -> Option<TcpCounts> {
-        tcp_counts(self.fd.as_ref()?.as_raw_fd())
+    pub(crate) fn counts(&mut self) -> Option<TcpCounts> {
+        tcp_counts(self.raw_fd()?)
     }
 
     /// [`TcpMeter::finish`] with the connection's own socket, for a released meter.
@@ -255,10 +305,11 @@ impl TcpMeter {
     /// The connection is over: sends FIN if it was not sent, waits in a task of its own (at
     /// most 200 ms, holding the lane so that the end of a run waits for it) until the close
     /// handshake is complete, then reports the connection's bytes and packets to `x`.
-    pub(crate) fn finish<X: Exchange + 'static>(self, lane: &Rc<Lane>, x: &Rc<X>) {
-        let Some(fd) = &self.fd else { return };
-        // SAFETY: shutdown on a descriptor we own; an error (not connected) is harmless.
-        unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_WR) };
+    pub(crate) fn finish<X: Exchange + 'static>(mut self, lane: &Rc<Lane>, x: &Rc<X>) {
+        let Some(fd) = self.raw_fd() else { return };
+        // SAFETY: shutdown on a descriptor that is open (ours, or still owned by the stream's
+        // wrapper on this thread); an error (not connected) is harmless.
+        unsafe { libc::shutdown(fd, libc::SHUT_WR) };
         let (lane, x) = (lane.clone(), x.clone());
         tokio::task::spawn_local(async move {
             let until = Instant::now() + CLOSE_WAIT;
@@ -349,7 +400,7 @@ mod tests {
         let (mut s, _) = l.accept().unwrap();
         use std::io::Write;
         s.write_all(b"hello").unwrap();
-        let m = TcpMeter::new(&c, l.local_addr().unwrap()).unwrap();
+        let mut m = TcpMeter::new(&c, l.local_addr().unwrap()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(2);
         let counts = loop {
             let k = m.counts().expect("TCP_INFO");

@@ -1340,6 +1340,11 @@ impl BackgroundRun {
         BackgroundRun { child, stderr, output, _dir: dir }
     }
 
+    /// The run's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Waits for the run (bounded by [`RUN_WAIT`]); its results, asserting exit 0.
     pub fn finish(mut self) -> Value {
         let status = wait_bounded(&mut self.child, RUN_WAIT);

@@ -11,6 +11,7 @@
 use std::cell::Cell;
 use std::future::poll_fn;
 use std::io;
+use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -32,7 +33,7 @@ use volley_metrics::{Close, ErrorKind};
 mod h1;
 mod responses;
 
-use crate::meter::TcpMeter;
+use crate::meter::{SocketBack, TcpMeter};
 use crate::stream::{self, Buffers};
 use crate::{dot, tcp, tls, DohMethod, Exchange, IdTable, Lane, LaneOptions, Target};
 
@@ -222,7 +223,11 @@ type OnHandshake = Box<dyn FnOnce(Result<&TlsStream<TcpStream>, &io::Error>) -> 
 /// refused it; reads wait for the handshake. `done` reports the handshake when an I/O call
 /// sees it end.
 struct Tls {
-    s: TlsStream<TcpStream>,
+    /// Taken out only when the wrapper is dropped (see `back`).
+    s: ManuallyDrop<TlsStream<TcpStream>>,
+    /// Where the socket goes when the HTTP library drops its stream: to the meter, which
+    /// reads its counters after the close handshake (see [`TcpMeter::lend`]).
+    back: Option<SocketBack>,
     done: Option<OnHandshake>,
     cork: Rc<Cork>,
     /// What was written while corked, not yet handed to TLS.
@@ -254,7 +259,15 @@ const CORK_MAX: usize = 64 * 1024;
 
 impl Tls {
     fn new(s: TlsStream<TcpStream>, done: Option<OnHandshake>) -> Tls {
-        Tls { s, done, cork: Rc::default(), held: Vec::new() }
+        Tls { s: ManuallyDrop::new(s), back: None, done, cork: Rc::default(), held: Vec::new() }
+    }
+
+    /// Lends the socket to `meter` (its duplicate descriptor closes): the socket goes back to
+    /// it when this stream is dropped.
+    fn lend_to(&mut self, meter: &mut Option<TcpMeter>) {
+        if let Some(m) = meter {
+            self.back = Some(m.lend(self.s.get_ref().0));
+        }
     }
 
     #[inline]
@@ -265,7 +278,7 @@ impl Tls {
         let handshaking = self.s.get_ref().1.is_handshaking();
         let outcome = match &r {
             Poll::Ready(Err(e)) if handshaking => Err(e),
-            _ if !handshaking => Ok(&self.s),
+            _ if !handshaking => Ok(&*self.s),
             _ => return r,
         };
         let done = self.done.take().expect("checked");
@@ -307,7 +320,7 @@ impl Tls {
     /// Hands what was held to TLS.
     fn release(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while !self.held.is_empty() {
-            let r = Pin::new(&mut self.s).poll_write(cx, &self.held);
+            let r = Pin::new(&mut *self.s).poll_write(cx, &self.held);
             match ready!(self.seen(r)) {
                 Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                 Ok(n) => drop(self.held.drain(..n)),
@@ -318,10 +331,20 @@ impl Tls {
     }
 }
 
+impl Drop for Tls {
+    fn drop(&mut self) {
+        // SAFETY: `s` is not used again: this is the end of the wrapper.
+        let s = unsafe { ManuallyDrop::take(&mut self.s) };
+        if let Some(back) = self.back.take() {
+            back.put(s.into_inner().0);
+        }
+    }
+}
+
 impl AsyncRead for Tls {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let r = Pin::new(&mut this.s).poll_read(cx, buf);
+        let r = Pin::new(&mut *this.s).poll_read(cx, buf);
         this.seen(r)
     }
 }
@@ -334,7 +357,7 @@ impl AsyncWrite for Tls {
             return this.flush_held(cx, buf.len());
         }
         ready!(this.release(cx))?;
-        let r = Pin::new(&mut this.s).poll_write(cx, buf);
+        let r = Pin::new(&mut *this.s).poll_write(cx, buf);
         this.seen(r)
     }
 
@@ -352,7 +375,7 @@ impl AsyncWrite for Tls {
             return this.flush_held(cx, len);
         }
         ready!(this.release(cx))?;
-        let r = Pin::new(&mut this.s).poll_write_vectored(cx, bufs);
+        let r = Pin::new(&mut *this.s).poll_write_vectored(cx, bufs);
         this.seen(r)
     }
 
@@ -366,14 +389,14 @@ impl AsyncWrite for Tls {
             return Poll::Ready(Ok(()));
         }
         ready!(this.release(cx))?;
-        let r = Pin::new(&mut this.s).poll_flush(cx);
+        let r = Pin::new(&mut *this.s).poll_flush(cx);
         this.seen(r)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         ready!(this.release(cx))?;
-        let r = Pin::new(&mut this.s).poll_shutdown(cx);
+        let r = Pin::new(&mut *this.s).poll_shutdown(cx);
         this.seen(r)
     }
 }
@@ -486,10 +509,12 @@ async fn open<X: Exchange + 'static>(
         lane.begin_connection();
         let mut meter = None;
         match connect(target, cfg, name, opts, lane, x, alpn, &mut meter).await {
-            Ok((s, hs)) => {
+            Ok((mut s, hs)) => {
                 if hs.get() == Hs::Open {
                     *backoff = stream::BACKOFF;
                 }
+                // One descriptor per open connection from here on, not two.
+                s.lend_to(&mut meter);
                 return Some((s, hs, meter));
             }
             Err((kind, why)) => {
