@@ -171,4 +171,9 @@ label() {
             echo "| $(label "$k") | volley (verified, resumed) | $(field "vd_$k" 1) | $(field "vd_$k" 2) | $(field "vd_$k" 3) | $ratio |"
         fi
     done
+    if [ -n "${R[v_max_one]:-}" ]; then
+        lat() { jq -r '"p99 \(.latency.p99_ns / 1e6 * 100 | round / 100) ms, max \(.latency.max_ns / 1e6 * 100 | round / 100) ms"' "$WORK/$1.json"; }
+        echo
+        echo "volley's TCP closed loop, latency: one source address $(lat v_max_one); \`--bind 127.0.1.0/24\` $(lat v_max_bind)."
+    fi
 } | write_fragment handshakes_vs_dnsperf

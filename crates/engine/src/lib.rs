@@ -111,9 +111,9 @@ const TIME_WAIT_S: usize = 60;
 
 /// The warning of a run that closed, within some 60 s, more connections than half its local
 /// ports towards the target (`ports`: ephemeral ports times source addresses): each leaves its
-/// port in TIME_WAIT for 60 s. The kernel then searches longer for a
-/// free port at each connect (CPU, and connects delayed by up to hundreds of milliseconds in a
-/// busy generator), and runs out of them once all are taken.
+/// port in TIME_WAIT for 60 s. The kernel then searches longer for a free port at each connect
+/// (CPU, and connects delayed by up to hundreds of milliseconds in a busy generator), and runs
+/// out of them once all are taken.
 fn time_wait_warning(conns: &ConnCounters, series: &[volley_metrics::SecondRow], ports: u64) -> Option<String> {
     use volley_metrics::Close;
     let all: u64 = conns.closed.iter().sum();
