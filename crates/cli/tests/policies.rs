@@ -24,12 +24,21 @@ fn show(v: &Value) -> String {
     format!("totals:\n{:#}\nconnections:\n{:#}", v["totals"], v["connections"])
 }
 
-/// A complete run whose accounting balances.
+/// A complete run whose accounting balances, and whose per-second closes (by who closed and
+/// how) add up to the run's.
 fn complete(r: &RunResult) -> Value {
     let v = r.ok().clone();
     check_accounting(&v);
     assert_eq!(v["status"], "complete", "{v:#}");
     assert_eq!(total(&v, "in_flight"), 0, "{}", show(&v));
+    let series = v["series"].as_array().cloned().unwrap_or_default();
+    if let Some(closed) = v["connections"]["closed"].as_object() {
+        for (how, n) in closed {
+            let per_second: u64 =
+                series.iter().map(|r| r["connections"]["closed_by"][how.as_str()].as_u64().unwrap_or(0)).sum();
+            assert_eq!(Some(per_second), n.as_u64(), "closed {how}: the series against the run:\n{}", show(&v));
+        }
+    }
     v
 }
 

@@ -251,6 +251,9 @@ pub struct SecondConnections {
     pub active: u64,
     pub opened: u64,
     pub closed: u64,
+    /// `closed` by who closed and how (`Close` names), zero entries left out.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub closed_by: BTreeMap<String, u64>,
     pub failed: u64,
     pub resumed: u64,
 }
@@ -261,8 +264,21 @@ impl SecondConnections {
             active: 0,
             opened: c.opened,
             closed: c.closed_total(),
+            closed_by: Close::map(&c.closed),
             failed: c.failed,
             resumed: c.resumed,
         })
+    }
+
+    /// Adds another run's second (runs made at the same time: their open connections add up).
+    pub fn add(&mut self, o: &SecondConnections) {
+        self.active += o.active;
+        self.opened += o.opened;
+        self.closed += o.closed;
+        for (k, n) in &o.closed_by {
+            *self.closed_by.entry(k.clone()).or_default() += n;
+        }
+        self.failed += o.failed;
+        self.resumed += o.resumed;
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::io::{self, Write};
 
-use volley_metrics::{ErrorKind, RunResult, SecondRow, Unexpected};
+use volley_metrics::{Close, ErrorKind, RunResult, SecondRow, Unexpected};
 
 use crate::text::rcode_rank;
 
@@ -11,8 +11,11 @@ use crate::text::rcode_rank;
 /// timed_out, failed, truncated, p50_ns, p90_ns, p99_ns, p999_ns, max_ns`, then one column per
 /// RCODE seen in the run (its name, e.g. `NOERROR`, in registry order), one per error kind seen
 /// (`error_KIND`, e.g. `error_reset`) and one per kind of unexpected response seen
-/// (`unexpected_KIND`). Counts are of events in that second; latency cells are empty for a
-/// second without answers. Each count column sums to the matching total of the run.
+/// (`unexpected_KIND`); for connection-based transports `conns_active` (open at the end of
+/// the second), `conns_opened`, `conns_closed`, `conns_failed`, `conns_resumed` and one column
+/// per way connections were closed (`closed_HOW`, e.g. `closed_server_fin`); with
+/// `--target-pid`, `target_cpu_s`. Counts are of events in that second; latency cells are
+/// empty for a second without answers. Each count column sums to the matching total of the run.
 pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
     let rcodes: Vec<String> = {
         let mut seen: BTreeSet<(u16, String)> = BTreeSet::new();
@@ -47,6 +50,18 @@ pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
     header.extend(rcodes.iter().cloned());
     header.extend(errors.iter().map(|k| format!("error_{k}")));
     header.extend(unexpected.iter().map(|k| format!("unexpected_{k}")));
+    // Connection-based transports: the connection series, closes by who closed and how.
+    let conns = r.series.iter().any(|s| s.connections.is_some());
+    let closed_by =
+        kinds_seen(r.series.iter().flat_map(|s| s.connections.iter().flat_map(|c| c.closed_by.keys())), |n| {
+            Close::from_name(n).map(|k| k as usize)
+        });
+    if conns {
+        header.extend(
+            ["conns_active", "conns_opened", "conns_closed", "conns_failed", "conns_resumed"].map(String::from),
+        );
+        header.extend(closed_by.iter().map(|k| format!("closed_{k}")));
+    }
     // With --target-pid: the target's CPU seconds in each second.
     let target = r.series.iter().any(|s| s.target_cpu_s.is_some());
     if target {
@@ -56,6 +71,11 @@ pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
 
     for s in &r.series {
         let mut cells = row_cells(s, &rcodes, &errors, &unexpected);
+        if conns {
+            let c = s.connections.clone().unwrap_or_default();
+            cells.extend([c.active, c.opened, c.closed, c.failed, c.resumed].iter().map(u64::to_string));
+            cells.extend(closed_by.iter().map(|k| c.closed_by.get(k).copied().unwrap_or(0).to_string()));
+        }
         if target {
             cells.push(s.target_cpu_s.map_or(String::new(), |c| format!("{c:.6}")));
         }

@@ -427,13 +427,7 @@ impl HistSumRow {
             }
         }
         if let Some(c) = &r.connections {
-            let a = self.conns.get_or_insert_with(SecondConnections::default);
-            // Runs made at the same time: their open connections add up too.
-            a.active += c.active;
-            a.opened += c.opened;
-            a.closed += c.closed;
-            a.failed += c.failed;
-            a.resumed += c.resumed;
+            self.conns.get_or_insert_with(SecondConnections::default).add(c);
         }
         Ok(())
     }

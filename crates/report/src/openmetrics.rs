@@ -273,11 +273,10 @@ impl LiveTotals {
             self.latency.merge(&Histogram::from_sparse(&row.latency.histogram));
         }
         if let Some(c) = &row.connections {
-            let a = self.connections.get_or_insert_with(SecondConnections::default);
-            a.opened += c.opened;
-            a.closed += c.closed;
-            a.failed += c.failed;
-            a.resumed += c.resumed;
+            // Counts add up; `active` is a level, not a count.
+            self.connections
+                .get_or_insert_with(SecondConnections::default)
+                .add(&SecondConnections { active: 0, ..c.clone() });
         }
     }
 
@@ -333,9 +332,15 @@ pub fn progress_metrics(p: &Progress, live: &LiveTotals, w: &mut impl Write) -> 
     )?;
     if let Some(c) = &live.connections {
         om.family("volley_connections", "counter", None, "Connection events.")?;
-        for (ev, n) in [("opened", c.opened), ("closed", c.closed), ("failed", c.failed), ("resumed", c.resumed)] {
+        for (ev, n) in [("opened", c.opened), ("failed", c.failed), ("resumed", c.resumed)] {
             om.sample("volley_connections_total", &[("event", ev)], n)?;
         }
+        om.counter_map(
+            "volley_connections_closed",
+            "how",
+            "Connections closed, by who closed them and how.",
+            &c.closed_by,
+        )?;
     }
     if let Some(c) = live.target_cpu_s {
         om.family(

@@ -455,6 +455,46 @@ fn csv_columns_sum_to_totals() {
 }
 
 #[test]
+fn csv_has_the_connection_series_with_closes_by_how() {
+    let mut r = sample(Plan { seconds: 3, ..Plan::default() });
+    let by = |pairs: &[(&str, u64)]| pairs.iter().map(|(k, n)| (k.to_string(), *n)).collect();
+    let seconds = [
+        (4, 4, 0, by(&[])),
+        (2, 3, 3, by(&[("server_fin", 1), ("client_lifetime", 2)])),
+        (0, 0, 3, by(&[("idle_timeout", 3)])),
+    ];
+    for (row, (active, opened, closed, closed_by)) in r.series.iter_mut().zip(seconds) {
+        row.connections =
+            Some(volley_metrics::SecondConnections { active, opened, closed, closed_by, failed: 0, resumed: 1 });
+    }
+    let mut out = Vec::new();
+    write_csv_series(&r, &mut out).unwrap();
+    let s = String::from_utf8(out).unwrap();
+    let mut lines = s.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let at = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no {name} in {header:?}"));
+    // The closes in `Close` order: server's before client's, idle timeout between.
+    assert!(
+        at("closed_server_fin") < at("closed_idle_timeout") && at("closed_idle_timeout") < at("closed_client_lifetime")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.iter().all(|row| row.len() == header.len()), "{s}");
+    // The three seconds above, then any second without connection events (all zero).
+    let col = |name: &str| {
+        let v: Vec<u64> = rows.iter().map(|row| row[at(name)].parse::<u64>().unwrap()).collect();
+        assert!(v[3..].iter().all(|&n| n == 0), "{name}: {v:?}");
+        v[..3].to_vec()
+    };
+    assert_eq!(col("conns_active"), [4, 2, 0]);
+    assert_eq!(col("conns_opened"), [4, 3, 0]);
+    assert_eq!(col("conns_closed"), [0, 3, 3]);
+    assert_eq!(col("conns_resumed"), [1, 1, 1]);
+    assert_eq!(col("closed_server_fin"), [0, 1, 0]);
+    assert_eq!(col("closed_client_lifetime"), [0, 2, 0]);
+    assert_eq!(col("closed_idle_timeout"), [0, 0, 3]);
+}
+
+#[test]
 fn csv_leaves_latency_empty_without_answers() {
     let r = sample(Plan { answered: 0, timed_out: 20, failed: 0, seconds: 2, ..Plan::default() });
     let mut out = Vec::new();
