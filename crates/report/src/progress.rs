@@ -5,7 +5,9 @@ use volley_metrics::Progress;
 use crate::units::{fmt_ns, fmt_pct, fmt_secs};
 
 /// One status line for a terminal, from the last complete second, e.g.
-/// `[  3s/10s]  qps 48210  answered 99.98%  p99 412µs  timeouts 0  errors 0`.
+/// `[  3s/10s]  qps 48210  answered 99.98%  p99 412µs  timeouts 0  errors 0`, then for
+/// connection-based transports `conns 64 (+3 -3)` (open at the end of the second, opened and
+/// closed in it, and `N failed` when attempts failed).
 ///
 /// `qps` is the queries issued in that second; `answered` is the share of answers among the
 /// fates that happened in that second (answered + timed out + failed), `-` when none did;
@@ -24,10 +26,16 @@ pub fn progress_line(p: &Progress, elapsed_s: f64, total_s: Option<f64>) -> Stri
     };
     let ended = row.answered + row.timed_out + row.failed;
     let p99 = if row.answered == 0 { "-".to_string() } else { fmt_ns(row.latency.p99_ns) };
+    // Connection-based transports: open at the end of the second, opened and closed in it,
+    // and failed attempts when there were any.
+    let conns = row.connections.as_ref().map_or(String::new(), |c| {
+        let failed = if c.failed > 0 { format!(" {} failed", c.failed) } else { String::new() };
+        format!("  conns {} (+{} -{}{failed})", c.active, c.opened, c.closed)
+    });
     // With --target-pid: the target's CPU in that second, as a share of one core.
     let target = row.target_cpu_s.map_or(String::new(), |c| format!("  target cpu {:.0}%", c * 100.0));
     format!(
-        "{clock}  qps {}  answered {}  p99 {p99}  timeouts {}  errors {}{target}",
+        "{clock}  qps {}  answered {}  p99 {p99}  timeouts {}  errors {}{conns}{target}",
         row.sent,
         fmt_pct(row.answered, ended),
         row.timed_out,

@@ -526,6 +526,13 @@ fn progress_line_for_a_second() {
     let mut row = r.series[3].clone();
     row.target_cpu_s = Some(0.854);
     assert!(progress_line(&Progress { row }, 3.4, None).ends_with("errors 0  target cpu 85%"));
+    // Connection-based transports: open, opened and closed in that second, failed attempts.
+    let mut row = r.series[3].clone();
+    row.connections =
+        Some(volley_metrics::SecondConnections { active: 64, opened: 3, closed: 2, ..Default::default() });
+    assert!(progress_line(&Progress { row: row.clone() }, 3.4, None).ends_with("errors 0  conns 64 (+3 -2)"));
+    row.connections.as_mut().unwrap().failed = 1;
+    assert!(progress_line(&Progress { row }, 3.4, None).ends_with("errors 0  conns 64 (+3 -2 1 failed)"));
 }
 
 // ---- bench ---------------------------------------------------------------------------------
