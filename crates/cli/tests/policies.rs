@@ -38,6 +38,13 @@ fn complete(r: &RunResult) -> Value {
                 series.iter().map(|r| r["connections"]["closed_by"][how.as_str()].as_u64().unwrap_or(0)).sum();
             assert_eq!(Some(per_second), n.as_u64(), "closed {how}: the series against the run:\n{}", show(&v));
         }
+        // Every handshake's time is in the second its connection opened.
+        let count = |h: &Value| -> u64 {
+            h["buckets"].as_array().map_or(0, |b| b.iter().map(|p| p[1].as_u64().unwrap_or(0)).sum())
+        };
+        let per_second: u64 = series.iter().map(|r| count(&r["connections"]["handshake"]["histogram"])).sum();
+        let total = v["connections"]["handshake_total"]["count"].as_u64().unwrap_or(0);
+        assert_eq!(per_second, total, "handshake times: the series against the run:\n{}", show(&v));
     }
     v
 }

@@ -11,11 +11,16 @@ pub struct Progress {
     pub row: SecondRow,
 }
 
+/// A second with nothing in it yet: counters, answers' latency, handshake times.
+fn empty_second() -> (Counters, Histogram, Histogram) {
+    (Counters::default(), Histogram::new(2), Histogram::new(2))
+}
+
 /// Merges the workers' per-second samples into the series and the totals, on one thread.
 /// A second is final once every worker has moved past it.
 pub struct Collector {
     watermarks: Vec<u32>,
-    pending: BTreeMap<u32, (Counters, Histogram)>,
+    pending: BTreeMap<u32, (Counters, Histogram, Histogram)>,
     next: u32,
     series: SeriesStore,
     totals: Counters,
@@ -63,8 +68,11 @@ impl Collector {
     }
 
     /// The row of one second, with the connections open at its end.
-    fn row(&mut self, second: u32, c: &Counters, h: &Histogram) -> SecondRow {
+    fn row(&mut self, second: u32, (c, h, hs): &(Counters, Histogram, Histogram)) -> SecondRow {
         let mut row = SecondRow::of(second, c, h);
+        if let Some(conns) = row.connections.as_mut().filter(|_| !hs.is_empty()) {
+            conns.handshake = Some(crate::SecondLatency::of(hs));
+        }
         self.active += c.conns.opened as i64 - c.conns.closed_total() as i64;
         if let Some(conns) = row.connections.as_mut() {
             conns.active = self.active.max(0) as u64;
@@ -83,9 +91,10 @@ impl Collector {
     pub fn absorb(&mut self, msg: WorkerMessage) -> Vec<Progress> {
         match msg {
             WorkerMessage::Second(s) => {
-                let e = self.pending.entry(s.second).or_insert_with(|| (Counters::default(), Histogram::new(2)));
+                let e = self.pending.entry(s.second).or_insert_with(empty_second);
                 e.0.merge(&s.counters);
                 e.1.merge(&s.latency);
+                e.2.merge(&s.handshake);
                 self.totals.merge(&s.counters);
                 if let Some(w) = self.watermarks.get_mut(s.worker) {
                     *w = (*w).max(s.watermark);
@@ -116,8 +125,8 @@ impl Collector {
             if through == u32::MAX && self.pending.range(self.next..).next().is_none() {
                 break;
             }
-            let (c, h) = self.pending.remove(&self.next).unwrap_or_else(|| (Counters::default(), Histogram::new(2)));
-            let row = self.row(self.next, &c, &h);
+            let second = self.pending.remove(&self.next).unwrap_or_else(empty_second);
+            let row = self.row(self.next, &second);
             self.series.push(&row);
             out.push(Progress { row });
             self.next += 1;
@@ -131,9 +140,8 @@ impl Collector {
         let last = self.pending.keys().next_back().copied();
         if let Some(last) = last {
             while self.next <= last {
-                let (c, h) =
-                    self.pending.remove(&self.next).unwrap_or_else(|| (Counters::default(), Histogram::new(2)));
-                let row = self.row(self.next, &c, &h);
+                let second = self.pending.remove(&self.next).unwrap_or_else(empty_second);
+                let row = self.row(self.next, &second);
                 self.series.push(&row);
                 self.next += 1;
             }

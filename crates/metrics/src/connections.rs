@@ -256,6 +256,10 @@ pub struct SecondConnections {
     pub closed_by: BTreeMap<String, u64>,
     pub failed: u64,
     pub resumed: u64,
+    /// Handshake times (TCP + TLS, or QUIC) of the connections opened in this second, when
+    /// any were (2 significant figures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handshake: Option<crate::SecondLatency>,
 }
 
 impl SecondConnections {
@@ -267,6 +271,7 @@ impl SecondConnections {
             closed_by: Close::map(&c.closed),
             failed: c.failed,
             resumed: c.resumed,
+            handshake: None,
         })
     }
 
@@ -280,5 +285,11 @@ impl SecondConnections {
         }
         self.failed += o.failed;
         self.resumed += o.resumed;
+        if let Some(b) = &o.handshake {
+            let mut h =
+                self.handshake.as_ref().map_or_else(|| Histogram::new(2), |a| Histogram::from_sparse(&a.histogram));
+            h.merge(&Histogram::from_sparse(&b.histogram));
+            self.handshake = Some(crate::SecondLatency::of(&h));
+        }
     }
 }

@@ -15,6 +15,8 @@ pub struct SecondSample {
     pub counters: Counters,
     /// Latency of the answers of this second (2 significant figures).
     pub latency: Histogram,
+    /// Handshake times of the connections opened in this second (2 significant figures).
+    pub handshake: Histogram,
 }
 
 /// What a worker knows only at its end.
@@ -79,6 +81,7 @@ pub struct Recorder {
     second: u32,
     cur: Counters,
     cur_latency: Histogram,
+    cur_handshake: Histogram,
     latency: Histogram,
     lateness: Histogram,
     conns: ConnHistograms,
@@ -100,6 +103,7 @@ impl Recorder {
             second: 0,
             cur: Counters::default(),
             cur_latency: Histogram::new(2),
+            cur_handshake: Histogram::new(2),
             latency: Histogram::new(3),
             lateness: Histogram::new(3),
             conns: ConnHistograms::default(),
@@ -125,8 +129,10 @@ impl Recorder {
             watermark: next,
             counters: std::mem::take(&mut self.cur),
             latency: self.cur_latency.clone(),
+            handshake: self.cur_handshake.clone(),
         };
         self.cur_latency.reset();
+        self.cur_handshake.reset();
         self.second = next;
         // The collector outlives the workers; a send error means the run is being torn down.
         let _ = self.out.send(WorkerMessage::Second(sample));
@@ -217,6 +223,9 @@ impl Recorder {
             c.early_accepted += (h.early_data == EarlyData::Accepted) as u64;
         });
         self.conns.record(h);
+        if let Some(v) = h.total_ns() {
+            self.cur_handshake.record(v);
+        }
         if let Some(acc) = self.groups.get_mut(g as usize) {
             acc.conns.record(h);
         }

@@ -233,7 +233,7 @@ pub struct SecondRow {
 }
 
 /// Latency of one second's answers (2 significant figures), with its histogram.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SecondLatency {
     pub p50_ns: u64,
     pub p90_ns: u64,
@@ -241,6 +241,20 @@ pub struct SecondLatency {
     pub p999_ns: u64,
     pub max_ns: u64,
     pub histogram: SparseHistogram,
+}
+
+impl SecondLatency {
+    /// The percentiles and buckets of a histogram of one second.
+    pub fn of(h: &Histogram) -> SecondLatency {
+        SecondLatency {
+            p50_ns: h.quantile(0.5),
+            p90_ns: h.quantile(0.9),
+            p99_ns: h.quantile(0.99),
+            p999_ns: h.quantile(0.999),
+            max_ns: h.max(),
+            histogram: h.to_sparse(),
+        }
+    }
 }
 
 impl SecondRow {
@@ -255,14 +269,7 @@ impl SecondRow {
             rcodes: c.rcode_map(),
             errors: c.error_map(),
             unexpected: c.unexpected_map(),
-            latency: SecondLatency {
-                p50_ns: h.quantile(0.5),
-                p90_ns: h.quantile(0.9),
-                p99_ns: h.quantile(0.99),
-                p999_ns: h.quantile(0.999),
-                max_ns: h.max(),
-                histogram: h.to_sparse(),
-            },
+            latency: SecondLatency::of(h),
             connections: crate::SecondConnections::of(&c.conns),
             target_cpu_s: None,
         }

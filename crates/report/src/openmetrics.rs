@@ -274,9 +274,11 @@ impl LiveTotals {
         }
         if let Some(c) = &row.connections {
             // Counts add up; `active` is a level, not a count.
-            self.connections
-                .get_or_insert_with(SecondConnections::default)
-                .add(&SecondConnections { active: 0, ..c.clone() });
+            self.connections.get_or_insert_with(SecondConnections::default).add(&SecondConnections {
+                active: 0,
+                handshake: None,
+                ..c.clone()
+            });
         }
     }
 
