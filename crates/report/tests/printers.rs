@@ -464,8 +464,22 @@ fn csv_has_the_connection_series_with_closes_by_how() {
         (0, 0, 3, by(&[("idle_timeout", 3)])),
     ];
     for (row, (active, opened, closed, closed_by)) in r.series.iter_mut().zip(seconds) {
-        row.connections =
-            Some(volley_metrics::SecondConnections { active, opened, closed, closed_by, failed: 0, resumed: 1 });
+        // The handshake times of the second's new connections: 100 µs each, and one of 2 ms.
+        let handshake = (opened > 0).then(|| {
+            let mut h = volley_metrics::Histogram::new(2);
+            h.record_n(100_000, opened - 1);
+            h.record(2_000_000);
+            volley_metrics::SecondLatency::of(&h)
+        });
+        row.connections = Some(volley_metrics::SecondConnections {
+            active,
+            opened,
+            closed,
+            closed_by,
+            failed: 0,
+            resumed: 1,
+            handshake,
+        });
     }
     let mut out = Vec::new();
     write_csv_series(&r, &mut out).unwrap();
@@ -492,6 +506,11 @@ fn csv_has_the_connection_series_with_closes_by_how() {
     assert_eq!(col("closed_server_fin"), [0, 1, 0]);
     assert_eq!(col("closed_client_lifetime"), [0, 2, 0]);
     assert_eq!(col("closed_idle_timeout"), [0, 0, 3]);
+    // Handshake percentiles of the seconds with new connections, empty cells otherwise.
+    let hs = |name: &str| rows.iter().map(|row| row[at(name)].to_string()).collect::<Vec<_>>();
+    let (p50, p99) = (hs("hs_p50_ns"), hs("hs_p99_ns"));
+    assert!(p50[0].parse::<u64>().unwrap() < 110_000 && p99[0].parse::<u64>().unwrap() > 1_900_000, "{s}");
+    assert!(p50[2].is_empty() && p99[2].is_empty(), "{s}");
 }
 
 #[test]
