@@ -436,14 +436,7 @@ impl HistSumRow {
         let mut row = self.row;
         row.second = second;
         let h = self.h.map(|(h, _)| h).unwrap_or_else(|| Histogram::new(2));
-        row.latency = SecondLatency {
-            p50_ns: h.quantile(0.5),
-            p90_ns: h.quantile(0.9),
-            p99_ns: h.quantile(0.99),
-            p999_ns: h.quantile(0.999),
-            max_ns: h.max(),
-            histogram: h.to_sparse(),
-        };
+        row.latency = SecondLatency::of(&h);
         row.connections = self.conns;
         row.target_cpu_s = (!self.target.is_empty()).then(|| self.target.values().sum());
         row
