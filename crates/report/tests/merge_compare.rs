@@ -463,3 +463,18 @@ fn merge_counts_a_shared_target_once_and_adds_different_ones() {
         .target_cpu
         .is_none());
 }
+
+#[test]
+fn figures_read_back_from_json_exactly() {
+    // merge, compare and report read results files back: a ratio written must read back as the
+    // same f64, or a compared figure drifts by a unit in the last place from the run's own.
+    let mut off = 0;
+    for n in 1..3000u64 {
+        for d in [7u64, 9, 61, 9999, 2_999_953] {
+            let x = (n * 1_000_003) as f64 / d as f64;
+            let back: f64 = serde_json::from_str(&serde_json::to_string(&x).unwrap()).unwrap();
+            off += usize::from(back != x);
+        }
+    }
+    assert_eq!(off, 0, "{off} figures read back differently");
+}
