@@ -38,16 +38,7 @@ pub(crate) async fn serve(
     tls: Arc<rustls::ServerConfig>,
     stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    let acceptor = TlsAcceptor::from(tls);
-    crate::tcp::accept_loop(listener, &ctx.clone(), Transport::Doh, stop, |stream, slot| {
-        add(&ctx.counters.doh_connections, 1);
-        let (ctx, acceptor) = (ctx.clone(), acceptor.clone());
-        tokio::task::spawn_local(async move {
-            connection(stream, ctx, acceptor).await;
-            drop(slot);
-        });
-    })
-    .await
+    crate::dot::serve_tls(listener, ctx, tls, stop, Transport::Doh, connection).await
 }
 
 async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor) {

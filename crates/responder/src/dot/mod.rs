@@ -25,9 +25,30 @@ pub(crate) async fn serve(
     tls: Arc<rustls::ServerConfig>,
     stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    serve_tls(listener, ctx, tls, stop, Transport::Dot, connection).await
+}
+
+/// Accepts TLS-over-TCP connections (DoT, DoH) on `listener`: counts each one under its
+/// transport and runs `connection` for it in a task of its own.
+pub(crate) async fn serve_tls<F, Fut>(
+    listener: std::net::TcpListener,
+    ctx: Rc<Ctx>,
+    tls: Arc<rustls::ServerConfig>,
+    stop: watch::Receiver<bool>,
+    transport: Transport,
+    connection: F,
+) -> std::io::Result<()>
+where
+    F: Fn(TcpStream, Rc<Ctx>, TlsAcceptor) -> Fut + Copy + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
     let acceptor = TlsAcceptor::from(tls);
-    crate::tcp::accept_loop(listener, &ctx.clone(), Transport::Dot, stop, |stream, slot| {
-        add(&ctx.counters.dot_connections, 1);
+    let counter = match transport {
+        Transport::Doh => &ctx.counters.doh_connections,
+        _ => &ctx.counters.dot_connections,
+    };
+    crate::tcp::accept_loop(listener, &ctx.clone(), transport, stop, |stream, slot| {
+        add(counter, 1);
         let (ctx, acceptor) = (ctx.clone(), acceptor.clone());
         tokio::task::spawn_local(async move {
             connection(stream, ctx, acceptor).await;
