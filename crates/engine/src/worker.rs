@@ -260,6 +260,8 @@ impl Worker {
         let mut retry = None;
         let rec = inn.rec();
         match Header::parse(msg) {
+            // Not a response (QR clear), on a stream that carries only this query's answer.
+            Ok(h) if !h.is_response() => rec.failed(now, ErrorKind::Malformed, g),
             Ok(h) => match question_key(msg) {
                 Ok(k) if k == e.key => {
                     rec.answered(now, latency, h.rcode().0, h.truncated(), msg.len(), g);

@@ -43,7 +43,8 @@ kinds! {
         Closed = "closed",
         /// Connecting failed for another reason (unreachable, timed out, address in use).
         Connect = "connect",
-        /// The response to this query could not be parsed past its header.
+        /// The response to this query could not be parsed past its header, or was not a
+        /// response (QR bit clear) on a stream that carries only this query's answer (DoH, DoQ).
         Malformed = "malformed",
         /// A response carried this query's ID but another question.
         Mismatch = "mismatch",
@@ -84,7 +85,8 @@ kinds! {
         Late = "late",
         /// No query in flight had its ID (or it was already answered).
         UnknownId = "unknown_id",
-        /// Not even a DNS header could be read, or a frame was too short.
+        /// Not even a DNS header could be read, a frame was too short, or the message was not
+        /// a response (QR bit clear: a reflected query).
         Malformed = "malformed",
     }
 }

@@ -44,7 +44,9 @@ pub trait Exchange {
 /// as unexpected. Shared by every transport that matches by DNS ID (UDP, TCP, DoT).
 #[inline]
 pub fn deliver<X: Exchange + ?Sized>(msg: &[u8], ids: &mut crate::IdTable, x: &X, now: u64) {
-    if msg.len() < volley_wire::HEADER_LEN {
+    // A message without the QR bit is not a response (a reflected query, say): it answers
+    // nothing, and the query it names stays in flight for its real answer.
+    if msg.len() < volley_wire::HEADER_LEN || msg[2] & 0x80 == 0 {
         x.unexpected(Unexpected::Malformed, msg.len(), now);
         return;
     }

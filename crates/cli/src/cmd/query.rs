@@ -98,7 +98,18 @@ pub fn run(a: QueryArgs) -> CliResult {
         scheme = Scheme::Tcp;
         (msg, took) = ask(scheme)?;
     }
-    let mut text = match volley_wire::display::format_message(&msg) {
+    // As dig does, say when what came back does not look like the response to this query (it
+    // is still printed: the point of a one-shot query is to see what the server sent).
+    let mut text = String::new();
+    if Header::parse(&msg).is_ok_and(|h| !h.is_response()) {
+        text += ";; WARNING: the QR bit is not set: this is not a response\n";
+    }
+    if let (Ok(asked), Ok(got)) = (volley_wire::question_key(&wire), volley_wire::question_key(&msg)) {
+        if asked != got {
+            text += ";; WARNING: question section mismatch: the response is for another question\n";
+        }
+    }
+    text += &match volley_wire::display::format_message(&msg) {
         Ok(text) => text,
         Err(e) => format!(";; malformed response ({e}), {} bytes: {}\n", msg.len(), hex(&msg)),
     };
