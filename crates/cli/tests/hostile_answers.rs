@@ -177,6 +177,36 @@ fn hostile_answers_each_have_one_place() {
         // no query in flight (s5, and s6's second copy).
         assert_eq!(unexpected(v, "malformed"), 20, "{t}: {tot:#}");
         assert_eq!(unexpected(v, "unknown_id"), 20, "{t}: {tot:#}");
+        // 20 of 90 is more than stray: the run says so.
+        let warned = v["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("20 responses carried the ID of no query in flight"));
+        assert!(warned, "{t}: {}", v["warnings"]);
+    }
+}
+
+#[test]
+fn a_reflecting_port_is_never_answered() {
+    let h = Hostile::start();
+    let dir = tempfile::tempdir().unwrap();
+    let queries = write_queries(dir.path(), "q.txt", &["s8.test A"]);
+    for (t, port) in [("udp", h.udp), ("tcp", h.tcp)] {
+        let url = format!("{t}://127.0.0.1:{port}");
+        let r = run_volley(&[&url, "-d", queries.to_str().unwrap(), "-n", "40", "-c", "20", "-t", "100ms"]);
+        let v = r.ok();
+        check_accounting(v);
+        assert_eq!(total(v, "answered"), 0, "{t}: {:#}", v["totals"]);
+        assert_eq!(total(v, "timed_out"), 40, "{t}: {:#}", v["totals"]);
+        assert_eq!(unexpected(v, "malformed"), 40, "{t}: {:#}", v["totals"]);
+        let warned = v["warnings"].as_array().unwrap().iter().any(|w| {
+            w.as_str()
+                .unwrap()
+                .contains("40 messages came back that are not DNS responses (no header, or the QR bit clear)")
+        });
+        assert!(warned, "{t}: {}", v["warnings"]);
+        assert!(r.stdout.contains("not DNS responses"), "{t}: the summary shows it: {}", r.stdout);
     }
 }
 

@@ -136,6 +136,41 @@ fn time_wait_warning(conns: &ConnCounters, series: &[volley_metrics::SecondRow],
     })
 }
 
+/// Warnings about what came back that answered no query (`unexpected`), when it is a large part
+/// of what came back: answers after their query's timeout (the timeout is shorter than the
+/// target takes), messages that are not DNS responses (a port that reflects or speaks another
+/// protocol), and IDs of no query in flight (duplicates, or IDs rewritten on the way).
+fn unexpected_warnings(c: &volley_metrics::Counters, timeout: Duration) -> Vec<String> {
+    use volley_metrics::Unexpected;
+    let n = |k: Unexpected| c.unexpected[k as usize];
+    let mut out = Vec::new();
+    let late = n(Unexpected::Late);
+    if late >= 10 && late * 2 >= c.timed_out {
+        out.push(format!(
+            "{late} answers came after their query had timed out ({} timed out): the timeout ({timeout:?}, -t) \
+             is shorter than the target takes to answer them",
+            c.timed_out
+        ));
+    }
+    let malformed = n(Unexpected::Malformed);
+    if malformed >= 10 && malformed >= c.answered {
+        out.push(format!(
+            "{malformed} messages came back that are not DNS responses (no header, or the QR bit clear) and \
+             {} answers: is a DNS server listening there on this transport?",
+            c.answered
+        ));
+    }
+    let unknown = n(Unexpected::UnknownId);
+    if unknown >= 10 && unknown * 100 >= c.sent {
+        out.push(format!(
+            "{unknown} responses carried the ID of no query in flight ({} sent): answers sent twice, or IDs \
+             rewritten on the way",
+            c.sent
+        ));
+    }
+    out
+}
+
 /// Ephemeral ports per source address towards one server (net.ipv4.ip_local_port_range).
 pub fn local_ports() -> u64 {
     std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
@@ -369,6 +404,7 @@ pub fn run(
         let addresses = groups.iter().map(|g| g.spec.lane.sources.as_ref().map_or(1, |s| s.count())).min().unwrap_or(1);
         warnings.extend(time_wait_warning(&got.totals.conns, &got.series, local_ports() * addresses));
     }
+    warnings.extend(unexpected_warnings(&got.totals, plan.timeout));
     if let Some(n) = events.get("udp_icmp_refused") {
         warnings.push(format!("{n} ICMP port-unreachable errors: the target stopped listening during the run"));
     }
@@ -541,8 +577,9 @@ fn group_summaries(
 
 #[cfg(test)]
 mod tests {
-    use super::{busy_warning, time_wait_warning};
-    use volley_metrics::{Close, ConnCounters, SecondConnections, SecondRow};
+    use super::{busy_warning, time_wait_warning, unexpected_warnings};
+    use std::time::Duration;
+    use volley_metrics::{Close, ConnCounters, Counters, SecondConnections, SecondRow, Unexpected};
 
     fn closing(per_second: &[u64]) -> Vec<SecondRow> {
         let row = |i: usize, c: u64| SecondRow {
@@ -593,5 +630,30 @@ mod tests {
         assert_eq!(busy_warning(0.5, 0.5, 1), None);
         // CPU read a little above the wall clock (clock granularity) says 100 %, not more.
         assert!(busy_warning(2.1, 2.0, 1).unwrap().contains("busy 100%"));
+    }
+
+    #[test]
+    fn unexpected_messages_are_warned_about_when_they_are_many() {
+        let run = |sent, answered, timed_out, late, malformed, unknown| {
+            let mut c = Counters { sent, answered, timed_out, ..Default::default() };
+            c.unexpected[Unexpected::Late as usize] = late;
+            c.unexpected[Unexpected::Malformed as usize] = malformed;
+            c.unexpected[Unexpected::UnknownId as usize] = unknown;
+            unexpected_warnings(&c, Duration::from_millis(500))
+        };
+        // A clean run, and a few strays: nothing.
+        assert!(run(1000, 1000, 0, 0, 0, 0).is_empty());
+        assert!(run(1000, 990, 10, 3, 2, 5).is_empty());
+        // Most timeouts were answered late: the timeout is too short.
+        let w = run(1000, 900, 100, 80, 0, 0);
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("80 answers came after") && w[0].contains("500ms"), "{w:?}");
+        // A reflecting port: nothing answered, every message malformed.
+        let w = run(100, 0, 100, 0, 100, 0);
+        assert!(w.len() == 1 && w[0].contains("100 messages came back that are not DNS responses"), "{w:?}");
+        // Duplicates: 1 % of the queries or more.
+        let w = run(1000, 1000, 0, 0, 0, 10);
+        assert!(w.len() == 1 && w[0].contains("10 responses carried the ID of no query in flight"), "{w:?}");
+        assert!(run(10_000, 10_000, 0, 0, 0, 99).is_empty());
     }
 }
