@@ -18,6 +18,7 @@ mod meter;
 pub mod probe;
 pub mod quic;
 mod source;
+mod stamp;
 mod stream;
 pub mod target;
 pub mod tcp;

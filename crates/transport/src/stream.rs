@@ -139,7 +139,9 @@ pub(crate) enum Served {
 }
 
 /// Runs one connection until it ends.
-/// `kind_of` maps the stream's I/O errors (TLS streams wrap TLS errors in them).
+/// `kind_of` maps the stream's I/O errors (TLS streams wrap TLS errors in them); `rx` is the
+/// socket's receive time, the time of the answers each read brings.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve<R, W, X, F>(
     mut rd: R,
     mut wr: W,
@@ -148,6 +150,7 @@ pub(crate) async fn serve<R, W, X, F>(
     f: &mut F,
     b: &mut Buffers,
     kind_of: fn(&io::Error) -> ErrorKind,
+    rx: &crate::stamp::RxStamp,
 ) -> Served
 where
     R: AsyncRead + Unpin,
@@ -181,7 +184,7 @@ where
                 Ok(0) => return Served::Failed(ErrorKind::Closed),
                 Ok(n) => {
                     filled = n == spare;
-                    let now = x.now();
+                    let now = rx.arrival(x);
                     match f.split(&b.rbuf, x, now) {
                         Ok(used) => drop(b.rbuf.drain(..used)),
                         Err(kind) => return Served::Failed(kind),

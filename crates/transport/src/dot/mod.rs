@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use volley_metrics::{EarlyData, ErrorKind, Handshake};
 
 use crate::meter::TcpMeter;
+use crate::stamp::StampedTcp;
 use crate::stream::{self, Buffers, Served};
 use crate::tls;
 use crate::{tcp, Exchange, IdTable, Lane, LaneOptions, Target};
@@ -69,8 +69,9 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
             m.release();
         }
         let served = {
+            let rx = tls.get_ref().0.stamp();
             let (rd, wr) = tokio::io::split(&mut tls);
-            stream::serve(rd, wr, &lane, &*x, &mut ids, &mut bufs, tls::io_error_kind).await
+            stream::serve(rd, wr, &lane, &*x, &mut ids, &mut bufs, tls::io_error_kind, &rx).await
         };
         bufs.clear();
         match served {
@@ -79,7 +80,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 let _ = tokio::time::timeout(Duration::from_millis(100), tls.shutdown()).await;
                 x.conn_closed(how, x.now());
                 if let Some(m) = meter {
-                    m.finish_with(tls.into_inner().0, &lane, &x);
+                    m.finish_with(tls.into_inner().0.into_inner(), &lane, &x);
                 }
                 if stream::after_turn(&lane, how).await {
                     return;
@@ -92,7 +93,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                     let _ = tokio::time::timeout(Duration::from_millis(10), tls.shutdown()).await;
                 }
                 if let Some(m) = meter {
-                    m.finish_with(tls.into_inner().0, &lane, &x);
+                    m.finish_with(tls.into_inner().0.into_inner(), &lane, &x);
                 }
                 if closing || stream::after_server_close(&lane, &mut backoff).await {
                     return;
@@ -130,7 +131,7 @@ pub(crate) async fn connect<X: Exchange + ?Sized>(
     bufs: &mut Buffers,
     want_alpn: Option<&[u8]>,
     meter: &mut Option<TcpMeter>,
-) -> Result<TlsStream<TcpStream>, (ErrorKind, String)> {
+) -> Result<TlsStream<StampedTcp>, (ErrorKind, String)> {
     let began = x.now();
     let tcp = tcp::connect_metered(target.addr, opts.connect_timeout, opts.local, meter)
         .await
@@ -141,7 +142,7 @@ pub(crate) async fn connect<X: Exchange + ?Sized>(
     let early = cfg.enable_early_data && want_alpn.is_none();
     let connector = TlsConnector::from(cfg.clone()).early_data(early);
     let handshake = async {
-        let mut s = connector.connect(name.clone(), tcp).await?;
+        let mut s = connector.connect(name.clone(), StampedTcp::new(tcp)).await?;
         let mut offered = false;
         if s.get_ref().1.is_handshaking() {
             // Early data state: what is written now goes as 0-RTT data; flush completes
@@ -179,7 +180,7 @@ pub(crate) fn handshake_failed(target: &Target, e: &std::io::Error) -> (ErrorKin
 pub(crate) fn report<X: Exchange + ?Sized>(
     x: &X,
     target: &Target,
-    s: &TlsStream<TcpStream>,
+    s: &TlsStream<StampedTcp>,
     tcp_ns: u64,
     tls_ns: u64,
     offered: bool,
@@ -208,7 +209,7 @@ pub(crate) fn report<X: Exchange + ?Sized>(
     let h = Handshake {
         tcp_ns: Some(tcp_ns),
         tls_ns: Some(tls_ns),
-        rtt_ns: tcp::rtt_ns(io),
+        rtt_ns: tcp::rtt_ns(io.get_ref()),
         resumed: n.resumed,
         early_data,
         tls_version: n.version,

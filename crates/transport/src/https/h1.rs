@@ -262,8 +262,9 @@ pub(super) async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>,
         let meter = Metered(meter);
         let mut f = H1Framing::new(&target, opts.doh_method, opts.h1_pipeline, watch);
         let served = {
+            let rx = tls.stamp();
             let (rd, wr) = tokio::io::split(&mut tls);
-            stream::serve(rd, wr, &lane, &*x, &mut f, &mut bufs, tls::io_error_kind).await
+            stream::serve(rd, wr, &lane, &*x, &mut f, &mut bufs, tls::io_error_kind, &rx).await
         };
         bufs.clear();
         let failed = match served {

@@ -24,7 +24,6 @@ use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
@@ -34,6 +33,7 @@ mod h1;
 mod responses;
 
 use crate::meter::{SocketBack, TcpMeter};
+use crate::stamp::{RxStamp, StampedTcp};
 use crate::stream::{self, Buffers};
 use crate::{dot, tcp, tls, DohMethod, Exchange, IdTable, Lane, LaneOptions, Target};
 
@@ -215,7 +215,7 @@ enum Hs {
 
 /// Runs once when a handshake that goes on under the HTTP connection ends, with the stream or
 /// the error that ended it; an error it returns fails the I/O call that saw the end.
-type OnHandshake = Box<dyn FnOnce(Result<&TlsStream<TcpStream>, &io::Error>) -> io::Result<()>>;
+type OnHandshake = Box<dyn FnOnce(Result<&TlsStream<StampedTcp>, &io::Error>) -> io::Result<()>>;
 
 /// The TLS stream of an HTTP connection. With 0-RTT its handshake may still be going on when
 /// HTTP starts: what HTTP writes meanwhile (HTTP/2 preface, SETTINGS, the first requests)
@@ -224,7 +224,7 @@ type OnHandshake = Box<dyn FnOnce(Result<&TlsStream<TcpStream>, &io::Error>) -> 
 /// sees it end.
 struct Tls {
     /// Taken out only when the wrapper is dropped (see `back`).
-    s: ManuallyDrop<TlsStream<TcpStream>>,
+    s: ManuallyDrop<TlsStream<StampedTcp>>,
     /// Where the socket goes when the HTTP library drops its stream: to the meter, which
     /// reads its counters after the close handshake (see [`TcpMeter::lend`]).
     back: Option<SocketBack>,
@@ -258,7 +258,7 @@ impl Cork {
 const CORK_MAX: usize = 64 * 1024;
 
 impl Tls {
-    fn new(s: TlsStream<TcpStream>, done: Option<OnHandshake>) -> Tls {
+    fn new(s: TlsStream<StampedTcp>, done: Option<OnHandshake>) -> Tls {
         Tls { s: ManuallyDrop::new(s), back: None, done, cork: Rc::default(), held: Vec::new() }
     }
 
@@ -266,8 +266,13 @@ impl Tls {
     /// it when this stream is dropped.
     fn lend_to(&mut self, meter: &mut Option<TcpMeter>) {
         if let Some(m) = meter {
-            self.back = Some(m.lend(self.s.get_ref().0));
+            self.back = Some(m.lend(self.s.get_ref().0.get_ref()));
         }
+    }
+
+    /// The receive time of the socket's newest read.
+    fn stamp(&self) -> RxStamp {
+        self.s.get_ref().0.stamp()
     }
 
     #[inline]
@@ -336,7 +341,7 @@ impl Drop for Tls {
         // SAFETY: `s` is not used again: this is the end of the wrapper.
         let s = unsafe { ManuallyDrop::take(&mut self.s) };
         if let Some(back) = self.back.take() {
-            back.put(s.into_inner().0);
+            back.put(s.into_inner().0.into_inner());
         }
     }
 }
@@ -433,7 +438,7 @@ async fn connect<X: Exchange + 'static>(
     let left = opts.connect_timeout.saturating_sub(Duration::from_nanos(tcp_ns)).max(Duration::from_millis(1));
     let connector = TlsConnector::from(cfg.clone()).early_data(true);
     // Returns at once in the early data state; otherwise after the full handshake.
-    let s = match tokio::time::timeout(left, connector.connect(name.clone(), tcp)).await {
+    let s = match tokio::time::timeout(left, connector.connect(name.clone(), StampedTcp::new(tcp))).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(dot::handshake_failed(target, &e)),
         Err(_) => return Err((ErrorKind::Tls, format!("TLS handshake with {target} timed out"))),
@@ -572,6 +577,7 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         };
         let meter = Metered(meter);
         let cork = tls.cork.clone();
+        responses.receive_times(tls.stamp());
         let mut b = h2::client::Builder::new();
         // Until the server's SETTINGS arrive, open at most 100 streams (the least RFC 9113
         // recommends a server to allow): more would be refused (REFUSED_STREAM) by a server
@@ -765,6 +771,7 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             return;
         };
         let meter = Metered(meter);
+        let rx = tls.stamp();
         let io = hyper_util::rt::TokioIo::new(tls);
         let (mut send, conn) = match hyper::client::conn::http1::Builder::new().handshake::<_, Full<Bytes>>(io).await {
             Ok(v) => v,
@@ -830,7 +837,7 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                 Ok::<_, ErrorKind>(body)
             })
             .await;
-            let now = x.now();
+            let now = rx.arrival(&*x);
             match r {
                 Ok(Ok(body)) => x.response(t, &body, now),
                 Ok(Err(kind)) => {

@@ -21,6 +21,7 @@ use h2::RecvStream;
 use volley_metrics::ErrorKind;
 
 use super::{check_head, h2_kind, MAX_MESSAGE};
+use crate::stamp::RxStamp;
 use crate::{Exchange, Token};
 
 /// Slots marked ready by their wakers, and the collecting task to wake.
@@ -137,6 +138,9 @@ struct Inner {
 pub(crate) struct Responses {
     inner: Rc<RefCell<Inner>>,
     list: Arc<ReadyList>,
+    /// The receive time of the current connection's socket: a response is complete when the
+    /// read that brought its end came in.
+    rx: Rc<RefCell<RxStamp>>,
 }
 
 impl Responses {
@@ -152,9 +156,15 @@ impl Responses {
                 closed: false,
             })),
             list: Arc::default(),
+            rx: Rc::default(),
         };
         tokio::task::spawn_local(r.clone().run(x, sweep));
         r
+    }
+
+    /// Times the responses from here on by this socket's receive times (a new connection).
+    pub(crate) fn receive_times(&self, rx: RxStamp) {
+        *self.rx.borrow_mut() = rx;
     }
 
     /// Awaits the response to query `token`.
@@ -210,7 +220,7 @@ impl Responses {
                 let Some(w) = inn.waiting[s as usize].take() else { continue };
                 inn.free.push(s);
                 inn.open -= 1;
-                let now = x.now();
+                let now = self.rx.borrow().arrival(&*x);
                 // The engine is called with no borrow held: it may issue more queries.
                 drop(inn);
                 match r {

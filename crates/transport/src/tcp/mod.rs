@@ -11,6 +11,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use volley_metrics::{ErrorKind, Handshake};
 
 use crate::meter::TcpMeter;
+use crate::stamp::StampedTcp;
 use crate::stream::{self, Buffers, Served};
 use crate::{error_kind, Exchange, IdTable, Lane, LaneOptions};
 
@@ -52,7 +53,7 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
         lane.begin_connection();
         let began = x.now();
         let mut meter = None;
-        let mut s = match connect_metered(addr, opts.connect_timeout, opts.local, &mut meter).await {
+        let s = match connect_metered(addr, opts.connect_timeout, opts.local, &mut meter).await {
             Ok(s) => s,
             Err(e) => {
                 if let Some(m) = meter {
@@ -72,8 +73,8 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
         }
         let h = Handshake { tcp_ns: Some(x.now() - began), rtt_ns: rtt_ns(&s), ..Handshake::default() };
         x.conn_opened(&h, x.now());
-        let (rd, wr) = s.split();
-        let served = stream::serve(rd, wr, &lane, &*x, &mut ids, &mut bufs, error_kind).await;
+        let mut s = StampedTcp::new(s);
+        let served = stream::serve(&s, &s, &lane, &*x, &mut ids, &mut bufs, error_kind, &s.stamp()).await;
         bufs.clear();
         match served {
             Served::Turn(how) => {
@@ -81,7 +82,7 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
                 // has nothing outstanding.
                 x.conn_closed(how, x.now());
                 match meter {
-                    Some(m) => m.finish_with(s, &lane, &x),
+                    Some(m) => m.finish_with(s.into_inner(), &lane, &x),
                     None => {
                         let _ = s.shutdown().await;
                     }
@@ -94,7 +95,7 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
                 let closing = stream::end_connection(&lane, &*x, &mut ids, kind);
                 // FIN (graceful at the end of a run: after the last query's fate).
                 if let Some(m) = meter {
-                    m.finish_with(s, &lane, &x);
+                    m.finish_with(s.into_inner(), &lane, &x);
                 }
                 if closing || stream::after_server_close(&lane, &mut backoff).await {
                     return;

@@ -111,7 +111,7 @@ impl Batch {
         let r = r as usize;
         for i in 0..r {
             self.lens[i] = self.hdrs[i].msg_len as usize;
-            self.stamps[i] = timestamp(&self.hdrs[i].msg_hdr);
+            self.stamps[i] = crate::stamp::of(&self.hdrs[i].msg_hdr);
         }
         Ok(r)
     }
@@ -121,40 +121,4 @@ impl Batch {
     pub fn stamp(&self, i: usize) -> u64 {
         self.stamps[i]
     }
-}
-
-/// Asks the kernel to stamp every received datagram (SO_TIMESTAMPNS).
-pub fn enable_timestamps(fd: RawFd) -> io::Result<()> {
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt reads an int we own.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-/// The SCM_TIMESTAMPNS of a received message, ns since the epoch (0 when absent).
-fn timestamp(h: &libc::msghdr) -> u64 {
-    // SAFETY: the CMSG macros walk the control buffer the kernel filled, within msg_controllen.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(h);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
-                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
-                return ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
-            }
-            c = libc::CMSG_NXTHDR(h, c);
-        }
-    }
-    0
 }

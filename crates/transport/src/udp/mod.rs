@@ -55,7 +55,7 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
     let fd = sock.as_raw_fd();
     // Answers are timed by the kernel when they arrive, so reading them later (in batches, or
     // in lazy mode) does not change their latency.
-    let stamped = mmsg::enable_timestamps(fd).is_ok();
+    let stamped = crate::stamp::enable(fd).is_ok();
     let header = meter::udp_header(addr);
     let mut ids = IdTable::with_capacity(1024);
     let mut out = Batch::new(BATCH, 512.max(opts.udp_payload.min(65_535)));
@@ -140,7 +140,7 @@ fn receive<X: Exchange>(sock: &Sock, fd: i32, inb: &mut Batch, ids: &mut IdTable
             Ok(n) => {
                 let now = x.now();
                 // Kernel stamps are CLOCK_REALTIME; the run's clock is CLOCK_MONOTONIC.
-                let shift = if stamped { realtime_shift(x) } else { 0 };
+                let shift = if stamped { crate::stamp::realtime_shift(&|| x.now()) } else { 0 };
                 let mut bytes = 0;
                 for i in 0..n {
                     bytes += inb.len_of(i) as u64;
@@ -169,35 +169,6 @@ fn receive<X: Exchange>(sock: &Sock, fd: i32, inb: &mut Batch, ids: &mut IdTable
             }
         }
     }
-}
-
-/// CLOCK_REALTIME minus the run's clock (CLOCK_MONOTONIC), ns. Read between two readings of
-/// the run's clock, taking the tightest of a few tries: a thread preempted between two plain
-/// reads would otherwise move every stamp of the batch earlier by the time it was off the
-/// CPU, even to before its query left.
-fn realtime_shift<X: Exchange>(x: &X) -> u64 {
-    let mut best = (u64::MAX, 0);
-    for _ in 0..3 {
-        let a = x.now();
-        let r = realtime_ns();
-        let b = x.now();
-        let gap = b.saturating_sub(a);
-        if gap < best.0 {
-            best = (gap, r.saturating_sub(a + gap / 2));
-        }
-        if gap < 2_000 {
-            break;
-        }
-    }
-    best.1
-}
-
-/// CLOCK_REALTIME in ns.
-fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Takes up to one batch of queued queries, stamps IDs, sends them with one system call

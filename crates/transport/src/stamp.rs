@@ -1,0 +1,402 @@
+//! Kernel receive times, so that an answer's latency ends when it reached the generator's
+//! socket, not when the generator got round to reading it (a thread waking up, a busy
+//! generator, TLS and HTTP work before the DNS message appears).
+//!
+//! UDP stamps each datagram. A stream socket ([`StampedTcp`], under TCP, DoT and DoH) stamps
+//! each read with the arrival of the newest segment it returned (the kernel also merges
+//! segments queued behind each other into one): an answer's time is then the arrival of the
+//! last segment read with it or after it, never earlier than the answer itself and never later
+//! than the moment it was handed to the engine.
+
+use std::cell::Cell;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{ready, Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::Exchange;
+
+/// Asks the kernel to stamp what the socket receives (SO_TIMESTAMPNS).
+pub(crate) fn enable(fd: RawFd) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads an int we own.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// The SCM_TIMESTAMPNS of a received message, CLOCK_REALTIME ns (0 when absent).
+pub(crate) fn of(h: &libc::msghdr) -> u64 {
+    // SAFETY: the CMSG macros walk the control buffer the kernel filled, within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                return ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    0
+}
+
+/// CLOCK_REALTIME minus the run's clock (CLOCK_MONOTONIC), ns. Read between two readings of
+/// the run's clock, taking the tightest of a few tries: a thread preempted between two plain
+/// reads would otherwise move every stamp it converts earlier by the time it was off the CPU,
+/// even to before its query left.
+pub(crate) fn realtime_shift(now: &impl Fn() -> u64) -> u64 {
+    let mut best = (u64::MAX, 0);
+    for _ in 0..3 {
+        let a = now();
+        let r = realtime_ns();
+        let b = now();
+        let gap = b.saturating_sub(a);
+        if gap < best.0 {
+            best = (gap, r.saturating_sub(a + gap / 2));
+        }
+        if gap < 2_000 {
+            break;
+        }
+    }
+    best.1
+}
+
+/// CLOCK_REALTIME in ns.
+fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The receive time of the newest read of a stream socket, shared between the socket (which
+/// sets it) and whoever hands what was read to the engine (which converts it).
+#[derive(Clone)]
+pub(crate) struct RxStamp(Rc<Rx>);
+
+struct Rx {
+    /// The newest read's stamp, CLOCK_REALTIME ns (0: none, or not to be trusted).
+    last: Cell<u64>,
+    /// The socket, asked for `TCP_INFO` (-1: none, or no longer the stream's).
+    fd: Cell<RawFd>,
+    /// Out-of-order segments the socket had received when last asked.
+    ooo: Cell<u32>,
+    /// When the clock shift was last measured (run clock) and the shift.
+    shift: Cell<(u64, u64)>,
+}
+
+/// How often the shift between the kernel's clock and the run's is measured again: a clock
+/// slewed by NTP (at most 500 ppm) moves by half a microsecond in that time.
+const SHIFT_EVERY_NS: u64 = 1_000_000;
+
+impl Default for RxStamp {
+    /// No socket: every arrival is now.
+    fn default() -> RxStamp {
+        RxStamp::new(-1)
+    }
+}
+
+impl RxStamp {
+    fn new(fd: RawFd) -> RxStamp {
+        RxStamp(Rc::new(Rx { last: Cell::new(0), fd: Cell::new(fd), ooo: Cell::new(0), shift: Cell::new((0, 0)) }))
+    }
+
+    /// When what the newest read returned had arrived, on the run's clock: the kernel's stamp
+    /// (never later than now), or now when the socket gave none or it cannot be trusted (see
+    /// [`trusted`]).
+    pub(crate) fn arrival<X: Exchange + ?Sized>(&self, x: &X) -> u64 {
+        self.arrival_by(|| x.now())
+    }
+
+    /// As [`RxStamp::arrival`], by the clock `now`.
+    fn arrival_by(&self, now: impl Fn() -> u64) -> u64 {
+        let rx = &*self.0;
+        let t = now();
+        let s = rx.last.get();
+        if s == 0 {
+            return t;
+        }
+        let (at, mut shift) = rx.shift.get();
+        if at == 0 || t.saturating_sub(at) > SHIFT_EVERY_NS {
+            shift = realtime_shift(&now);
+            rx.shift.set((t, shift));
+        }
+        let arrived = s.saturating_sub(shift).min(t);
+        let ooo = || {
+            let after = rcv_ooopack(rx.fd.get())?;
+            Some((rx.ooo.replace(after), after))
+        };
+        if trusted(t - arrived, ooo) {
+            arrived
+        } else {
+            // Not for the rest of this read's answers either.
+            rx.last.set(0);
+            t
+        }
+    }
+}
+
+/// A TCP stream whose reads note the kernel's receive time (see the module's text). It reads
+/// with `recvmsg` and writes as a `TcpStream` does; `&StampedTcp` reads and writes too, so
+/// the two halves of one connection can be driven at once.
+pub(crate) struct StampedTcp {
+    inner: TcpStream,
+    stamp: RxStamp,
+}
+
+/// How old a read's stamp may be before it is checked against reordering (see [`trusted`]).
+const CHECK_AFTER_NS: u64 = 200_000;
+
+/// Whether a read's stamp, `age` ns old, can be its answers' time.
+/// A segment that came out of order (after a loss) waits in the kernel until the hole is
+/// filled, but keeps the time it arrived: a read then returns data stamped before it could be
+/// read, and the wait (head-of-line blocking, up to a retransmission timeout) would not count.
+/// So an old stamp (over `CHECK_AFTER_NS`; a reader that was woken by the data is faster) is
+/// kept only if no segment came out of order since the last check (`ooo` before and after,
+/// from `TCP_INFO`, asked for only then). A stamp not kept means "now": today's time, late by
+/// the reader's own delay, never early.
+fn trusted(age: u64, ooo: impl FnOnce() -> Option<(u32, u32)>) -> bool {
+    if age <= CHECK_AFTER_NS {
+        return true;
+    }
+    matches!(ooo(), Some((before, after)) if before == after)
+}
+
+/// Room for one SCM_TIMESTAMPNS control message (header and timespec, aligned).
+const CONTROL: usize = 64;
+
+impl StampedTcp {
+    /// Wraps `inner`; without kernel stamps (an error enabling them) reads give none.
+    pub(crate) fn new(inner: TcpStream) -> StampedTcp {
+        let _ = enable(inner.as_raw_fd());
+        let stamp = RxStamp::new(inner.as_raw_fd());
+        StampedTcp { inner, stamp }
+    }
+
+    pub(crate) fn stamp(&self) -> RxStamp {
+        self.stamp.clone()
+    }
+
+    pub(crate) fn get_ref(&self) -> &TcpStream {
+        &self.inner
+    }
+
+    pub(crate) fn into_inner(self) -> TcpStream {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.stamp.0.fd.set(-1);
+        // SAFETY: `this` is never used or dropped again; each field is moved out once.
+        let (inner, stamp) = unsafe { (std::ptr::read(&this.inner), std::ptr::read(&this.stamp)) };
+        drop(stamp);
+        inner
+    }
+
+    /// One non-blocking `recvmsg` into `buf`; notes the stamp.
+    fn recv(&self, buf: &mut ReadBuf<'_>) -> io::Result<usize> {
+        let unfilled = buf.initialize_unfilled();
+        let mut iov = libc::iovec { iov_base: unfilled.as_mut_ptr().cast(), iov_len: unfilled.len() };
+        let mut control = [0u64; CONTROL / 8];
+        // SAFETY: an all-zero msghdr is valid; the pointers set below outlive the call.
+        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+        h.msg_iov = &mut iov;
+        h.msg_iovlen = 1;
+        h.msg_control = control.as_mut_ptr().cast();
+        h.msg_controllen = CONTROL as _;
+        // SAFETY: the kernel writes at most iov_len bytes into the buffer and msg_controllen
+        // into the control buffer, both ours for the call.
+        let n = unsafe { libc::recvmsg(self.inner.as_raw_fd(), &mut h, libc::MSG_DONTWAIT) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = n as usize;
+        if n > 0 {
+            self.stamp.0.last.set(of(&h));
+        }
+        buf.advance(n);
+        Ok(n)
+    }
+
+    fn poll_recv(&self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.inner.poll_read_ready(cx))?;
+            // A read that did not fill the buffer emptied the socket: its readiness is cleared
+            // now (as tokio's own reads do), not by one more read that would block.
+            let drained = Cell::new(false);
+            let r = self.inner.try_io(Interest::READABLE, || {
+                let want = buf.remaining();
+                let n = self.recv(buf)?;
+                if n > 0 && n < want {
+                    drained.set(true);
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(n)
+            });
+            match r {
+                Ok(_) => return Poll::Ready(Ok(())),
+                Err(_) if drained.get() => return Poll::Ready(Ok(())),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    fn poll_send(&self, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.inner.poll_write_ready(cx))?;
+            match self.inner.try_write_vectored(bufs) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+}
+
+impl Drop for StampedTcp {
+    fn drop(&mut self) {
+        // The descriptor may be another socket's from now on.
+        self.stamp.0.fd.set(-1);
+    }
+}
+
+/// The out-of-order segments a TCP socket has received (`tcpi_rcv_ooopack`).
+fn rcv_ooopack(fd: RawFd) -> Option<u32> {
+    // SAFETY: getsockopt writes at most `len` bytes into the tcp_info we own.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let r = unsafe {
+        libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, (&mut info as *mut libc::tcp_info).cast(), &mut len)
+    };
+    // Kernels before 5.4 do not fill the field in: no answer, no trust.
+    let end = std::mem::offset_of!(libc::tcp_info, tcpi_rcv_ooopack) + 4;
+    (r == 0 && len as usize >= end).then_some(info.tcpi_rcv_ooopack)
+}
+
+/// The reading and writing of a `StampedTcp` and of a `&StampedTcp` (one connection's two
+/// halves at once).
+macro_rules! stamped_io {
+    ($t:ty) => {
+        impl AsyncRead for $t {
+            fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+                self.poll_recv(cx, buf)
+            }
+        }
+
+        impl AsyncWrite for $t {
+            fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+                self.poll_send(cx, &[io::IoSlice::new(buf)])
+            }
+
+            fn poll_write_vectored(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                bufs: &[io::IoSlice<'_>],
+            ) -> Poll<io::Result<usize>> {
+                self.poll_send(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                true
+            }
+
+            fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Poll::Ready(Ok(()))
+            }
+
+            fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Poll::Ready(socket2::SockRef::from(&self.inner).shutdown(std::net::Shutdown::Write))
+            }
+        }
+    };
+}
+
+stamped_io!(StampedTcp);
+stamped_io!(&StampedTcp);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    use tokio::io::AsyncReadExt;
+
+    #[test]
+    fn old_stamps_are_kept_only_without_reordering() {
+        let asked = Cell::new(0);
+        let ask = |r: Option<(u32, u32)>| {
+            let asked = &asked;
+            move || {
+                asked.set(asked.get() + 1);
+                r
+            }
+        };
+        // A fresh stamp: kept, TCP_INFO not asked.
+        assert!(trusted(150_000, ask(None)));
+        assert_eq!(asked.get(), 0);
+        // An old one: kept when nothing came out of order since the last check...
+        assert!(trusted(4_000_000, ask(Some((3, 3)))));
+        // ...not when something did, nor when the kernel cannot say.
+        assert!(!trusted(4_000_000, ask(Some((3, 4)))));
+        assert!(!trusted(4_000_000, ask(None)));
+        assert_eq!(asked.get(), 3);
+    }
+
+    #[test]
+    fn a_read_is_timed_when_its_bytes_arrived_not_when_it_was_made() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let origin = Instant::now();
+            let now = || origin.elapsed().as_nanos() as u64 + 1;
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+            let (mut server, _) = l.accept().unwrap();
+            let mut s = StampedTcp::new(c);
+            let rx = s.stamp();
+            let t0 = now();
+            assert!(rx.arrival_by(now) >= t0, "no read yet: the time is now");
+            // The kernel turns stamping on a moment after the first socket asks (a deferred
+            // static key): until then segments come unstamped.
+            let mut buf = [0u8; 16];
+            for _ in 0..200 {
+                server.write_all(b"w").unwrap();
+                assert_eq!(s.read(&mut buf).await.unwrap(), 1);
+                if rx.0.last.get() != 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert_ne!(rx.0.last.get(), 0, "the kernel stamps TCP segments");
+            let before = now();
+            server.write_all(b"answer").unwrap();
+            let written = now();
+            // The generator is busy elsewhere for 50 ms before it reads.
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(s.read(&mut buf).await.unwrap(), 6);
+            let read = now();
+            let at = rx.arrival_by(now);
+            // Within the clock conversion's error (a few µs; 1 ms allowed) of the write.
+            assert!(at + 1_000_000 >= before && at <= written + 1_000_000, "{before} {at} {written}");
+            assert!(read - at >= 49_000_000, "timed at the read: {at} vs {read}");
+            // Writes go through, and the socket is still the stream's.
+            tokio::io::AsyncWriteExt::write_all(&mut s, b"q").await.unwrap();
+            let mut one = [0u8; 1];
+            std::io::Read::read_exact(&mut server, &mut one).unwrap();
+            assert_eq!(&one, b"q");
+            assert!(s.into_inner().peer_addr().is_ok());
+        });
+    }
+}
