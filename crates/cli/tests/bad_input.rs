@@ -83,6 +83,21 @@ fn nothing_listening_over_udp() {
 }
 
 #[test]
+fn nothing_listening_over_quic() {
+    // QUIC itself ignores ICMP; the check before the run asks the port.
+    let port = closed_udp_port();
+    let addr = format!("127.0.0.1:{port}");
+    for url in [format!("quic://{addr}"), format!("h3://{addr}/dns-query")] {
+        let r = run_volley(&[&url, "--insecure", "--name", "www.example.test", "-n", "10", "-t", "1s"]);
+        let line = assert_usage_error(&r);
+        assert!(line.contains("nothing is listening") && line.contains(&url), "{url}: {line}");
+    }
+    let r = run_volley(&[&format!("https://{addr}/dns-query"), "--http", "3", "--insecure", "-n", "10", "-t", "1s"]);
+    let line = assert_usage_error(&r);
+    assert!(line.contains("nothing is listening"), "{line}");
+}
+
+#[test]
 fn unknown_flag_is_a_usage_error() {
     let s = Server::start();
     let r = run_volley(&[&s.udp_url(), "--no-such-flag"]);

@@ -222,6 +222,15 @@ fn one_query(
     });
     let took = x.start.elapsed();
     let why = x.why.borrow_mut().take();
+    // QUIC ignores ICMP: when it got nothing, ask the port directly whether anyone is there.
+    let quic = match scheme {
+        Scheme::Quic | Scheme::H3 => true,
+        Scheme::Https => opts.http_for(Scheme::Https) == crate::HttpVersion::Http3,
+        _ => false,
+    };
+    if fate.is_none() && quic && udp_port_refused(target.addr) {
+        return Err(OneShotError::Unreachable(format!("nothing is listening at {target} (ICMP port unreachable)")));
+    }
     match fate {
         Some(Ok(msg)) => Ok((msg, took)),
         None => Err(OneShotError::NoAnswer(match why {
@@ -250,4 +259,17 @@ fn one_query(
             }
         }
     }
+}
+
+/// Whether `addr` refuses UDP: one byte (no QUIC packet is that short, so a QUIC server drops
+/// it) from a connected socket, which an ICMP port unreachable turns into ECONNREFUSED.
+fn udp_port_refused(addr: std::net::SocketAddr) -> bool {
+    let Ok(s) = crate::udp::connect(addr, None) else { return false };
+    if s.set_nonblocking(false).is_err() || s.set_read_timeout(Some(Duration::from_millis(200))).is_err() {
+        return false;
+    }
+    if let Err(e) = s.send(&[0]) {
+        return e.kind() == io::ErrorKind::ConnectionRefused;
+    }
+    matches!(s.recv(&mut [0u8; 64]), Err(e) if e.kind() == io::ErrorKind::ConnectionRefused)
 }
