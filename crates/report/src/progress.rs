@@ -12,10 +12,17 @@ use crate::units::{fmt_ns, fmt_pct, fmt_secs};
 /// `qps` is the queries issued in that second; `answered` is the share of answers among the
 /// fates that happened in that second (answered + timed out + failed), `-` when none did;
 /// `p99` is of that second's answers. `total_s` is the planned length, `None` for a run bounded
-/// by a count. No newline: the caller prints it after `\r` and clears the rest of the line.
+/// by a count; a second past it in which nothing was sent reads `[3s/3s] ... waiting for the
+/// last answers`. No newline: the caller prints it after `\r` and clears the rest of the line.
 pub fn progress_line(p: &Progress, elapsed_s: f64, total_s: Option<f64>) -> String {
     let row = &p.row;
-    let elapsed = format!("{}s", elapsed_s.max(0.0).floor() as u64);
+    // Past the planned length the run only waits for its last answers: the clock stops there.
+    let waiting = total_s.is_some_and(|t| elapsed_s > t + 0.5) && row.sent == 0;
+    let shown = match total_s {
+        Some(t) if waiting => t,
+        _ => elapsed_s,
+    };
+    let elapsed = format!("{}s", shown.max(0.0).floor() as u64);
     let clock = match total_s {
         Some(total) => {
             let total = fmt_secs(total);
@@ -34,8 +41,9 @@ pub fn progress_line(p: &Progress, elapsed_s: f64, total_s: Option<f64>) -> Stri
     });
     // With --target-pid: the target's CPU in that second, as a share of one core.
     let target = row.target_cpu_s.map_or(String::new(), |c| format!("  target cpu {:.0}%", c * 100.0));
+    let wait = if waiting { "  waiting for the last answers" } else { "" };
     format!(
-        "{clock}  qps {}  answered {}  p99 {p99}  timeouts {}  errors {}{conns}{target}",
+        "{clock}  qps {}  answered {}  p99 {p99}  timeouts {}  errors {}{conns}{target}{wait}",
         row.sent,
         fmt_pct(row.answered, ended),
         row.timed_out,

@@ -539,8 +539,11 @@ fn progress_line_for_a_second() {
     assert!(line.contains("timeouts 8  errors 2"), "{line}");
     let mut empty = r.series[0].clone();
     (empty.sent, empty.answered, empty.timed_out, empty.failed) = (0, 0, 0, 0);
-    let line = progress_line(&Progress { row: empty }, 12.0, Some(3600.0));
+    let line = progress_line(&Progress { row: empty.clone() }, 12.0, Some(3600.0));
     assert_eq!(line, "[  12s/3600s]  qps 0  answered -  p99 -  timeouts 0  errors 0");
+    // Past the planned length, with nothing sent: the run waits for its last answers.
+    let line = progress_line(&Progress { row: empty.clone() }, 4.0, Some(3.0));
+    assert_eq!(line, "[  3s/3s]  qps 0  answered -  p99 -  timeouts 0  errors 0  waiting for the last answers");
     // With --target-pid, the target's CPU in that second.
     let mut row = r.series[3].clone();
     row.target_cpu_s = Some(0.854);
