@@ -154,35 +154,36 @@ fn hostile_answers_each_have_one_place() {
     let queries = write_queries(dir.path(), "q.txt", &lines);
     for (t, port) in [("udp", h.udp), ("tcp", h.tcp)] {
         let url = format!("{t}://127.0.0.1:{port}");
-        // One query in flight at a time, in file order: each strategy 10 times.
-        let r = run_volley(&[&url, "-d", queries.to_str().unwrap(), "-n", "90", "-c", "1", "-t", "100ms"]);
+        // One query in flight at a time, in file order: each strategy 5 times. The timeout is
+        // long enough for a loaded machine's answers, short enough for 15 of them to expire.
+        let r = run_volley(&[&url, "-d", queries.to_str().unwrap(), "-n", "45", "-c", "1", "-t", "300ms"]);
         assert!(!r.stderr.contains("panicked"), "{t}: {}", r.stderr);
         let v = r.ok();
         check_accounting(v);
         let tot = &v["totals"];
         assert_eq!(v["status"], "complete", "{t}");
-        assert_eq!(total(v, "sent"), 90, "{t}: {tot:#}");
+        assert_eq!(total(v, "sent"), 45, "{t}: {tot:#}");
         // s0, s6 (first copy) NOERROR; s7 FORMERR without a question is still an answer.
-        assert_eq!(total(v, "answered"), 30, "{t}: {tot:#}");
-        assert_eq!(rcode(v, "NOERROR"), 20, "{t}: {tot:#}");
-        assert_eq!(rcode(v, "FORMERR"), 10, "{t}: {tot:#}");
+        assert_eq!(total(v, "answered"), 15, "{t}: {tot:#}");
+        assert_eq!(rcode(v, "NOERROR"), 10, "{t}: {tot:#}");
+        assert_eq!(rcode(v, "FORMERR"), 5, "{t}: {tot:#}");
         // s1 (a runt, not taken for any query), s5 (another ID) and s8 (not a response): no
         // answer to the query.
-        assert_eq!(total(v, "timed_out"), 30, "{t}: {tot:#}");
+        assert_eq!(total(v, "timed_out"), 15, "{t}: {tot:#}");
         // s2 and s3 cannot be parsed past the header; s4 asks another question.
-        assert_eq!(error_count(v, "malformed"), 20, "{t}: {tot:#}");
-        assert_eq!(error_count(v, "mismatch"), 10, "{t}: {tot:#}");
-        assert_eq!(total(v, "failed"), 30, "{t}: {tot:#}");
+        assert_eq!(error_count(v, "malformed"), 10, "{t}: {tot:#}");
+        assert_eq!(error_count(v, "mismatch"), 5, "{t}: {tot:#}");
+        assert_eq!(total(v, "failed"), 15, "{t}: {tot:#}");
         // Counted apart, never as answers: the runts and the reflected queries, and the IDs of
         // no query in flight (s5, and s6's second copy).
-        assert_eq!(unexpected(v, "malformed"), 20, "{t}: {tot:#}");
-        assert_eq!(unexpected(v, "unknown_id"), 20, "{t}: {tot:#}");
-        // 20 of 90 is more than stray: the run says so.
+        assert_eq!(unexpected(v, "malformed"), 10, "{t}: {tot:#}");
+        assert_eq!(unexpected(v, "unknown_id"), 10, "{t}: {tot:#}");
+        // 10 of 45 is more than stray: the run says so.
         let warned = v["warnings"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|w| w.as_str().unwrap().contains("20 responses carried the ID of no query in flight"));
+            .any(|w| w.as_str().unwrap().contains("10 responses carried the ID of no query in flight"));
         assert!(warned, "{t}: {}", v["warnings"]);
     }
 }
@@ -194,7 +195,7 @@ fn a_reflecting_port_is_never_answered() {
     let queries = write_queries(dir.path(), "q.txt", &["s8.test A"]);
     for (t, port) in [("udp", h.udp), ("tcp", h.tcp)] {
         let url = format!("{t}://127.0.0.1:{port}");
-        let r = run_volley(&[&url, "-d", queries.to_str().unwrap(), "-n", "40", "-c", "20", "-t", "100ms"]);
+        let r = run_volley(&[&url, "-d", queries.to_str().unwrap(), "-n", "40", "-c", "20", "-t", "300ms"]);
         let v = r.ok();
         check_accounting(v);
         assert_eq!(total(v, "answered"), 0, "{t}: {:#}", v["totals"]);
