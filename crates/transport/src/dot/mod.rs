@@ -132,13 +132,7 @@ pub(crate) async fn connect<X: Exchange + ?Sized>(
     want_alpn: Option<&[u8]>,
     meter: &mut Option<TcpMeter>,
 ) -> Result<TlsStream<StampedTcp>, (ErrorKind, String)> {
-    let began = x.now();
-    let tcp = tcp::connect_metered(target.addr, opts.connect_timeout, opts.local, meter)
-        .await
-        .map_err(|e| (tcp::connect_error_kind(&e), format!("cannot connect to {}: {e}", target.addr)))?;
-    let tcp_done = x.now();
-    let tcp_ns = tcp_done - began;
-    let left = opts.connect_timeout.saturating_sub(Duration::from_nanos(tcp_ns)).max(Duration::from_millis(1));
+    let tcp::Connected { s: tcp, tcp_ns, done: tcp_done, left } = tcp::connect_timed(target, opts, x, meter).await?;
     let early = cfg.enable_early_data && want_alpn.is_none();
     let connector = TlsConnector::from(cfg.clone()).early_data(early);
     let handshake = async {

@@ -429,13 +429,7 @@ async fn connect<X: Exchange + 'static>(
         let s = dot::connect(target, cfg, name, opts, lane, &**x, &mut ids, &mut bufs, Some(alpn), meter).await?;
         return Ok((Tls::new(s, None), Rc::new(Cell::new(Hs::Open))));
     }
-    let began = x.now();
-    let tcp = tcp::connect_metered(target.addr, opts.connect_timeout, opts.local, meter)
-        .await
-        .map_err(|e| (tcp::connect_error_kind(&e), format!("cannot connect to {}: {e}", target.addr)))?;
-    let tcp_done = x.now();
-    let tcp_ns = tcp_done - began;
-    let left = opts.connect_timeout.saturating_sub(Duration::from_nanos(tcp_ns)).max(Duration::from_millis(1));
+    let tcp::Connected { s: tcp, tcp_ns, done: tcp_done, left } = tcp::connect_timed(target, opts, &**x, meter).await?;
     let connector = TlsConnector::from(cfg.clone()).early_data(true);
     // Returns at once in the early data state; otherwise after the full handshake.
     let s = match tokio::time::timeout(left, connector.connect(name.clone(), StampedTcp::new(tcp))).await {

@@ -37,6 +37,32 @@ pub(crate) async fn connect_metered(
     Ok(s)
 }
 
+/// A TCP connection made for TLS on top: the stream, how long the TCP handshake took, when it
+/// ended (the run's clock) and what is left of the connect timeout for TLS.
+pub(crate) struct Connected {
+    pub s: TcpStream,
+    pub tcp_ns: u64,
+    pub done: u64,
+    pub left: Duration,
+}
+
+/// Connects to `target` as [`connect_metered`] does, timed; the error names the target.
+pub(crate) async fn connect_timed<X: Exchange + ?Sized>(
+    target: &crate::Target,
+    opts: &LaneOptions,
+    x: &X,
+    meter: &mut Option<TcpMeter>,
+) -> Result<Connected, (ErrorKind, String)> {
+    let began = x.now();
+    let s = connect_metered(target.addr, opts.connect_timeout, opts.local, meter)
+        .await
+        .map_err(|e| (connect_error_kind(&e), format!("cannot connect to {}: {e}", target.addr)))?;
+    let done = x.now();
+    let tcp_ns = done - began;
+    let left = opts.connect_timeout.saturating_sub(Duration::from_nanos(tcp_ns)).max(Duration::from_millis(1));
+    Ok(Connected { s, tcp_ns, done, left })
+}
+
 /// The driver of one TCP lane. Every connection (attempts that failed included) reports its
 /// bytes and packets on the wire from `TCP_INFO` when it ends ([`TcpMeter`]).
 pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
