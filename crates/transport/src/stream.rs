@@ -229,6 +229,19 @@ where
     }
 }
 
+/// Before each connection attempt of a lane: waits for its slot under `--conn-rate` (the
+/// run-wide gate), then false when the lane is closing; otherwise the attempt begins.
+pub(crate) async fn may_connect(lane: &Lane, opts: &crate::LaneOptions) -> bool {
+    if let Some(gate) = &opts.conn_gate {
+        gate.admit().await;
+    }
+    if lane.closing() {
+        return false;
+    }
+    lane.begin_connection();
+    true
+}
+
 /// How a connection ended, from the error its queries got.
 pub fn close_of(kind: ErrorKind) -> Close {
     match kind {

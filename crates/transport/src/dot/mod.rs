@@ -36,13 +36,9 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
     let mut ids = IdTable::default();
     let mut bufs = Buffers::new();
     loop {
-        if let Some(gate) = &opts.conn_gate {
-            gate.admit().await;
-        }
-        if lane.closing() {
+        if !stream::may_connect(&lane, &opts).await {
             return;
         }
-        lane.begin_connection();
         let mut meter = None;
         let mut tls =
             match connect(&target, &cfg, &name, &opts, &lane, &*x, &mut ids, &mut bufs, None, &mut meter).await {

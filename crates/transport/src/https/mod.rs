@@ -499,13 +499,9 @@ async fn open<X: Exchange + 'static>(
     backoff: &mut Duration,
 ) -> Option<Opened> {
     loop {
-        if let Some(gate) = &opts.conn_gate {
-            gate.admit().await;
-        }
-        if lane.closing() {
+        if !stream::may_connect(lane, opts).await {
             return None;
         }
-        lane.begin_connection();
         let mut meter = None;
         match connect(target, cfg, name, opts, lane, x, alpn, &mut meter).await {
             Ok((mut s, hs)) => {

@@ -176,13 +176,9 @@ pub(crate) async fn open<X: Exchange + 'static>(
     backoff: &mut Duration,
 ) -> Option<quinn::Connection> {
     loop {
-        if let Some(gate) = &opts.conn_gate {
-            gate.admit().await;
-        }
-        if lane.closing() {
+        if !crate::stream::may_connect(lane, opts).await {
             return None;
         }
-        lane.begin_connection();
         match connect(ep, target, cfg, opts, x, h3).await {
             Ok(c) => {
                 *backoff = stream::BACKOFF;

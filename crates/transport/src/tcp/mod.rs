@@ -70,13 +70,9 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
     let mut ids = IdTable::default();
     let mut bufs = Buffers::new();
     loop {
-        if let Some(gate) = &opts.conn_gate {
-            gate.admit().await;
-        }
-        if lane.closing() {
+        if !stream::may_connect(&lane, &opts).await {
             return;
         }
-        lane.begin_connection();
         let began = x.now();
         let mut meter = None;
         let s = match connect_metered(addr, opts.connect_timeout, opts.local, &mut meter).await {
