@@ -97,6 +97,8 @@ struct Rx {
     fd: Cell<RawFd>,
     /// Out-of-order segments the socket had received when last asked.
     ooo: Cell<u32>,
+    /// The stamp last found trusted (so that a read's other answers do not ask again).
+    checked: Cell<u64>,
     /// When the clock shift was last measured (run clock) and the shift.
     shift: Cell<(u64, u64)>,
 }
@@ -114,7 +116,13 @@ impl Default for RxStamp {
 
 impl RxStamp {
     fn new(fd: RawFd) -> RxStamp {
-        RxStamp(Rc::new(Rx { last: Cell::new(0), fd: Cell::new(fd), ooo: Cell::new(0), shift: Cell::new((0, 0)) }))
+        RxStamp(Rc::new(Rx {
+            last: Cell::new(0),
+            fd: Cell::new(fd),
+            ooo: Cell::new(0),
+            checked: Cell::new(0),
+            shift: Cell::new((0, 0)),
+        }))
     }
 
     /// When what the newest read returned had arrived, on the run's clock: the kernel's stamp
@@ -142,7 +150,8 @@ impl RxStamp {
             let after = rcv_ooopack(rx.fd.get())?;
             Some((rx.ooo.replace(after), after))
         };
-        if trusted(t - arrived, ooo) {
+        if s == rx.checked.get() || trusted(t - arrived, ooo) {
+            rx.checked.set(s);
             arrived
         } else {
             // Not for the rest of this read's answers either.
