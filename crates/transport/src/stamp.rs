@@ -6,13 +6,16 @@
 //! each read with the arrival of the newest segment it returned (the kernel also merges
 //! segments queued behind each other into one): an answer's time is then the arrival of the
 //! last segment read with it or after it, never earlier than the answer itself and never later
-//! than the moment it was handed to the engine.
+//! than the moment it was handed to the engine. A QUIC endpoint's socket ([`StampedUdp`], under
+//! DoQ and DoH/3) does the same with the newest datagram quinn read.
 
 use std::cell::Cell;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
@@ -91,10 +94,15 @@ fn realtime_ns() -> u64 {
 pub(crate) struct RxStamp(Rc<Rx>);
 
 struct Rx {
-    /// The newest read's stamp, CLOCK_REALTIME ns (0: none, or not to be trusted).
-    last: Cell<u64>,
-    /// The socket, asked for `TCP_INFO` (-1: none, or no longer the stream's).
+    /// The newest read's stamp, CLOCK_REALTIME ns (0: none, or not to be trusted); shared with
+    /// the socket, which may be another thread's (quinn's).
+    last: Arc<AtomicU64>,
+    /// The TCP socket, asked for `TCP_INFO` (-1: none, or no longer the stream's).
     fd: Cell<RawFd>,
+    /// Whether stamps are checked against reordering: TCP's are. A QUIC stream's data reaches
+    /// the reader only once complete, when the newest datagram is at least as new as the one
+    /// that completed it.
+    ordered: bool,
     /// Out-of-order segments the socket had received when last asked.
     ooo: Cell<u32>,
     /// The stamp last found trusted (so that a read's other answers do not ask again).
@@ -110,15 +118,16 @@ const SHIFT_EVERY_NS: u64 = 1_000_000;
 impl Default for RxStamp {
     /// No socket: every arrival is now.
     fn default() -> RxStamp {
-        RxStamp::new(-1)
+        RxStamp::new(-1, Arc::default(), false)
     }
 }
 
 impl RxStamp {
-    fn new(fd: RawFd) -> RxStamp {
+    fn new(fd: RawFd, last: Arc<AtomicU64>, ordered: bool) -> RxStamp {
         RxStamp(Rc::new(Rx {
-            last: Cell::new(0),
+            last,
             fd: Cell::new(fd),
+            ordered,
             ooo: Cell::new(0),
             checked: Cell::new(0),
             shift: Cell::new((0, 0)),
@@ -136,7 +145,7 @@ impl RxStamp {
     fn arrival_by(&self, now: impl Fn() -> u64) -> u64 {
         let rx = &*self.0;
         let t = now();
-        let s = rx.last.get();
+        let s = rx.last.load(Relaxed);
         if s == 0 {
             return t;
         }
@@ -150,12 +159,12 @@ impl RxStamp {
             let after = rcv_ooopack(rx.fd.get())?;
             Some((rx.ooo.replace(after), after))
         };
-        if s == rx.checked.get() || trusted(t - arrived, ooo) {
+        if !rx.ordered || s == rx.checked.get() || trusted(t - arrived, ooo) {
             rx.checked.set(s);
             arrived
         } else {
             // Not for the rest of this read's answers either.
-            rx.last.set(0);
+            rx.last.store(0, Relaxed);
             t
         }
     }
@@ -194,7 +203,7 @@ impl StampedTcp {
     /// Wraps `inner`; without kernel stamps (an error enabling them) reads give none.
     pub(crate) fn new(inner: TcpStream) -> StampedTcp {
         let _ = enable(inner.as_raw_fd());
-        let stamp = RxStamp::new(inner.as_raw_fd());
+        let stamp = RxStamp::new(inner.as_raw_fd(), Arc::default(), true);
         StampedTcp { inner, stamp }
     }
 
@@ -234,7 +243,7 @@ impl StampedTcp {
         }
         let n = n as usize;
         if n > 0 {
-            self.stamp.0.last.set(of(&h));
+            self.stamp.0.last.store(of(&h), Relaxed);
         }
         buf.advance(n);
         Ok(n)
@@ -293,6 +302,84 @@ fn rcv_ooopack(fd: RawFd) -> Option<u32> {
     // Kernels before 5.4 do not fill the field in: no answer, no trust.
     let end = std::mem::offset_of!(libc::tcp_info, tcpi_rcv_ooopack) + 4;
     (r == 0 && len as usize >= end).then_some(info.tcpi_rcv_ooopack)
+}
+
+/// SIOCGSTAMPNS (linux/sockios.h, 64-bit): the stamp of the last datagram a socket received.
+const SIOCGSTAMPNS: libc::c_ulong = 0x8907;
+
+/// The CLOCK_REALTIME stamp of the last datagram `fd` received (0 when there is none). The
+/// first call also asks the kernel to keep it.
+fn last_datagram(fd: RawFd) -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: the ioctl writes one timespec into the one we own.
+    let r = unsafe { libc::ioctl(fd, SIOCGSTAMPNS as _, &mut ts as *mut libc::timespec) };
+    if r < 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A QUIC endpoint's UDP socket (quinn's own, wrapped) that notes the receive time of the
+/// newest datagram after each batch quinn reads (see the module's text).
+#[derive(Debug)]
+pub(crate) struct StampedUdp {
+    inner: Arc<dyn quinn::AsyncUdpSocket>,
+    fd: RawFd,
+    last: Arc<AtomicU64>,
+}
+
+impl StampedUdp {
+    /// Wraps `socket` for quinn's `runtime`; the stamp is for the lane to read.
+    pub(crate) fn wrap(
+        socket: std::net::UdpSocket,
+        runtime: &Arc<dyn quinn::Runtime>,
+    ) -> io::Result<(Arc<dyn quinn::AsyncUdpSocket>, RxStamp)> {
+        let fd = socket.as_raw_fd();
+        last_datagram(fd);
+        let last = Arc::new(AtomicU64::new(0));
+        let inner = runtime.wrap_udp_socket(socket)?;
+        let stamp = RxStamp::new(-1, last.clone(), false);
+        Ok((Arc::new(StampedUdp { inner, fd, last }), stamp))
+    }
+}
+
+impl quinn::AsyncUdpSocket for StampedUdp {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn quinn::UdpPoller>> {
+        self.inner.clone().create_io_poller()
+    }
+
+    fn try_send(&self, transmit: &quinn::udp::Transmit) -> io::Result<()> {
+        self.inner.try_send(transmit)
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [io::IoSliceMut<'_>],
+        meta: &mut [quinn::udp::RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        let r = self.inner.poll_recv(cx, bufs, meta);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.last.store(last_datagram(self.fd), Relaxed);
+        }
+        r
+    }
+
+    fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.inner.max_transmit_segments()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.inner.max_receive_segments()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.inner.may_fragment()
+    }
 }
 
 /// The reading and writing of a `StampedTcp` and of a `&StampedTcp` (one connection's two
@@ -365,6 +452,41 @@ mod tests {
     }
 
     #[test]
+    fn a_datagram_is_timed_when_it_came() {
+        let origin = Instant::now();
+        let now = || origin.elapsed().as_nanos() as u64 + 1;
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        b.connect(a.local_addr().unwrap()).unwrap();
+        last_datagram(a.as_raw_fd());
+        let rx = RxStamp::new(-1, Arc::default(), false);
+        let mut buf = [0u8; 16];
+        // Stamping comes on a moment after the first socket asks (see the TCP test); until
+        // then the kernel answers with the time of asking: wait until a datagram read 5 ms
+        // after it came is stamped before the read.
+        for _ in 0..200 {
+            b.send(b"w").unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+            a.recv(&mut buf).unwrap();
+            rx.0.last.store(last_datagram(a.as_raw_fd()), Relaxed);
+            let t = now();
+            if t - rx.arrival_by(now) >= 4_000_000 {
+                break;
+            }
+        }
+        let before = now();
+        b.send(b"answer").unwrap();
+        let sent = now();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(a.recv(&mut buf).unwrap(), 6);
+        rx.0.last.store(last_datagram(a.as_raw_fd()), Relaxed);
+        let read = now();
+        let at = rx.arrival_by(now);
+        assert!(at + 1_000_000 >= before && at <= sent + 1_000_000, "{before} {at} {sent}");
+        assert!(read - at >= 49_000_000, "timed at the read: {at} vs {read}");
+    }
+
+    #[test]
     fn a_read_is_timed_when_its_bytes_arrived_not_when_it_was_made() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
@@ -383,12 +505,12 @@ mod tests {
             for _ in 0..200 {
                 server.write_all(b"w").unwrap();
                 assert_eq!(s.read(&mut buf).await.unwrap(), 1);
-                if rx.0.last.get() != 0 {
+                if rx.0.last.load(Relaxed) != 0 {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            assert_ne!(rx.0.last.get(), 0, "the kernel stamps TCP segments");
+            assert_ne!(rx.0.last.load(Relaxed), 0, "the kernel stamps TCP segments");
             let before = now();
             server.write_all(b"answer").unwrap();
             let written = now();

@@ -14,6 +14,7 @@ use volley_metrics::{Close, ErrorKind};
 
 use crate::https::{check_head, RequestTemplate};
 use crate::quic;
+use crate::stamp::RxStamp;
 use crate::{stream, Exchange, Lane, LaneOptions, Target, Token};
 
 /// ALPN protocol of HTTP/3.
@@ -106,7 +107,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
             return stream::fail_forever(&lane, &*x, ErrorKind::Io).await;
         }
     };
-    let Some((cfg, ep)) = quic::lane_setup(&target, &lane, &*x, &opts, ALPN).await else { return };
+    let Some((cfg, ep, rx)) = quic::lane_setup(&target, &lane, &*x, &opts, ALPN).await else { return };
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
     loop {
@@ -151,7 +152,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 }
                 let (req, body) = tpl.request(&msg);
                 let b = busy.enter();
-                let r = request(x.clone(), send.clone(), t, req, body, msg.len(), opts.query_timeout);
+                let r = request(x.clone(), send.clone(), rx.clone(), t, req, body, msg.len(), opts.query_timeout);
                 tokio::task::spawn_local(async move {
                     r.await;
                     drop(b);
@@ -191,9 +192,11 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
 }
 
 /// One DoH/3 request on its own stream; reports its fate.
+#[allow(clippy::too_many_arguments)]
 async fn request<X: Exchange>(
     x: Rc<X>,
     mut send: Sender,
+    rx: RxStamp,
     t: Token,
     req: http::Request<()>,
     body: Option<Bytes>,
@@ -245,7 +248,7 @@ async fn request<X: Exchange>(
         })
     })
     .await;
-    let now = x.now();
+    let now = rx.arrival(&*x);
     match r {
         Ok(Ok(msg)) => x.response(t, &msg, now),
         Ok(Err(kind)) => x.failed(t, kind, now),

@@ -17,6 +17,7 @@ use volley_metrics::{Close, EarlyData, ErrorKind, Handshake};
 
 use crate::https::ConnEnd;
 use crate::meter;
+use crate::stamp::{RxStamp, StampedUdp};
 use crate::stream;
 use crate::tls::{self, SeenVerify};
 use crate::{Exchange, Lane, LaneOptions, Target, Token};
@@ -29,15 +30,30 @@ const DOQ_NO_ERROR: u32 = 0;
 const DOQ_REQUEST_CANCELLED: u32 = 3;
 
 /// A client endpoint (its own UDP socket) for connections to `to`, from `local` (any address
-/// when `None`).
-pub(crate) fn endpoint(to: SocketAddr, local: Option<std::net::IpAddr>) -> std::io::Result<quinn::Endpoint> {
+/// when `None`), and the receive time of the newest datagram it read.
+pub(crate) fn endpoint(to: SocketAddr, local: Option<std::net::IpAddr>) -> std::io::Result<(quinn::Endpoint, RxStamp)> {
     let any: std::net::IpAddr =
         if to.is_ipv6() { std::net::Ipv6Addr::UNSPECIFIED.into() } else { std::net::Ipv4Addr::UNSPECIFIED.into() };
     let ip = local.unwrap_or(any);
-    quinn::Endpoint::client(SocketAddr::new(ip, 0)).map_err(|e| match local {
-        Some(ip) => crate::source::bind_error(ip, e),
-        None => e,
-    })
+    let bound = (|| {
+        let addr = SocketAddr::new(ip, 0);
+        let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::DGRAM, None)?;
+        if addr.is_ipv6() {
+            let _ = s.set_only_v6(false);
+        }
+        s.bind(&addr.into())?;
+        Ok(s)
+    })();
+    let socket: std::net::UdpSocket = bound
+        .map_err(|e| match local {
+            Some(ip) => crate::source::bind_error(ip, e),
+            None => e,
+        })?
+        .into();
+    let runtime = quinn::default_runtime().ok_or_else(|| std::io::Error::other("no async runtime"))?;
+    let (socket, rx) = StampedUdp::wrap(socket, &runtime)?;
+    let ep = quinn::Endpoint::new_with_abstract_socket(quinn::EndpointConfig::default(), None, socket, runtime)?;
+    Ok((ep, rx))
 }
 
 /// The error kind of a QUIC connection error.
@@ -253,7 +269,7 @@ pub(crate) async fn lane_setup<X: Exchange>(
     x: &X,
     opts: &LaneOptions,
     alpn: &[u8],
-) -> Option<(Arc<rustls::ClientConfig>, quinn::Endpoint)> {
+) -> Option<(Arc<rustls::ClientConfig>, quinn::Endpoint, RxStamp)> {
     let cfg = match tls::lane_config(opts, &[alpn], true) {
         Ok(c) => c,
         Err(e) => {
@@ -263,7 +279,7 @@ pub(crate) async fn lane_setup<X: Exchange>(
         }
     };
     match endpoint(target.addr, opts.local) {
-        Ok(ep) => Some((cfg, ep)),
+        Ok((ep, rx)) => Some((cfg, ep, rx)),
         Err(e) => {
             x.conn_failed_why(ErrorKind::Io, &format!("QUIC socket: {e}"), x.now());
             stream::fail_forever(lane, x, ErrorKind::Io).await;
@@ -275,7 +291,7 @@ pub(crate) async fn lane_setup<X: Exchange>(
 /// The driver of one DoQ lane. Every connection reports its datagrams on the wire when it
 /// closes (quinn's statistics; attempts whose handshake failed are not counted).
 pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
-    let Some((cfg, ep)) = lane_setup(&target, &lane, &*x, &opts, ALPN).await else { return };
+    let Some((cfg, ep, rx)) = lane_setup(&target, &lane, &*x, &opts, ALPN).await else { return };
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
     loop {
@@ -291,7 +307,8 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 let mut framed = BytesMut::with_capacity(msg.len() + 2);
                 framed.put_u16(msg.len() as u16);
                 framed.put_slice(&msg);
-                tokio::task::spawn_local(query(x.clone(), conn.clone(), t, framed.freeze(), opts.query_timeout));
+                let q = query(x.clone(), conn.clone(), rx.clone(), t, framed.freeze(), opts.query_timeout);
+                tokio::task::spawn_local(q);
             }
             match after_burst(&conn, DOQ_NO_ERROR, &lane, &x, &end).await {
                 Next::Serve => {}
@@ -345,7 +362,7 @@ enum Fail {
 }
 
 /// One DoQ query on its own stream; reports its fate.
-async fn query<X: Exchange>(x: Rc<X>, conn: quinn::Connection, t: Token, framed: Bytes, limit: Duration) {
+async fn query<X: Exchange>(x: Rc<X>, conn: quinn::Connection, rx: RxStamp, t: Token, framed: Bytes, limit: Duration) {
     let once = |framed: Bytes| {
         let (x, conn) = (&x, &conn);
         async move {
@@ -376,7 +393,7 @@ async fn query<X: Exchange>(x: Rc<X>, conn: quinn::Connection, t: Token, framed:
         }
     })
     .await;
-    let now = x.now();
+    let now = rx.arrival(&*x);
     match r {
         Ok(Ok(data)) => match unframe(&data) {
             Some(m) => x.response(t, m, now),
