@@ -365,6 +365,58 @@ fn fault_quic_stream_reset() {
     r.stop();
 }
 
+/// A message that is no query (shorter than a header, or a response) has no ID to answer:
+/// over DoH it is refused with 400, over DoQ its stream is reset (DOQ_PROTOCOL_ERROR), never
+/// held unanswered; the connection goes on serving.
+#[test]
+fn requests_without_a_query_are_refused() {
+    let r = start(all_encrypted()).unwrap();
+    let ca = ca_file(&r);
+    let mut response = query(0, "a.test", QType::A);
+    response[2] |= 0x80;
+    let not_queries: [&[u8]; 3] = [b"", b"\0\0\0", &response];
+    for (scheme, transport, http) in [
+        ("https", Transport::Doh, HttpVersion::Http2),
+        ("https", Transport::Doh, HttpVersion::Http1),
+        ("h3", Transport::Doh3, HttpVersion::Http3),
+    ] {
+        let tg = target(scheme, r.address(transport).unwrap(), "");
+        for method in [DohMethod::Post, DohMethod::Get] {
+            for m in not_queries {
+                let e = exchange_with(&tg, tg.scheme, m, Duration::from_secs(5), &opts(&ca, http, method))
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains("400"), "{http:?} {method:?} {m:?}: {e}");
+            }
+        }
+    }
+    let addr = r.address(Transport::Doq).unwrap();
+    rt().block_on(async {
+        let (ep, cc) = quic_client(r.ca_pem().unwrap(), b"doq", false);
+        let conn = ep.connect_with(cc, addr, "localhost").unwrap().await.unwrap();
+        for m in not_queries {
+            let (mut send, mut recv) = conn.open_bi().await.unwrap();
+            send.write_all(&frame(m)).await.unwrap();
+            send.finish().unwrap();
+            match tokio::time::timeout(Duration::from_secs(5), recv.read_to_end(65_537)).await {
+                Ok(Err(quinn::ReadToEndError::Read(quinn::ReadError::Reset(code)))) => {
+                    assert_eq!(code.into_inner(), 2, "DOQ_PROTOCOL_ERROR for {m:?}")
+                }
+                other => panic!("expected a reset for {m:?}, got {other:?}"),
+            }
+        }
+        // The connection still answers.
+        let m = doq_query(&conn, "after.test").await.unwrap();
+        assert_eq!(Header::parse(&m).unwrap().ancount, 1);
+        conn.close(0u32.into(), b"");
+    });
+    // Counted as dropped: every one but the three empty GETs (`?dns=` with nothing: refused
+    // before there is a message to count).
+    let s = wait_stats(&r, |s| s.dropped >= 18);
+    assert_eq!((s.dropped, s.answered), (18, 1), "{s}");
+    r.stop();
+}
+
 // ------------------------------------------------------------------------------------------
 // Faults over TCP, DoT and HTTP
 

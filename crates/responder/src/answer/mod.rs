@@ -11,7 +11,7 @@
 //!   `delay-DUR` → answered DUR late. Precedence: drop, then fail, then nx.
 //! * FORMERR (header only) for malformed queries, NOTIMP for opcodes other than QUERY,
 //!   REFUSED for classes other than IN/ANY, BADVERS for EDNS versions other than 0; messages
-//!   with no header or with QR=1 are dropped.
+//!   with no header or with QR=1 are not answered ([`Verdict::Invalid`]).
 
 mod rules;
 
@@ -79,8 +79,12 @@ pub enum Verdict {
         /// How long to hold the answer back; `None` means send now.
         delay: Option<Duration>,
     },
-    /// Send nothing.
+    /// Send nothing: a dropped query (a `drop` label, a `--drop` rule, over the `--max-qps`
+    /// cap). Held unanswered where the transport has a request to hold (DoH, DoQ).
     Drop,
+    /// Send nothing: not a query (no header, or QR=1), so there is no ID to answer. Where the
+    /// transport has a request of its own it refuses it (DoH: 400, DoQ: stream reset).
+    Invalid,
 }
 
 /// Settings of the answer engine.
@@ -214,15 +218,15 @@ impl Answerer {
     }
 
     /// Answers one query: clears `out`, writes the response into it (unless the verdict is
-    /// [`Verdict::Drop`]). Never panics, whatever `query` holds; allocates only if `out` has
+    /// [`Verdict::Drop`] or [`Verdict::Invalid`]). Never panics, whatever `query` holds; allocates only if `out` has
     /// less capacity than the response needs.
     pub fn answer(&self, query: &[u8], transport: Transport, out: &mut Vec<u8>) -> Verdict {
         out.clear();
         let Ok(header) = Header::parse(query) else {
-            return Verdict::Drop;
+            return Verdict::Invalid;
         };
         if header.is_response() {
-            return Verdict::Drop;
+            return Verdict::Invalid;
         }
         if header.opcode() != Opcode::QUERY {
             header_only(out, &header, Rcode::NOTIMP);
@@ -230,7 +234,7 @@ impl Answerer {
         }
         let view = match QueryView::parse(query) {
             Ok(v) => v,
-            Err(QueryError::NoHeader) => return Verdict::Drop,
+            Err(QueryError::NoHeader) => return Verdict::Invalid,
             Err(QueryError::Malformed(h, _)) => {
                 header_only(out, &h, Rcode::FORMERR);
                 return Verdict::Reply { delay: None };

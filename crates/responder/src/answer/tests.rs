@@ -213,12 +213,12 @@ fn error_rcodes() {
     let query = q("a.test", QType::A, None);
     let out = run(&a, &query[..15], Transport::Udp).1;
     assert_eq!(Header::parse(&out).unwrap().rcode(), Rcode::FORMERR);
-    // QR=1 and no header: dropped
+    // QR=1 and no header: not queries
     let mut query = q("a.test", QType::A, None);
     query[2] |= 0x80;
-    assert_eq!(run(&a, &query, Transport::Udp).0, Verdict::Drop);
-    assert_eq!(run(&a, &query[..11], Transport::Udp).0, Verdict::Drop);
-    assert_eq!(run(&a, &[], Transport::Tcp).0, Verdict::Drop);
+    assert_eq!(run(&a, &query, Transport::Udp).0, Verdict::Invalid);
+    assert_eq!(run(&a, &query[..11], Transport::Udp).0, Verdict::Invalid);
+    assert_eq!(run(&a, &[], Transport::Tcp).0, Verdict::Invalid);
 }
 
 #[test]

@@ -89,6 +89,12 @@ pub(crate) fn answer(ctx: &Ctx, query: &[u8], transport: Transport, out: &mut Ve
             add(&ctx.counters.dropped, 1);
             return Outcome::Drop;
         }
+        Verdict::Invalid => {
+            // No query in the request: a client error, as other DoH servers say.
+            add(&ctx.counters.dropped, 1);
+            out.clear();
+            return Outcome::Reply { head: status_head(StatusCode::BAD_REQUEST), delay: None };
+        }
         Verdict::Reply { delay } => delay,
     };
     if delay.is_some() {

@@ -111,6 +111,12 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, ctx: Rc<Ctx>, ack: b
             let _ = send.stopped().await;
             return;
         }
+        Verdict::Invalid => {
+            // Not a query (no header, or QR=1): nothing to answer it with.
+            add(&ctx.counters.dropped, 1);
+            let _ = send.reset(DOQ_PROTOCOL_ERROR.into());
+            return;
+        }
         Verdict::Reply { delay } => delay,
     };
     if let Some(d) = delay {

@@ -205,7 +205,7 @@ impl Conn {
                 self.spent = true;
             }
             match ctx.answerer.answer(query, transport, &mut self.out) {
-                Verdict::Drop => add(&ctx.counters.dropped, 1),
+                Verdict::Drop | Verdict::Invalid => add(&ctx.counters.dropped, 1),
                 Verdict::Reply { delay: None } => {
                     ctx.counters.sent(&self.out);
                     self.wbuf.extend_from_slice(&(self.out.len() as u16).to_be_bytes());

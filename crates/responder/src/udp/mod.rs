@@ -137,7 +137,7 @@ pub(crate) fn serve(
                 let query = &b.recv[i * RECV_BUF..i * RECV_BUF + len];
                 let out = &mut b.out[i];
                 match answerer.answer(query, Transport::Udp, out) {
-                    Verdict::Drop => dropped += 1,
+                    Verdict::Drop | Verdict::Invalid => dropped += 1,
                     Verdict::Reply { delay: None } => {
                         ready[nready] = i;
                         nready += 1;
