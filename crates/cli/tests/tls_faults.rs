@@ -199,6 +199,13 @@ fn plain_tcp_on_the_tls_port_is_one_line_exit_2() {
 // DoH: http_status, content_type, stream_reset, goaway
 // ---------------------------------------------------------------------------------------------
 
+/// Every `http_status` failure's status is counted as event `http_status_NNN`.
+fn statuses_told(v: &serde_json::Value, status: &str) {
+    let failed = v["totals"]["errors"]["http_status"].as_u64();
+    assert_eq!(v["events"][format!("http_status_{status}")].as_u64(), failed, "{:#}", v["events"]);
+    assert_eq!(v["events"].as_object().map(|o| o.keys().filter(|k| k.starts_with("http_status_")).count()), Some(1));
+}
+
 #[test]
 fn http_status_counted_doh2_and_doh3() {
     let s = Server::start_encrypted(&["--fault", "http-status=503:1/10"]);
@@ -206,14 +213,17 @@ fn http_status_counted_doh2_and_doh3() {
         let r = run_n(&s.url(t), s.ca_str(), "www.example.test", 500, &[]);
         let v = ended(&r);
         answered_or(v, "http_status", 40);
+        statuses_told(v, "503");
         assert!(total(v, "answered") >= 400, "{t}: the other 9 in 10 answered:\n{:#}", v["totals"]);
     }
     // HTTP/1.1 too, one request at a time and pipelined: the connection goes on after a 503.
     let r = run_n(&s.url("https"), s.ca_str(), "www.example.test", 300, &["--http", "1.1"]);
     answered_or(ended(&r), "http_status", 20);
+    statuses_told(ended(&r), "503");
     let r = run_n(&s.url("https"), s.ca_str(), "www.example.test", 300, &["--http", "1.1", "--h1-pipeline", "8"]);
     let v = ended(&r);
     answered_or(v, "http_status", 20);
+    statuses_told(v, "503");
     assert_eq!(v["connections"]["closed"]["error"].as_u64(), None, "no connection broke:\n{:#}", v["connections"]);
 }
 

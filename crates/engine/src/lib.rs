@@ -361,7 +361,7 @@ pub fn run(
     for h in handles {
         if let Ok(end) = h.join() {
             for (k, v) in end.events {
-                *events.entry(k.to_string()).or_insert(0) += v;
+                *events.entry(k).or_insert(0) += v;
             }
         }
     }

@@ -110,7 +110,7 @@ struct Inner {
     issuing: bool,
     finished: bool,
     rr: usize,
-    events: BTreeMap<&'static str, u64>,
+    events: BTreeMap<String, u64>,
 }
 
 impl Inner {
@@ -121,7 +121,7 @@ impl Inner {
 
 /// What a worker thread returns when it ends.
 pub(crate) struct WorkerEnd {
-    pub events: BTreeMap<&'static str, u64>,
+    pub events: BTreeMap<String, u64>,
 }
 
 /// A query to issue: which query of the set (and seed), or the next one.
@@ -279,7 +279,7 @@ impl Worker {
             Err(_) => rec.failed(now, ErrorKind::Malformed, g),
         }
         if let Some((lo, hi)) = retry {
-            *inn.events.entry("tcp_retries_after_truncation").or_insert(0) += 1;
+            count_event(&mut inn.events, "tcp_retries_after_truncation");
             self.issue(&mut inn, What::Exact(e.query, e.seed), now, now, lo..hi, false);
         }
         self.refill(&mut inn, now);
@@ -381,8 +381,18 @@ impl Exchange for GroupView {
         self.w.with_rec(|r| r.wire(w, self.g));
     }
 
-    fn event(&self, what: &'static str) {
-        *self.w.inner.borrow_mut().events.entry(what).or_insert(0) += 1;
+    fn event(&self, what: &str) {
+        count_event(&mut self.w.inner.borrow_mut().events, what);
+    }
+}
+
+/// Adds one to event `what` (a new name costs an allocation; a known one none).
+fn count_event(events: &mut BTreeMap<String, u64>, what: &str) {
+    match events.get_mut(what) {
+        Some(n) => *n += 1,
+        None => {
+            events.insert(what.to_string(), 1);
+        }
     }
 }
 
@@ -407,7 +417,7 @@ pub(crate) fn run_worker(share: Share, common: Common) -> WorkerEnd {
             // Without a runtime the worker cannot run: report an empty end so the collector completes.
             let rec = Recorder::new(share.index, common.start_ns, common.out.clone());
             rec.finish(now_ns(), 0, &[], thread_cpu_ns());
-            return WorkerEnd { events: BTreeMap::from([("worker_runtime_failed", 1)]) };
+            return WorkerEnd { events: BTreeMap::from([("worker_runtime_failed".to_string(), 1)]) };
         }
     };
     let local = tokio::task::LocalSet::new();
@@ -595,7 +605,7 @@ fn precise_timer(w: &Worker) -> Option<PreciseTimer> {
     match PreciseTimer::new() {
         Ok(t) => Some(t),
         Err(_) => {
-            *w.inner.borrow_mut().events.entry("precise_timer_unavailable").or_insert(0) += 1;
+            count_event(&mut w.inner.borrow_mut().events, "precise_timer_unavailable");
             None
         }
     }

@@ -36,8 +36,9 @@ pub trait Exchange {
     /// Bytes and packets on the wire, headers included: a connection's totals when it closes
     /// (TCP_INFO, QUIC statistics), or a batch of datagrams (UDP).
     fn wire(&self, w: &volley_metrics::WireStats);
-    /// A transport-level event that is not a query's fate (e.g. ICMP unreachable on UDP).
-    fn event(&self, what: &'static str);
+    /// A transport-level event that is not a query's fate (e.g. ICMP unreachable on UDP), or
+    /// a detail of one (the HTTP status of an `http_status` failure).
+    fn event(&self, what: &str);
 }
 
 /// Hands one received message to the engine: finds its query by ID in `ids`, or counts it

@@ -135,6 +135,8 @@ struct One {
     start: Instant,
     fate: RefCell<Option<Result<Vec<u8>, ErrorKind>>>,
     why: RefCell<Option<String>>,
+    /// The HTTP status of an `http_status` failure.
+    status: Cell<Option<u16>>,
     done: tokio::sync::Notify,
     live: Cell<bool>,
 }
@@ -178,7 +180,11 @@ impl Exchange for One {
     }
     fn conn_closed(&self, _: Close, _: u64) {}
     fn wire(&self, _: &volley_metrics::WireStats) {}
-    fn event(&self, _: &'static str) {}
+    fn event(&self, what: &str) {
+        if let Some(code) = what.strip_prefix(crate::https::HTTP_STATUS_EVENT) {
+            self.status.set(code.parse().ok());
+        }
+    }
 }
 
 /// One query over an encrypted transport, by the load generator's driver for it.
@@ -199,6 +205,7 @@ fn one_query(
         start: Instant::now(),
         fate: RefCell::new(None),
         why: RefCell::new(None),
+        status: Cell::new(None),
         done: tokio::sync::Notify::new(),
         live: Cell::new(true),
     });
@@ -241,7 +248,13 @@ fn one_query(
             let text = match (why, kind) {
                 (Some(w), _) => w,
                 (None, ErrorKind::HttpStatus) => {
-                    format!("{target} answered with an HTTP status other than 200 (is the path right?)")
+                    match x.status.get().and_then(|c| http::StatusCode::from_u16(c).ok()) {
+                        Some(s) if s == http::StatusCode::NOT_FOUND => {
+                            format!("{target} answered HTTP status {s} (is the path right?)")
+                        }
+                        Some(s) => format!("{target} answered HTTP status {s}, not 200"),
+                        None => format!("{target} answered with an HTTP status other than 200 (is the path right?)"),
+                    }
                 }
                 (None, ErrorKind::ContentType) => {
                     format!("{target} answered with a content type other than application/dns-message")

@@ -211,7 +211,7 @@ async fn request<X: Exchange>(
         s.finish().await.map_err(|e| stream_kind(&e))?;
         x.sent(t, len, x.now());
         let resp = s.recv_response().await.map_err(|e| stream_kind(&e))?;
-        check_head(resp.status(), resp.headers())?;
+        check_head(&*x, resp.status(), resp.headers())?;
         let mut out: Option<BytesMut> = None;
         let mut first: Option<Bytes> = None;
         while let Some(mut chunk) = s.recv_data().await.map_err(|e| stream_kind(&e))? {

@@ -93,6 +93,8 @@ impl H1Framing {
 /// One parsed response: its length on the wire, and the DNS message or why there is none.
 struct Parsed {
     used: usize,
+    /// The status code.
+    status: u16,
     fate: Result<std::ops::Range<usize>, ErrorKind>,
     /// 1xx: an interim response, answering no request.
     interim: bool,
@@ -127,7 +129,14 @@ fn parse(buf: &[u8], body: &mut Vec<u8>) -> Result<Option<Parsed>, ErrorKind> {
         }
     }
     if (100..200).contains(&code) {
-        return Ok(Some(Parsed { used: head, fate: Err(ErrorKind::HttpStatus), interim: true, chunked: false, close }));
+        return Ok(Some(Parsed {
+            used: head,
+            status: code,
+            fate: Err(ErrorKind::HttpStatus),
+            interim: true,
+            chunked: false,
+            close,
+        }));
     }
     let fate = |range| match (code, dns) {
         (200, true) => Ok(range),
@@ -136,7 +145,14 @@ fn parse(buf: &[u8], body: &mut Vec<u8>) -> Result<Option<Parsed>, ErrorKind> {
     };
     if chunked {
         let Some(used) = dechunk(&buf[head..], body)? else { return Ok(None) };
-        return Ok(Some(Parsed { used: head + used, fate: fate(0..body.len()), interim: false, chunked: true, close }));
+        return Ok(Some(Parsed {
+            used: head + used,
+            status: code,
+            fate: fate(0..body.len()),
+            interim: false,
+            chunked: true,
+            close,
+        }));
     }
     // 204 and 304 have no body; otherwise a pipelined response needs its length.
     let len = match (code, length) {
@@ -150,7 +166,14 @@ fn parse(buf: &[u8], body: &mut Vec<u8>) -> Result<Option<Parsed>, ErrorKind> {
     if buf.len() - head < len {
         return Ok(None);
     }
-    Ok(Some(Parsed { used: head + len, fate: fate(head..head + len), interim: false, chunked: false, close }))
+    Ok(Some(Parsed {
+        used: head + len,
+        status: code,
+        fate: fate(head..head + len),
+        interim: false,
+        chunked: false,
+        close,
+    }))
 }
 
 /// Decodes a chunked body at the start of `buf` into `out`; the bytes used, None: incomplete.
@@ -218,7 +241,12 @@ impl Framing for H1Framing {
             match p.fate {
                 Ok(r) if p.chunked => x.response(t, &self.body[r], now),
                 Ok(r) => x.response(t, &buf[at - p.used..][r], now),
-                Err(kind) => x.failed(t, kind, now),
+                Err(kind) => {
+                    if kind == ErrorKind::HttpStatus {
+                        super::note_status(x, p.status);
+                    }
+                    x.failed(t, kind, now)
+                }
             }
         }
         if self.closing && self.fifo.is_empty() {

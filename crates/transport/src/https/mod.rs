@@ -128,8 +128,31 @@ impl RequestTemplate {
     }
 }
 
-/// Checks a response's status and content type (RFC 8484 section 4.2).
-pub(crate) fn check_head(status: StatusCode, headers: &HeaderMap) -> Result<(), ErrorKind> {
+/// The prefix of the event that tells an `http_status` failure's status: `http_status_404`.
+pub const HTTP_STATUS_EVENT: &str = "http_status_";
+
+/// Counts the status of a response other than 200 as event `http_status_NNN` (the query's
+/// fate is `failed: http_status`).
+pub(crate) fn note_status<X: Exchange + ?Sized>(x: &X, status: u16) {
+    x.event(&format!("{HTTP_STATUS_EVENT}{status}"));
+}
+
+/// Checks a response's status and content type (RFC 8484 section 4.2); a status other than
+/// 200 is noted as an event.
+pub(crate) fn check_head<X: Exchange + ?Sized>(
+    x: &X,
+    status: StatusCode,
+    headers: &HeaderMap,
+) -> Result<(), ErrorKind> {
+    let r = head_kind(status, headers);
+    if r == Err(ErrorKind::HttpStatus) {
+        note_status(x, status.as_u16());
+    }
+    r
+}
+
+/// Whether a response head carries a DNS message: status 200, `application/dns-message`.
+fn head_kind(status: StatusCode, headers: &HeaderMap) -> Result<(), ErrorKind> {
     if status != StatusCode::OK {
         return Err(ErrorKind::HttpStatus);
     }
@@ -822,7 +845,7 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             x.sent(t, msg.len(), x.now());
             let r = tokio::time::timeout(opts.query_timeout, async {
                 let resp = fut.await.map_err(|e| hyper_kind(&e))?;
-                check_head(resp.status(), resp.headers())?;
+                check_head(&*x, resp.status(), resp.headers())?;
                 let body = resp.into_body().collect().await.map_err(|e| hyper_kind(&e))?.to_bytes();
                 Ok::<_, ErrorKind>(body)
             })
@@ -945,9 +968,9 @@ mod tests {
     #[test]
     fn heads() {
         let mut h = HeaderMap::new();
-        assert_eq!(check_head(StatusCode::OK, &h), Err(ErrorKind::ContentType));
+        assert_eq!(head_kind(StatusCode::OK, &h), Err(ErrorKind::ContentType));
         h.insert(CONTENT_TYPE, HeaderValue::from_static("Application/DNS-Message; charset=x"));
-        assert_eq!(check_head(StatusCode::OK, &h), Ok(()));
-        assert_eq!(check_head(StatusCode::BAD_REQUEST, &h), Err(ErrorKind::HttpStatus));
+        assert_eq!(head_kind(StatusCode::OK, &h), Ok(()));
+        assert_eq!(head_kind(StatusCode::BAD_REQUEST, &h), Err(ErrorKind::HttpStatus));
     }
 }

@@ -78,7 +78,7 @@ struct Waiting {
 
 impl Waiting {
     /// Polls the response on; Ready with the whole DNS message or the error kind.
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Bytes, ErrorKind>> {
+    fn poll<X: Exchange + ?Sized>(&mut self, cx: &mut Context<'_>, x: &X) -> Poll<Result<Bytes, ErrorKind>> {
         loop {
             match &mut self.state {
                 State::Head(resp) => {
@@ -87,7 +87,7 @@ impl Waiting {
                         Poll::Ready(Err(e)) => return Poll::Ready(Err(h2_kind(&e))),
                         Poll::Ready(Ok(r)) => r,
                     };
-                    if let Err(k) = check_head(resp.status(), resp.headers()) {
+                    if let Err(k) = check_head(x, resp.status(), resp.headers()) {
                         return Poll::Ready(Err(k));
                     }
                     self.state = State::Body { body: resp.into_body(), first: None, more: None };
@@ -215,7 +215,7 @@ impl Responses {
             for &s in &ready {
                 let inn_ = &mut *inn;
                 let Some(w) = inn_.waiting.get_mut(s as usize).and_then(Option::as_mut) else { continue };
-                let r = w.poll(&mut Context::from_waker(&inn_.wakers[s as usize]));
+                let r = w.poll(&mut Context::from_waker(&inn_.wakers[s as usize]), &*x);
                 let Poll::Ready(r) = r else { continue };
                 let Some(w) = inn.waiting[s as usize].take() else { continue };
                 inn.free.push(s);
