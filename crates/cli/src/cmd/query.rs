@@ -59,9 +59,9 @@ pub struct QueryArgs {
     #[arg(long)]
     pub ignore_tc: bool,
 
-    /// Message ID to use.
-    #[arg(long, value_name = "ID", default_value_t = 0x5eed)]
-    pub id: u16,
+    /// Message ID to use [default: a random one, as dig and kdig pick].
+    #[arg(long, value_name = "ID")]
+    pub id: Option<u16>,
 
     #[command(flatten)]
     pub tls: TlsArgs,
@@ -77,7 +77,7 @@ pub fn run(a: QueryArgs) -> CliResult {
         edns: (!a.no_edns).then_some(Edns { udp_size: a.edns_size, dnssec_ok: a.dnssec, version: 0 }),
     };
     let mut wire = Vec::new();
-    QueryTemplate::new(&name, qtype, opts).write(a.id, &mut wire);
+    QueryTemplate::new(&name, qtype, opts).write(a.id.unwrap_or_else(random_id), &mut wire);
 
     let lane = a.tls.apply(LaneOptions { query_timeout: a.timeout, ..LaneOptions::default() }, &target)?;
     if a.tls.insecure && target.scheme.is_encrypted() {
@@ -123,4 +123,10 @@ pub fn run(a: QueryArgs) -> CliResult {
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A message ID no other run of this program can predict (std's per-process random hash keys).
+fn random_id() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new().build_hasher().finish() as u16
 }
