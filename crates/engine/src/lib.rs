@@ -33,6 +33,7 @@ use volley_transport::{LaneOptions, Target};
 
 pub use clients::{Arrivals, ClientsLoad, Group, Profile};
 pub use source::{QuerySet, SourceError};
+pub use worker::threads_own_descriptor_tables;
 
 /// How load is applied.
 #[derive(Debug, Clone)]

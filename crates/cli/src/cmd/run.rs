@@ -279,7 +279,7 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         (None, None) => Some(Duration::from_secs(10)),
         (d, _) => d,
     };
-    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = worker_threads(a);
     let lane = match &clients {
         Some(c) => c.groups[0].lane.clone(),
         None => lane_options(a, &target)?,
@@ -293,7 +293,7 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         (c, _) => c.unwrap_or(threads),
     };
     if clients.is_none() {
-        check_sockets(connections as u64, &lane, &format!("{connections} connections"))?;
+        check_sockets(connections as u64, threads, &lane, &format!("{connections} connections"))?;
     }
     Ok(Plan {
         target,
@@ -402,7 +402,7 @@ fn clients_load(a: &RunArgs, replay: Option<Arc<volley_engine::clients::Replay>>
             (clients * f64::from(g.profile.connections) * open_share).ceil() as u64
         })
         .sum();
-    check_sockets(sockets, &groups[0].lane, &format!("{count} clients"))?;
+    check_sockets(sockets, worker_threads(a), &groups[0].lane, &format!("{count} clients"))?;
     Ok(Some(ClientsLoad { count, rate: a.client_rate, arrivals, groups, replay }))
 }
 
@@ -605,20 +605,33 @@ fn parse_conn_rate(s: &str) -> Result<ConnGate, String> {
     }
 }
 
+/// `--threads`, or one worker per core.
+fn worker_threads(a: &RunArgs) -> usize {
+    a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// Says before the run, rather than by failed connections during it, when `sockets` sockets
-/// are more than this process may open or more than the source addresses have ports for.
-fn check_sockets(sockets: u64, lane: &LaneOptions, what: &str) -> CliResult {
+/// are more than `threads` workers may open or more than the source addresses have ports for.
+/// Each worker has a descriptor table of its own where the system allows it (see
+/// `volley_engine::threads_own_descriptor_tables`): the open-files limit then applies to the
+/// share of each, not to the sum.
+fn check_sockets(sockets: u64, threads: usize, lane: &LaneOptions, what: &str) -> CliResult {
     let limit = open_files_limit();
-    if sockets + 256 > limit {
+    let own = volley_engine::threads_own_descriptor_tables();
+    let tables = if own { threads as u64 } else { 1 };
+    let each = sockets.div_ceil(tables);
+    let whose = if tables > 1 { format!("each of {tables} worker threads") } else { "this process".to_string() };
+    if each + 256 > limit {
+        let more = if own { ", add worker threads (--threads: each has a descriptor table of its own)" } else { "" };
         return Err(CliError::usage(format!(
-            "{what} need about {sockets} sockets but this process may open {limit} files: \
-             raise the hard limit (ulimit -Hn, as root) or open fewer"
+            "{what} need about {each} sockets but {whose} may open {limit} files: \
+             raise the hard limit (ulimit -Hn, as root){more} or open fewer"
         )));
     }
-    if sockets * 5 > limit * 4 {
+    if each * 5 > limit * 4 {
         // An estimate (clients that close idle connections): close to the limit, say so.
         eprintln!(
-            "volley: warning: {what} may need about {sockets} sockets, close to the {limit} this process \
+            "volley: warning: {what} may need about {each} sockets, close to the {limit} {whose} \
              may open; connections beyond it fail as local_limit"
         );
     }
