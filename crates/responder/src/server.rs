@@ -2,7 +2,7 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -124,7 +124,11 @@ pub enum ResponderError {
     Io(#[from] io::Error),
 }
 
-/// Raised once to stop the UDP threads: an atomic flag plus an eventfd their `ppoll` watches.
+/// Raised once to stop every thread: an atomic flag plus an eventfd that the UDP threads'
+/// `ppoll` and the I/O threads' runtimes watch. Made before the threads, so that the eventfd
+/// is in every thread's descriptor table under the same number: raising it writes to the
+/// object they all watch. (A tokio channel would wake an I/O thread's runtime through that
+/// runtime's own eventfd, by a number that means nothing in another thread's table.)
 pub(crate) struct StopSignal {
     flag: AtomicBool,
     fd: OwnedFd,
@@ -163,8 +167,7 @@ pub struct Responder {
     counters: Vec<Arc<Counters>>,
     tls_counters: Arc<TlsCounters>,
     ca_pem: Option<String>,
-    udp_stop: Arc<StopSignal>,
-    tcp_stop: watch::Sender<bool>,
+    stop: Arc<StopSignal>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -228,8 +231,7 @@ impl Responder {
     }
 
     fn shutdown(&mut self) {
-        self.udp_stop.raise();
-        let _ = self.tcp_stop.send(true);
+        self.stop.raise();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -310,6 +312,38 @@ struct IoSockets {
     doq: Option<Socket>,
 }
 
+impl IoSockets {
+    fn slots(&mut self) -> [&mut Option<Socket>; 5] {
+        [&mut self.tcp, &mut self.dot, &mut self.doh, &mut self.doh3, &mut self.doq]
+    }
+
+    /// The descriptors' numbers, for a thread to take them over after
+    /// [`own_descriptor_table`].
+    fn raw(&mut self) -> [Option<RawFd>; 5] {
+        self.slots().map(|s| s.as_ref().map(|s| s.as_raw_fd()))
+    }
+
+    /// Sockets from descriptor numbers of this thread's table.
+    fn from_raw(raw: [Option<RawFd>; 5]) -> IoSockets {
+        let mut s = IoSockets::default();
+        for (slot, fd) in s.slots().into_iter().zip(raw) {
+            // SAFETY: each number is one listener the spawning thread handed over and no longer
+            // uses (it closed its copy, or forgot it where the table is shared).
+            *slot = fd.map(|fd| unsafe { Socket::from_raw_fd(fd) });
+        }
+        s
+    }
+}
+
+/// Gives the calling thread a descriptor table of its own (`unshare(CLONE_FILES)`), so that
+/// the open-files limit bounds each I/O thread's connections, not the process's: T threads
+/// may hold T times as many. (The generator's workers do the same.) False where the kernel
+/// or a sandbox refuses: the thread then shares the process's table.
+fn own_descriptor_table() -> bool {
+    // SAFETY: unshare with CLONE_FILES only copies this thread's descriptor table.
+    unsafe { libc::unshare(libc::CLONE_FILES) == 0 }
+}
+
 /// What every async I/O thread shares.
 struct IoShared {
     answerer: Arc<Answerer>,
@@ -362,8 +396,7 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
         n => n,
     };
     let answerer = Arc::new(Answerer::new(config.answer.clone()));
-    let udp_stop = Arc::new(StopSignal::new()?);
-    let (tcp_stop, tcp_stop_rx) = watch::channel(false);
+    let stop = Arc::new(StopSignal::new()?);
     let tls_counters = Arc::new(TlsCounters::default());
 
     // Certificates first (RSA keys take a moment), then the sockets.
@@ -443,19 +476,12 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
         .iter()
         .any(Option::is_some);
 
-    let mut responder = Responder {
-        addresses,
-        counters: Vec::new(),
-        tls_counters,
-        ca_pem,
-        udp_stop: udp_stop.clone(),
-        tcp_stop,
-        threads: Vec::new(),
-    };
+    let mut responder =
+        Responder { addresses, counters: Vec::new(), tls_counters, ca_pem, stop: stop.clone(), threads: Vec::new() };
     for (i, s) in udp_sockets.into_iter().enumerate() {
         let counters = Arc::new(Counters::default());
         responder.counters.push(counters.clone());
-        let (answerer, stop, gso) = (answerer.clone(), udp_stop.clone(), config.udp_gso);
+        let (answerer, stop, gso) = (answerer.clone(), stop.clone(), config.udp_gso);
         let t = std::thread::Builder::new()
             .name(format!("volley-udp-{i}"))
             .spawn(move || crate::udp::serve(s.into(), answerer, counters, stop, gso))?;
@@ -463,19 +489,62 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
     }
     if async_on {
         let shared = Arc::new(shared);
-        for (i, sockets) in io.into_iter().enumerate() {
+        for (i, mut sockets) in io.into_iter().enumerate() {
             let counters = Arc::new(Counters::default());
             responder.counters.push(counters.clone());
-            let (shared, stop) = (shared.clone(), tcp_stop_rx.clone());
+            let (shared, stop) = (shared.clone(), stop.clone());
+            // The thread takes its own table first, then its listeners by number (copies in
+            // its table); this thread then closes its own copies, so that a listener lives
+            // exactly as long as the thread that serves it.
+            let raw = sockets.raw();
+            let (own_tx, own_rx) = std::sync::mpsc::channel();
             let t = std::thread::Builder::new().name(format!("volley-io-{i}")).spawn(move || {
-                if let Err(e) = io_thread(sockets, shared, counters, stop) {
+                let _ = own_tx.send(own_descriptor_table());
+                if let Err(e) = io_thread(IoSockets::from_raw(raw), shared, counters, stop) {
                     eprintln!("volley: I/O thread {i}: {e}");
                 }
             })?;
+            if own_rx.recv() != Ok(true) {
+                // One table: the thread's sockets are these very descriptors.
+                for s in sockets.slots() {
+                    if let Some(s) = s.take() {
+                        let _ = s.into_raw_fd();
+                    }
+                }
+            }
+            drop(sockets);
             responder.threads.push(t);
         }
     }
     Ok(responder)
+}
+
+/// A channel of this thread's runtime that turns true once `signal` is raised.
+fn watch_stop(signal: Arc<StopSignal>) -> watch::Receiver<bool> {
+    struct Watched(Arc<StopSignal>);
+    impl AsRawFd for Watched {
+        fn as_raw_fd(&self) -> RawFd {
+            self.0.fd()
+        }
+    }
+    let (tx, rx) = watch::channel(false);
+    tokio::task::spawn_local(async move {
+        // SAFETY: the eventfd is the signal's, open as long as the Arc this AsyncFd holds.
+        let fd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(Watched(signal.clone()), tokio::io::Interest::READABLE)
+        };
+        match fd {
+            // Never read: the eventfd stays readable once raised.
+            Ok(fd) => drop(fd.readable().await),
+            Err(_) => {
+                while !signal.raised() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        let _ = tx.send(true);
+    });
+    rx
 }
 
 /// One async I/O thread: a current-thread runtime serving this thread's listeners of every
@@ -484,11 +553,12 @@ fn io_thread(
     sockets: IoSockets,
     shared: Arc<IoShared>,
     counters: Arc<Counters>,
-    stop: watch::Receiver<bool>,
+    signal: Arc<StopSignal>,
 ) -> io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
+        let stop = watch_stop(signal);
         let ctx = std::rc::Rc::new(Ctx {
             answerer: shared.answerer.clone(),
             counters,
