@@ -4,18 +4,22 @@
 # open connections grows (issue 4: at most 20 KiB per connection; CPU per query within 20 %
 # from 1,000 connections up).
 #
-# For each N in COUNTS: a fresh `volley serve -T 1 --dot-port 0`, then `volley run tls://…
-# --connections N --rate RATE -T 1` for DURATION s: the N connection slots take queries in turn,
+# For each N in COUNTS: a fresh `volley serve -T THREADS --dot-port 0`, then `volley run tls://…
+# --connections N --rate RATE -T THREADS` for DURATION s: the N connection slots take queries in turn,
 # so every connection is open after N/RATE s and then carries one query every N/RATE s (mostly
 # idle). Once all are open (ss counts them), generator CPU and answered queries are taken over
 # a steady window, and both processes' resident memory (VmRSS) at its end. Memory per
 # connection is (RSS − RSS of the same run with BASE connections) / (N − BASE).
 #
-# The open-files limit bounds N: each connection is one descriptor in each process, and this
-# machine's hard limit (ulimit -Hn) cannot be raised without root privileges over it.
+# The open-files limit (ulimit -Hn) bounds the connections of each descriptor table: each
+# connection is one descriptor in each process, and every generator worker and every responder
+# I/O thread has a table of its own. THREADS workers on each side (one core each all the same)
+# hold up to THREADS times the limit; beyond 20,000 connections the generator spreads them
+# over the source addresses of BIND (one address has about 28,000 ports towards one server).
 #
-# Env: COUNTS ("1000 5000 10000 18000"), BASE (10), RATE (2000), DURATION (40), CLIENT_CORE (0),
-# SERVER_CORE (1), TRANSPORT (dot, or tcp), VOLLEY, VOLLEY_NO_BUILD, OUT_DIR (bench/out).
+# Env: COUNTS ("1000 5000 10000 18000"), BASE (10), RATE (2000), DURATION (40), THREADS (1),
+# BIND (127.0.1.0/24 when a count is over 20,000), CLIENT_CORE (0), SERVER_CORE (1),
+# TRANSPORT (dot, or tcp), VOLLEY, VOLLEY_NO_BUILD, OUT_DIR (bench/out).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 COUNTS="${COUNTS:-1000 5000 10000 18000}"
@@ -28,6 +32,14 @@ esac
 BASE="${BASE:-10}"
 RATE="${RATE:-2000}"
 DURATION="${DURATION:-40}"
+THREADS="${THREADS:-1}"
+export SERVE_THREADS="$THREADS"
+BIND="${BIND:-}"
+for n in $COUNTS; do
+    [ "$n" -gt 20000 ] && [ -z "$BIND" ] && BIND=127.0.1.0/24
+done
+BIND_ARGS=()
+[ -n "$BIND" ] && BIND_ARGS=(--bind "$BIND")
 
 need taskset jq ss
 check_cores
@@ -54,8 +66,8 @@ one() {
     wait_url_answers "$VOLLEY_BIN" "$scheme://127.0.0.1:$port" --ca "$CA"
     srv0="$(rss_kib "$SERVE_PID")"
     taskset -c "$CLIENT_CORE" "$VOLLEY_BIN" run "$scheme://127.0.0.1:$port" --ca "$CA" -d "$QUERIES" \
-        --connections "$n" --rate "$RATE" -l "${DURATION}s" -T 1 -t 10s --progress never -q \
-        -o "$WORK/run_$n.json" >"$WORK/run_$n.out" 2>&1 &
+        --connections "$n" --rate "$RATE" -l "${DURATION}s" -T "$THREADS" -t 10s "${BIND_ARGS[@]}" \
+        --progress never -q -o "$WORK/run_$n.json" >"$WORK/run_$n.out" 2>&1 &
     local pid=$!
     PIDS+=("$pid")
     # Wait (bounded by the run) until every connection is established.
@@ -98,7 +110,7 @@ one() {
 declare -A R
 log "open-files hard limit: $HARD; counts: $BASE $COUNTS"
 for n in $BASE $COUNTS; do
-    [ "$((n + 300))" -le "$HARD" ] || die "N=$n needs more than the open-files hard limit $HARD"
+    [ "$((n / THREADS + 300))" -le "$HARD" ] || die "N=$n over $THREADS thread(s) needs more than the open-files hard limit $HARD per thread; raise THREADS"
     log "N=$n: $RATE qps over $n $LABEL connections for ${DURATION}s"
     one "$n"
     R[$n]="$(cat "$WORK/row_$n")"
@@ -110,8 +122,8 @@ first="$(echo "$COUNTS" | awk '{ print $1 }')"
 {
     echo "### Open $LABEL connections: memory per connection and CPU per query"
     echo
-    echo "\`volley run $TRANSPORT://… --connections N --rate $RATE -T 1\` on core $CLIENT_CORE against a fresh" \
-        "\`volley serve -T 1 --dot-port 0\` on core $SERVER_CORE for each N, ${DURATION} s; every connection" \
+    echo "\`volley run $TRANSPORT://… --connections N --rate $RATE -T $THREADS${BIND:+ --bind $BIND}\` on core $CLIENT_CORE against a fresh" \
+        "\`volley serve -T $THREADS --dot-port 0\` on core $SERVER_CORE for each N, ${DURATION} s; every connection" \
         "open (counted by \`ss\`) before a steady window in which generator CPU (\`/proc\`) and answers" \
         "(the per-second series) are taken; resident memory (VmRSS) at the end of the window, per" \
         "connection against a run with $BASE connections (responder: against itself before the run)." \

@@ -83,7 +83,7 @@ start_responder() {
     local bin="$1"
     shift
     local log="$WORK/serve.out"
-    taskset -c "$SERVER_CORE" "$bin" serve -p 0 -T 1 "$@" >"$log" 2>"$WORK/serve.err" &
+    taskset -c "$SERVER_CORE" "$bin" serve -p 0 -T "${SERVE_THREADS:-1}" "$@" >"$log" 2>"$WORK/serve.err" &
     SERVE_PID=$!
     PIDS+=("$SERVE_PID")
     local i
