@@ -368,13 +368,14 @@ fn worker_descriptors(pid: u32) -> usize {
     panic!("no thread volley-worker-0 in process {pid}")
 }
 
-/// Each worker thread has a descriptor table of its own, so the open-files limit bounds the
-/// connections of each worker, not of the process: under a limit of 600 files, four workers
-/// hold 1,000 TCP connections open at once (one table could not), every one counted on the
-/// wire by `ss` and every query answered.
+/// Each generator worker and each responder I/O thread has a descriptor table of its own, so
+/// the open-files limit bounds the connections of each thread, not of the process: under a
+/// limit of 600 files in both processes, four workers hold 1,000 TCP connections open at once
+/// to four I/O threads (one table could not), every one counted on the wire by `ss` and every
+/// query answered.
 #[test]
 fn workers_hold_more_connections_than_one_descriptor_table() {
-    let s = Server::start();
+    let mut s = Server::start_with_open_files(600, &["-T", "4"]);
     let prlimit = require("prlimit");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.json");
@@ -400,4 +401,7 @@ fn workers_hold_more_connections_than_one_descriptor_table() {
     assert_eq!(v["connections"]["opened"].as_u64(), Some(n as u64), "{:#}", v["connections"]);
     assert_eq!(total(&v, "answered"), total(&v, "sent"), "{:#}", v["totals"]);
     assert_eq!(error_count(&v, "local_limit"), 0);
+    // The responder accepted them all (and the run's check query before).
+    let stats = s.terminate();
+    assert_eq!(serve_stat(&stats, "tcp_connections") - 1, n as u64, "{stats}");
 }

@@ -171,6 +171,19 @@ impl Server {
     /// for the `listening dot|doh|doh3|doq ADDR` lines of the encrypted listeners asked for
     /// with `--dot-port`, `--doh-port`, `--doh3-port`, `--doq-port`.
     pub fn start_with(args: &[&str]) -> Server {
+        Server::start_command(Command::new(volley()), args)
+    }
+
+    /// As [`Server::start_with`], under an open-files limit of `limit` (soft and hard, set
+    /// by `prlimit`, which then runs volley itself).
+    pub fn start_with_open_files(limit: u32, args: &[&str]) -> Server {
+        let mut cmd = Command::new(require("prlimit"));
+        cmd.arg(format!("--nofile={limit}:{limit}")).arg(volley());
+        Server::start_command(cmd, args)
+    }
+
+    /// Starts `CMD serve -p 0 ARGS...` (CMD runs volley) as [`Server::start_with`] says.
+    fn start_command(mut cmd: Command, args: &[&str]) -> Server {
         let want_udp = !args.contains(&"--no-udp");
         let want_tcp = !args.contains(&"--no-tcp");
         let want_enc: Vec<&str> =
@@ -179,7 +192,6 @@ impl Server {
                 .filter(|(flag, _)| args.contains(flag))
                 .map(|(_, kind)| *kind)
                 .collect();
-        let mut cmd = Command::new(volley());
         cmd.arg("serve").arg("-p").arg("0").args(args);
         let shown = format!("{cmd:?}");
         let mut child = cmd
