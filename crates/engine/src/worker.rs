@@ -235,13 +235,36 @@ impl Worker {
 
     fn sent(&self, token: Token, bytes: usize, now: u64, g: u16) {
         let mut inn = self.inner.borrow_mut();
-        let scheduled = inn.slab.get_mut(token).map(|e| e.scheduled);
+        // A resent query's lateness was counted when it first left.
+        let scheduled = inn.slab.get_mut(token).filter(|e| !e.resent).map(|e| e.scheduled);
         let closed = self.closed_loop;
         let rec = inn.rec();
         rec.wrote(bytes, g);
         if let (false, Some(s)) = (closed, scheduled) {
             rec.lateness(now.saturating_sub(s));
         }
+    }
+
+    /// A connection ended without `token`'s answer: the query goes out again once (its
+    /// latency still counts from its first schedule), then fails like any other.
+    fn resend(&self, token: Token, kind: ErrorKind, now: u64) -> bool {
+        {
+            let mut inn = self.inner.borrow_mut();
+            if inn.finished {
+                return false;
+            }
+            match inn.slab.get_mut(token) {
+                None => return false,
+                Some(e) if !e.resent => {
+                    e.resent = true;
+                    count_event(&mut inn.events, &format!("{RESENT_EVENT}{kind}"));
+                    return true;
+                }
+                Some(_) => {}
+            }
+        }
+        self.failed(token, kind, now);
+        false
     }
 
     fn response(&self, token: Token, msg: &[u8], now: u64) {
@@ -255,6 +278,7 @@ impl Worker {
         };
         let slot = &self.lanes[e.lane as usize];
         slot.lane.release();
+        slot.lane.answered();
         let g = slot.group;
         let latency = now.saturating_sub(e.scheduled);
         let mut retry = None;
@@ -352,6 +376,10 @@ impl Exchange for GroupView {
         self.w.failed(token, kind, now)
     }
 
+    fn resend(&self, token: Token, kind: ErrorKind, now: u64) -> bool {
+        self.w.resend(token, kind, now)
+    }
+
     #[inline]
     fn unexpected(&self, kind: Unexpected, bytes: usize, now: u64) {
         if !self.w.inner.borrow().finished {
@@ -385,6 +413,10 @@ impl Exchange for GroupView {
         count_event(&mut self.w.inner.borrow_mut().events, what);
     }
 }
+
+/// The prefix of the event that counts queries sent again after their connection ended
+/// without their answer, by the error kind it ended with: `resent_closed`.
+pub const RESENT_EVENT: &str = "resent_";
 
 /// Adds one to event `what` (a new name costs an allocation; a known one none).
 fn count_event(events: &mut BTreeMap<String, u64>, what: &str) {

@@ -71,8 +71,11 @@ kinds! {
         StreamReset = "stream_reset",
         /// The QUIC server reset this query's stream (RESET_STREAM or STOP_SENDING).
         QuicStreamReset = "quic_stream_reset",
-        /// The QUIC connection was closed or lost (CONNECTION_CLOSE, stateless reset).
+        /// The QUIC connection was closed or lost (CONNECTION_CLOSE).
         QuicClosed = "quic_closed",
+        /// The QUIC server answered with a stateless reset: it no longer knows the connection
+        /// (it restarted, or lost its state).
+        StatelessReset = "stateless_reset",
         /// The QUIC idle timeout expired.
         IdleTimeout = "idle_timeout",
     }

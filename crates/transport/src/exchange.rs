@@ -17,6 +17,16 @@ pub trait Exchange {
     fn response(&self, token: Token, msg: &[u8], now: u64);
     /// The query failed.
     fn failed(&self, token: Token, kind: ErrorKind, now: u64);
+    /// The connection that carried `token` ended (`kind`: the server closed, reset or refused
+    /// it) before its answer came. True: send it again on the lane's next connection (the
+    /// caller puts it back with [`crate::Lane::requeue`]), as RFC 7766 asks of clients
+    /// ("SHOULD retry unanswered queries if the connection closes before receiving all
+    /// outstanding responses"). False: it has failed with `kind` (it was resent once already,
+    /// or it has ended). By default it fails.
+    fn resend(&self, token: Token, kind: ErrorKind, now: u64) -> bool {
+        self.failed(token, kind, now);
+        false
+    }
     /// A response matched nothing in flight.
     fn unexpected(&self, kind: Unexpected, bytes: usize, now: u64);
     /// Whether `token` still waits for a fate.

@@ -39,6 +39,8 @@ pub struct Lane {
     /// The current connection: when its attempt started, queries sent on it.
     conn_start: Cell<Option<Instant>>,
     conn_sent: Cell<u64>,
+    /// Answers that came back since the current connection's attempt started.
+    conn_answers: Cell<u64>,
     /// Last push or release, for the idle policy.
     last_activity: Cell<Option<Instant>>,
     /// Signalled when a spent connection has nothing outstanding any more.
@@ -82,6 +84,21 @@ impl Lane {
         if was_empty {
             self.wake.notify_one();
         }
+    }
+
+    /// Puts queries that a connection left unanswered back at the head of the queue, in their
+    /// order, for the next connection (they are still part of the lane's load).
+    pub fn requeue(&self, tokens: &[Token]) {
+        if tokens.is_empty() {
+            return;
+        }
+        {
+            let mut q = self.queue.borrow_mut();
+            for &t in tokens.iter().rev() {
+                q.push_front(t);
+            }
+        }
+        self.wake.notify_one();
     }
 
     /// Next query to send on the current connection, if any (driver side). None also when
@@ -137,6 +154,18 @@ impl Lane {
         }
     }
 
+    /// A query handed to this lane was answered (the engine calls this besides
+    /// [`Lane::release`]).
+    #[inline]
+    pub fn answered(&self) {
+        self.conn_answers.set(self.conn_answers.get() + 1);
+    }
+
+    /// Answers since the current connection's attempt started.
+    pub fn conn_answers(&self) -> u64 {
+        self.conn_answers.get()
+    }
+
     /// Queries handed over and not yet ended.
     #[inline]
     pub fn load(&self) -> u32 {
@@ -180,16 +209,12 @@ impl Lane {
     /// A new connection attempt starts: its budget is fresh.
     pub fn begin_connection(&self) {
         self.conn_sent.set(0);
+        self.conn_answers.set(0);
         let now = Instant::now();
         self.conn_start.set(Some(now));
         if self.policy.get().idle.is_some() {
             self.last_activity.set(Some(now));
         }
-    }
-
-    /// How long ago the current connection's attempt started.
-    pub fn conn_age(&self) -> Duration {
-        self.conn_start.get().map_or(Duration::MAX, |s| s.elapsed())
     }
 
     /// Whether the lane can send soon: not waiting out a backoff (the engine prefers such lanes).

@@ -273,17 +273,50 @@ pub(crate) async fn after_turn(lane: &Lane, how: Close) -> bool {
 /// when the lane is closing (the driver ends).
 pub(crate) fn end_connection<X: Exchange + ?Sized, F: Framing>(lane: &Lane, x: &X, f: &mut F, kind: ErrorKind) -> bool {
     let now = x.now();
-    for t in f.drain() {
-        if x.is_live(t) {
-            x.failed(t, kind, now);
-        }
-    }
+    unanswered(lane, x, &f.drain(), kind);
     if lane.closing() {
         x.conn_closed(Close::ClientEnd, now);
         return true;
     }
     x.conn_closed(close_of(kind), now);
     false
+}
+
+/// Whether a query that a connection left unanswered with `kind` is sent again: when the
+/// server ended the connection (FIN, RST, GOAWAY, a QUIC close or stateless reset, an idle
+/// timeout); not after a fault of the answer itself or of TLS.
+pub(crate) fn resendable(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::Closed
+            | ErrorKind::Reset
+            | ErrorKind::Goaway
+            | ErrorKind::QuicClosed
+            | ErrorKind::IdleTimeout
+            | ErrorKind::StatelessReset
+    )
+}
+
+/// The queries a connection left unanswered when it ended with `kind`: those still live are
+/// sent again on the lane's next connection, once each ([`Exchange::resend`]), when `kind` is
+/// [`resendable`] and the lane is not closing; the others fail with `kind`.
+pub(crate) fn unanswered<X: Exchange + ?Sized>(lane: &Lane, x: &X, tokens: &[Token], kind: ErrorKind) {
+    let now = x.now();
+    let again = resendable(kind) && !lane.closing();
+    let mut back = Vec::new();
+    for &t in tokens {
+        if !x.is_live(t) {
+            continue;
+        }
+        if again {
+            if x.resend(t, kind, now) {
+                back.push(t);
+            }
+        } else {
+            x.failed(t, kind, now);
+        }
+    }
+    lane.requeue(&back);
 }
 
 /// Resolves when the lane is told to close.
@@ -318,12 +351,13 @@ async fn pause(lane: &Lane, d: Duration) -> bool {
     closing
 }
 
-/// After the server ended a connection (already reported): a connection that lived under
-/// 50 ms (refused by a connection limit, say) is followed by a growing backoff rather than a
-/// storm of reconnects; then, like a real client, the lane opens the next one only when it
-/// has a query. Returns true when the lane is closing.
+/// After the server ended a connection (already reported): a connection that brought no
+/// answer (refused by a connection limit, say) is followed by a growing backoff rather than a
+/// storm of reconnects; one that did (a server's query or idle policy) is replaced without
+/// delay. Then, like a real client, the lane opens the next one only when it has a query.
+/// Returns true when the lane is closing.
 pub(crate) async fn after_server_close(lane: &Lane, backoff: &mut Duration) -> bool {
-    if lane.conn_age() < Duration::from_millis(50) {
+    if lane.conn_answers() == 0 {
         if pause(lane, *backoff).await {
             return true;
         }
