@@ -201,3 +201,97 @@ fn mixture_groups_add_up() {
     }
     assert_eq!(total(v, "sent"), 400, "100 clients x 2 qps x 2 s:\n{}", show(v));
 }
+
+/// A pcap (raw IPv4, link type 101) of `client`'s UDP queries to 10.0.0.53:53 at `times` (s).
+fn capture_of(times: &[f64]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for v in [0xa1b2_c3d4u32.to_le_bytes().as_slice(), &2u16.to_le_bytes(), &4u16.to_le_bytes()] {
+        out.extend_from_slice(v);
+    }
+    out.extend_from_slice(&[0; 8]);
+    out.extend_from_slice(&65535u32.to_le_bytes());
+    out.extend_from_slice(&101u32.to_le_bytes());
+    for (i, t) in times.iter().enumerate() {
+        let mut dns = vec![(i >> 8) as u8, i as u8, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        for l in format!("q{i}.dyn.test").split('.') {
+            dns.push(l.len() as u8);
+            dns.extend_from_slice(l.as_bytes());
+        }
+        dns.extend_from_slice(&[0, 0, 1, 0, 1]);
+        let udp_len = 8 + dns.len();
+        let ip_len = 20 + udp_len;
+        let mut p =
+            vec![0x45, 0, (ip_len >> 8) as u8, ip_len as u8, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 53];
+        p.extend_from_slice(&[0x30, 0x39, 0, 53, (udp_len >> 8) as u8, udp_len as u8, 0, 0]);
+        p.extend_from_slice(&dns);
+        let (s, us) = (*t as u32, ((t.fract()) * 1e6) as u32);
+        for v in [1_700_000_000 + s, us, p.len() as u32, p.len() as u32] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&p);
+    }
+    out
+}
+
+/// A browser's connections follow its own traffic: a replayed client that sends slowly (light:
+/// one connection reused) and then fast (above its light rate of 1 qps) switches to short
+/// connections of four queries each, opened and closed in sequence, during the run.
+#[test]
+fn browser_switches_to_short_connections_when_its_traffic_rises() {
+    let s = Server::start_encrypted(&["-T", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    // Three queries 1.5 s apart, then sixteen 100 ms apart.
+    let mut times: Vec<f64> = (0..3).map(|i| i as f64 * 1.5).collect();
+    times.extend((1..=16).map(|i| 3.0 + i as f64 * 0.1));
+    let pcap = dir.path().join("dyn.pcap");
+    std::fs::write(&pcap, capture_of(&times)).unwrap();
+    let clients = dir.path().join("dyn.clients");
+    let r = run_cmd(
+        std::process::Command::new(volley()).arg("pcap").arg(&pcap).arg("-o").arg(&clients),
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.status.code(), Some(0), "volley pcap: {}", r.stderr);
+    let url = s.url("https");
+    let r = run_volley(&[
+        &url,
+        "--ca",
+        s.ca_str(),
+        "--replay",
+        clients.to_str().unwrap(),
+        "--profile",
+        "browser",
+        "-l",
+        "6s",
+        "-T",
+        "1",
+    ]);
+    let v = r.ok();
+    complete(v);
+    assert_eq!(total(v, "answered"), 19, "{}", show(v));
+    assert_eq!(v["events"]["profile_busy"], 1, "one switch to the busy policy:\n{}", show(v));
+    // Light: the three connections opened at start, one of them carrying the slow queries.
+    // Busy: queries 4.. in connections of four (the connection in use ends as it switches).
+    let lifetime = conn_map(v, &["closed"], "client_lifetime");
+    assert!(lifetime >= 3, "short connections closed in sequence once busy:\n{}", show(v));
+    assert!(conn_total(v, "opened") > 3, "new connections after the three of the start:\n{}", show(v));
+}
+
+/// Groups of a mixture may send at their own rates (WEIGHT:PROFILE:QPS@URL): the totals and
+/// each group's queries follow them.
+#[test]
+fn mix_groups_at_their_own_rates() {
+    let s = Server::start_with(&["-T", "1"]);
+    let udp = format!("50:stub:1@{}", s.udp_url());
+    let tcp = format!("50:forwarder:4@{}", s.tcp_url());
+    let r = run_volley(&["--mix", &udp, "--mix", &tcp, "--clients", "4", "-l", "3s", "-T", "1"]);
+    let v = r.ok();
+    complete(v);
+    assert_eq!(v["load"]["rate"].as_f64(), Some(10.0), "2 x 1 + 2 x 4 qps:\n{:#}", v["load"]);
+    assert!(v["load"]["client_rate"].is_null(), "the groups differ:\n{:#}", v["load"]);
+    let groups = v["groups"].as_array().unwrap_or_else(|| panic!("groups:\n{v:#}"));
+    let sent: Vec<u64> = groups.iter().map(|g| g["totals"]["sent"].as_u64().unwrap_or(0)).collect();
+    assert_eq!(sent.len(), 2, "{groups:#?}");
+    // 3 s at 2 and at 8 queries per second (a client's first query falls within its first
+    // interval, so a count may be one off per client).
+    assert!((4..=8).contains(&sent[0]) && (20..=28).contains(&sent[1]), "{sent:?}");
+}

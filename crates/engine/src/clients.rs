@@ -5,60 +5,95 @@
 use std::time::Duration;
 
 use serde::Deserialize;
+use toml::Spanned;
 use volley_transport::{ConnPolicy, LaneOptions, Scheme, Target};
 
-/// How a client treats its connections.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// How a client treats its connections: a profile file, checked, its policies resolved.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Profile {
     pub name: String,
-    #[serde(default)]
     pub description: String,
     /// Connections a client holds in parallel (connection-based transports); its queries go
     /// to them in turn.
-    #[serde(default = "one")]
     pub connections: u32,
     /// Open the connections when the client starts (browsers), not at its first query.
-    #[serde(default)]
     pub connect_at_start: bool,
     /// The client's query rate (qps) at or below which `light` applies, above it `busy`.
-    #[serde(default = "one_qps")]
     pub light_rate: f64,
     /// Connection policy under light traffic.
-    #[serde(default)]
-    pub light: PolicySpec,
-    /// Connection policy under heavier traffic (default: the same as light).
-    #[serde(default)]
-    pub busy: Option<PolicySpec>,
+    pub light: ConnPolicy,
+    /// Connection policy under heavier traffic; None: `light` at any rate.
+    pub busy: Option<ConnPolicy>,
     /// UDP: ask a truncated answer's question again over TCP (stub resolvers).
-    #[serde(default)]
     pub tcp_on_truncation: bool,
 }
 
-fn one() -> u32 {
-    1
-}
-
-fn one_qps() -> f64 {
-    1.0
+/// A profile as written (TOML), with where each checked value stands in the text.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileFile {
+    name: String,
+    #[serde(default)]
+    description: String,
+    connections: Option<Spanned<u32>>,
+    #[serde(default)]
+    connect_at_start: bool,
+    light_rate: Option<Spanned<f64>>,
+    #[serde(default)]
+    light: PolicyFile,
+    busy: Option<PolicyFile>,
+    #[serde(default)]
+    tcp_on_truncation: bool,
 }
 
 /// A connection policy as written in a profile.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PolicySpec {
-    pub queries_per_connection: Option<u64>,
-    pub lifetime: Option<String>,
-    pub idle_timeout: Option<String>,
+struct PolicyFile {
+    queries_per_connection: Option<Spanned<u64>>,
+    lifetime: Option<Spanned<String>>,
+    idle_timeout: Option<Spanned<String>>,
 }
 
-impl PolicySpec {
-    fn policy(&self, parse: &dyn Fn(&str) -> Result<Duration, String>) -> Result<ConnPolicy, String> {
-        let dur = |v: &Option<String>, what: &str| -> Result<Option<Duration>, String> {
-            v.as_deref().map(|s| parse(s).map_err(|e| format!("{what}: {e}"))).transpose()
+/// Parses duration text (the command line's syntax: `10s`, `500ms`).
+pub type ParseDuration<'a> = &'a dyn Fn(&str) -> Result<Duration, String>;
+
+/// Where in a profile's text a problem is: `FILE:LINE: message`.
+struct Place<'a> {
+    text: &'a str,
+    origin: &'a str,
+}
+
+impl Place<'_> {
+    fn at(&self, span: Option<std::ops::Range<usize>>, msg: impl std::fmt::Display) -> String {
+        match span {
+            Some(s) => {
+                let line =
+                    self.text.as_bytes()[..s.start.min(self.text.len())].iter().filter(|&&b| b == b'\n').count() + 1;
+                format!("{}:{line}: {msg}", self.origin)
+            }
+            None => format!("{}: {msg}", self.origin),
+        }
+    }
+}
+
+impl PolicyFile {
+    fn resolve(&self, at: &Place, table: &str, parse: ParseDuration) -> Result<ConnPolicy, String> {
+        if let Some(q) = &self.queries_per_connection {
+            if *q.get_ref() == 0 {
+                return Err(at.at(Some(q.span()), format!("{table}.queries_per_connection must be at least 1")));
+            }
+        }
+        let dur = |v: &Option<Spanned<String>>, key: &str| -> Result<Option<Duration>, String> {
+            let Some(v) = v else { return Ok(None) };
+            match parse(v.get_ref()) {
+                Ok(d) if !d.is_zero() => Ok(Some(d)),
+                Ok(_) => Err(at.at(Some(v.span()), format!("{table}.{key} must be above 0"))),
+                Err(e) => Err(at.at(Some(v.span()), format!("{table}.{key}: {e}"))),
+            }
         };
         Ok(ConnPolicy {
-            max_queries: self.queries_per_connection,
+            max_queries: self.queries_per_connection.as_ref().map(|q| *q.get_ref()),
             lifetime: dur(&self.lifetime, "lifetime")?,
             idle: dur(&self.idle_timeout, "idle_timeout")?,
         })
@@ -78,9 +113,9 @@ impl Profile {
     }
 
     /// A built-in profile by name, or a profile file (TOML) by path. Errors name the file.
-    pub fn load(name_or_path: &str) -> Result<Profile, String> {
+    pub fn load(name_or_path: &str, parse: ParseDuration) -> Result<Profile, String> {
         if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
-            return Profile::parse(text, name_or_path);
+            return Profile::parse(text, name_or_path, parse);
         }
         let text = std::fs::read_to_string(name_or_path).map_err(|e| {
             format!(
@@ -88,38 +123,50 @@ impl Profile {
                 Profile::builtin_names().join(", ")
             )
         })?;
-        Profile::parse(&text, name_or_path)
+        Profile::parse(&text, name_or_path, parse)
     }
 
-    /// Parses a profile; `origin` names it in errors (`FILE:LINE: ...` where TOML tells the line).
-    pub fn parse(text: &str, origin: &str) -> Result<Profile, String> {
-        let p: Profile = toml::from_str(text).map_err(|e| {
-            let line = e.span().map(|s| text[..s.start.min(text.len())].lines().count().max(1));
-            match line {
-                Some(l) => format!("{origin}:{l}: {}", e.message()),
-                None => format!("{origin}: {}", e.message()),
-            }
+    /// Parses and checks a profile; errors are one line, `ORIGIN:LINE: ...` (`origin`
+    /// names the file).
+    pub fn parse(text: &str, origin: &str, parse: ParseDuration) -> Result<Profile, String> {
+        let at = Place { text, origin };
+        let f: ProfileFile = toml::from_str(text).map_err(|e| {
+            // One line: TOML's message may carry more lines of detail.
+            let msg = e.message().lines().next().unwrap_or("invalid TOML").to_string();
+            at.at(e.span(), msg)
         })?;
-        if p.connections == 0 {
-            return Err(format!("{origin}: connections must be at least 1"));
-        }
-        if !(p.light_rate >= 0.0 && p.light_rate.is_finite()) {
-            return Err(format!("{origin}: light_rate must be a number of queries per second"));
-        }
-        Ok(p)
+        let connections = match &f.connections {
+            Some(c) if *c.get_ref() == 0 => return Err(at.at(Some(c.span()), "connections must be at least 1")),
+            Some(c) => *c.get_ref(),
+            None => 1,
+        };
+        let light_rate = match &f.light_rate {
+            Some(r) if !(*r.get_ref() >= 0.0 && r.get_ref().is_finite()) => {
+                return Err(at.at(Some(r.span()), "light_rate must be a number of queries per second"))
+            }
+            Some(r) => *r.get_ref(),
+            None => 1.0,
+        };
+        let light = f.light.resolve(&at, "light", parse)?;
+        let busy = f.busy.as_ref().map(|b| b.resolve(&at, "busy", parse)).transpose()?;
+        Ok(Profile {
+            name: f.name,
+            description: f.description,
+            connections,
+            connect_at_start: f.connect_at_start,
+            light_rate,
+            light,
+            busy,
+            tcp_on_truncation: f.tcp_on_truncation,
+        })
     }
 
     /// The connection policy for a client sending `rate` queries per second.
-    pub fn policy_for(
-        &self,
-        rate: f64,
-        parse: &dyn Fn(&str) -> Result<Duration, String>,
-    ) -> Result<ConnPolicy, String> {
-        let spec = match &self.busy {
+    pub fn policy_for(&self, rate: f64) -> ConnPolicy {
+        match self.busy {
             Some(b) if rate > self.light_rate => b,
-            _ => &self.light,
-        };
-        spec.policy(parse).map_err(|e| format!("profile {}: {e}", self.name))
+            _ => self.light,
+        }
     }
 }
 
@@ -139,17 +186,19 @@ pub struct Group {
     pub weight: f64,
     pub profile: Profile,
     pub target: Target,
-    /// Lane settings of the group's transport, with the profile's policy applied.
+    /// Queries per second of each of the group's clients (unused in a replay).
+    pub rate: f64,
+    /// Lane settings of the group's transport, with the profile's light policy applied
+    /// (`lane.conn`).
     pub lane: LaneOptions,
+    /// The policy a client's connections follow while its own rate is above the profile's
+    /// `light_rate` (the profile's busy policy, with the command line's flags applied).
+    pub busy: Option<ConnPolicy>,
     /// Where truncated UDP answers are asked again (stub profile): TCP to the same server.
     pub fallback: Option<Target>,
 }
 
 impl Group {
-    pub fn name(&self) -> String {
-        format!("{}@{}", self.profile.name, self.target.scheme)
-    }
-
     /// Whether each client of this group has connections of its own (UDP clients share a
     /// worker's sockets).
     pub fn per_client_lanes(&self) -> bool {
@@ -161,8 +210,6 @@ impl Group {
 #[derive(Debug, Clone)]
 pub struct ClientsLoad {
     pub count: u64,
-    /// Queries per second of each client (unused in a replay).
-    pub rate: f64,
     pub arrivals: Arrivals,
     pub groups: Vec<Group>,
     /// Replay: each client sends a captured client's queries at their captured times.
@@ -201,6 +248,48 @@ impl Replay {
 }
 
 impl ClientsLoad {
+    /// Queries per second of all clients together (None in a replay).
+    pub fn total_rate(&self) -> Option<f64> {
+        if self.replay.is_some() {
+            return None;
+        }
+        let mut n = vec![0u64; self.groups.len()];
+        for g in self.assignments() {
+            n[g as usize] += 1;
+        }
+        Some(self.groups.iter().zip(n).map(|(g, k)| g.rate * k as f64).sum())
+    }
+
+    /// Each group's name, unique within the run: `PROFILE@SCHEME`; groups that would share
+    /// one add their clients' rate (`PROFILE:QPS@SCHEME`), then, if still alike, their place
+    /// in the mixture (`#N`, from 1). Merges match groups by name.
+    pub fn group_names(&self) -> Vec<String> {
+        let base = |g: &Group| format!("{}@{}", g.profile.name, g.target.scheme);
+        let rated = |g: &Group| format!("{}:{}@{}", g.profile.name, g.rate, g.target.scheme);
+        let count = |f: &dyn Fn(&Group) -> String, n: &str| self.groups.iter().filter(|g| f(g) == n).count();
+        self.groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let b = base(g);
+                if count(&base, &b) == 1 {
+                    return b;
+                }
+                let r = rated(g);
+                if count(&rated, &r) == 1 {
+                    return r;
+                }
+                format!("{r}#{}", i + 1)
+            })
+            .collect()
+    }
+
+    /// Each client's rate when every group has the same; None otherwise (or in a replay).
+    pub fn client_rate(&self) -> Option<f64> {
+        let r = self.groups.first()?.rate;
+        (self.replay.is_none() && self.groups.iter().all(|g| g.rate == r)).then_some(r)
+    }
+
     /// The group of every client: dealt by weight, interleaved (each next client goes to the
     /// group furthest below its share), so any prefix of clients has the mixture's proportions.
     pub fn assignments(&self) -> Vec<u16> {
@@ -263,30 +352,62 @@ mod tests {
     fn dur(s: &str) -> Result<Duration, String> {
         match s {
             "10s" => Ok(Duration::from_secs(10)),
-            _ => Err(format!("bad {s}")),
+            "0s" => Ok(Duration::ZERO),
+            _ => Err(format!("invalid duration '{s}'")),
         }
+    }
+
+    fn load(n: &str) -> Result<Profile, String> {
+        Profile::load(n, &dur)
+    }
+
+    fn parse(text: &str) -> Result<Profile, String> {
+        Profile::parse(text, "p.toml", &dur)
     }
 
     #[test]
     fn builtins_parse() {
         for n in Profile::builtin_names() {
-            let p = Profile::load(n).unwrap();
+            let p = load(n).unwrap();
             assert_eq!(p.name, n);
         }
-        let b = Profile::load("browser").unwrap();
+        let b = load("browser").unwrap();
         assert_eq!(b.connections, 3);
-        assert_eq!(b.policy_for(0.5, &dur).unwrap().idle, Some(Duration::from_secs(10)));
-        assert_eq!(b.policy_for(20.0, &dur).unwrap().max_queries, Some(4));
-        assert!(Profile::load("stub").unwrap().tcp_on_truncation);
+        assert_eq!(b.policy_for(0.5).idle, Some(Duration::from_secs(10)));
+        assert_eq!(b.policy_for(20.0).max_queries, Some(4));
+        assert!(load("stub").unwrap().tcp_on_truncation);
     }
 
     #[test]
     fn errors_name_the_place() {
-        let e = Profile::parse("name = \"x\"\nconnections = \"two\"\n", "p.toml").unwrap_err();
+        let e = parse("name = \"x\"\nconnections = \"two\"\n").unwrap_err();
         assert!(e.starts_with("p.toml:2:"), "{e}");
-        let e = Profile::parse("name = \"x\"\nbogus = 1\n", "p.toml").unwrap_err();
-        assert!(e.starts_with("p.toml:") && e.contains("bogus"), "{e}");
-        assert!(Profile::load("/nonexistent.toml").unwrap_err().contains("unknown profile"));
+        let e = parse("name = \"x\"\nbogus = 1\n").unwrap_err();
+        assert!(e.starts_with("p.toml:2:") && e.contains("bogus"), "{e}");
+        let e = parse("name = \"x\"\n[light\n").unwrap_err();
+        assert!(e.starts_with("p.toml:2:") && !e.contains('\n'), "one line: {e}");
+        assert!(load("/nonexistent.toml").unwrap_err().contains("unknown profile"));
+    }
+
+    /// What the command line refuses, a profile refuses too, at its line.
+    #[test]
+    fn zero_and_bad_values_are_refused_at_their_line() {
+        for (text, line, what) in [
+            ("name = \"x\"\n\nconnections = 0\n", 3, "connections must be at least 1"),
+            (
+                "name = \"x\"\n[light]\nqueries_per_connection = 0\n",
+                3,
+                "light.queries_per_connection must be at least 1",
+            ),
+            ("name = \"x\"\n[light]\nlifetime = \"0s\"\n", 3, "light.lifetime must be above 0"),
+            ("name = \"x\"\n[busy]\nidle_timeout = \"0s\"\n", 3, "busy.idle_timeout must be above 0"),
+            ("name = \"x\"\n[light]\n\nlifetime = \"3 parsecs\"\n", 4, "light.lifetime: invalid duration '3 parsecs'"),
+            ("name = \"x\"\nlight_rate = nan\n", 2, "light_rate must be"),
+            ("name = \"x\"\nlight_rate = -1.0\n", 2, "light_rate must be"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.starts_with(&format!("p.toml:{line}: {what}")), "{text:?}: {e}");
+        }
     }
 
     #[test]
@@ -294,14 +415,15 @@ mod tests {
         let t: Target = "udp://127.0.0.1:53".parse().unwrap();
         let g = |w: f64| Group {
             weight: w,
-            profile: Profile::load("stub").unwrap(),
+            profile: load("stub").unwrap(),
             target: t.clone(),
+            rate: 1.0,
             lane: LaneOptions::default(),
+            busy: None,
             fallback: None,
         };
         let load = ClientsLoad {
             count: 100,
-            rate: 1.0,
             arrivals: Arrivals::Constant,
             groups: vec![g(60.0), g(20.0), g(20.0)],
             replay: None,
@@ -317,6 +439,33 @@ mod tests {
             first10[*g as usize] += 1;
         }
         assert_eq!(first10, [6, 2, 2]);
+    }
+
+    #[test]
+    fn group_names_are_unique() {
+        let g = |p: &str, url: &str, rate: f64| Group {
+            weight: 1.0,
+            profile: load(p).unwrap(),
+            target: url.parse().unwrap(),
+            rate,
+            lane: LaneOptions::default(),
+            busy: None,
+            fallback: None,
+        };
+        let load = |groups| ClientsLoad { count: 10, arrivals: Arrivals::Constant, groups, replay: None };
+        let l = load(vec![
+            g("stub", "udp://127.0.0.1:53", 1.0),
+            g("browser", "https://127.0.0.1/dns-query", 0.5),
+            g("browser", "https://127.0.0.1/dns-query", 5.0),
+            g("forwarder", "tls://127.0.0.1:853", 2.0),
+            g("forwarder", "tls://127.0.0.2:853", 2.0),
+        ]);
+        assert_eq!(
+            l.group_names(),
+            ["stub@udp", "browser:0.5@https", "browser:5@https", "forwarder:2@tls#4", "forwarder:2@tls#5"]
+        );
+        assert_eq!(l.client_rate(), None);
+        assert_eq!(l.total_rate(), Some(2.0 * 1.0 + 2.0 * 0.5 + 2.0 * 5.0 + 2.0 * 2.0 + 2.0 * 2.0));
     }
 
     #[test]

@@ -206,7 +206,7 @@ pub fn run(
             if c.count == 0 || c.groups.is_empty() {
                 return Err(EngineError::Plan("a clients run needs at least one client and one group".into()));
             }
-            if c.replay.is_none() && !(c.rate > 0.0 && c.rate.is_finite()) {
+            if c.replay.is_none() && !c.groups.iter().all(|g| g.rate > 0.0 && g.rate.is_finite()) {
                 return Err(EngineError::Plan(
                     "the client rate must be a positive number of queries per second".into(),
                 ));
@@ -268,6 +268,8 @@ pub fn run(
                 }),
                 connections: g.profile.connections,
                 connect_at_start: g.profile.connect_at_start,
+                rate: g.rate,
+                busy: g.busy.map(|b| (b, g.profile.light_rate)),
             })
             .collect(),
         _ => vec![worker::GroupRt {
@@ -275,6 +277,8 @@ pub fn run(
             fallback: None,
             connections: 1,
             connect_at_start: true,
+            rate: 0.0,
+            busy: None,
         }],
     };
     // Scheduled loads read UDP answers when a lane wakes to send (or every millisecond) rather
@@ -320,10 +324,6 @@ pub fn run(
             quota: plan.count.map_or(u64::MAX, |n| split(n, threads, i)),
             lanes: split(connections as u64, threads, i) as usize,
             clients: assignment.iter().skip(i).step_by(threads).copied().collect(),
-            client_rate: match &plan.load {
-                Load::Clients(c) => c.rate,
-                _ => 0.0,
-            },
             arrivals: match &plan.load {
                 Load::Clients(c) => c.arrivals,
                 _ => Arrivals::Constant,
@@ -441,7 +441,7 @@ pub fn run(
             },
             rate: match &plan.load {
                 Load::Open { rate } => Some(*rate),
-                Load::Clients(c) if c.replay.is_none() => Some(c.rate * c.count as f64),
+                Load::Clients(c) => c.total_rate(),
                 _ => None,
             },
             clients: match &plan.load {
@@ -449,7 +449,7 @@ pub fn run(
                 _ => None,
             },
             client_rate: match &plan.load {
-                Load::Clients(c) if c.replay.is_none() => Some(c.rate),
+                Load::Clients(c) => c.client_rate(),
                 _ => None,
             },
             duration_s: plan.duration.map(|d| d.as_secs_f64()),
@@ -555,13 +555,17 @@ fn group_summaries(
     if accs.len() < 2 {
         return Vec::new();
     }
+    let names = c.group_names();
+    let replay = c.replay.is_some();
     c.groups
         .iter()
         .zip(accs)
+        .zip(names)
         .enumerate()
-        .map(|(i, (g, acc))| volley_metrics::GroupSummary {
-            name: g.name(),
+        .map(|(i, ((g, acc), name))| volley_metrics::GroupSummary {
+            name,
             profile: g.profile.name.clone(),
+            client_rate: (!replay).then_some(g.rate),
             target: TargetInfo {
                 url: g.target.url.clone(),
                 transport: g.target.scheme.as_str().to_string(),

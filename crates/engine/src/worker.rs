@@ -40,6 +40,11 @@ pub(crate) struct GroupRt {
     /// Lanes each client holds (clients mode, connection-based transports).
     pub connections: u32,
     pub connect_at_start: bool,
+    /// Clients mode: each client's queries per second (not used in a replay).
+    pub rate: f64,
+    /// Clients mode: the policy a client's connections switch to while its own rate is above
+    /// the rate given (the profile's busy policy and light_rate); `spec.lane.conn` otherwise.
+    pub busy: Option<(ConnPolicy, f64)>,
 }
 
 /// A worker's part of a replay: the captured clients, and for each of its clients which one
@@ -62,8 +67,7 @@ pub(crate) struct Share {
     pub lanes: usize,
     /// Clients mode: the group of each of this worker's clients.
     pub clients: Vec<u16>,
-    /// Clients mode: each client's rate (qps) and how its queries are spaced.
-    pub client_rate: f64,
+    /// Clients mode: how each client spaces its queries.
     pub arrivals: Arrivals,
     /// Replay: the captured clients, and for each of this worker's clients which one it
     /// replays and how much later it starts.
@@ -80,9 +84,52 @@ struct LaneSlot {
     fallback: Option<(u32, u32)>,
 }
 
-/// A simulated client: its lanes and its group.
+/// A simulated client: its lanes, and how fast it has been sending (for profiles whose
+/// connections behave differently under light and busy traffic).
 struct ClientRt {
     lanes: Range<u32>,
+    group: u16,
+    /// When its last query was due, ns (0: none yet).
+    last: Cell<u64>,
+    /// Its mean gap between queries, ns, smoothed over about its last four gaps (0: unknown).
+    gap: Cell<f64>,
+    /// Its connections follow the group's busy policy.
+    busy: Cell<bool>,
+}
+
+/// How far a client's rate must move past its profile's `light_rate` before its connections
+/// change policy (so that a client sending close to it does not flip at every query).
+const REGIME_MARGIN: f64 = 1.2;
+
+impl ClientRt {
+    /// Notes a query due at `due`; when the client's rate crossed its profile's light rate,
+    /// its connections take the other policy (a browser: short connections in sequence above
+    /// about one query per second). Returns the event to count, if it changed.
+    fn note_query(&self, due: u64, g: &GroupRt, lanes: &[LaneSlot]) -> Option<&'static str> {
+        let (busy, light_rate) = g.busy?;
+        let last = self.last.replace(due);
+        if last == 0 || due <= last {
+            return None;
+        }
+        let gap = (due - last) as f64;
+        let mean = match self.gap.get() {
+            m if m > 0.0 => 0.75 * m + 0.25 * gap,
+            _ => gap,
+        };
+        self.gap.set(mean);
+        let rate = 1e9 / mean;
+        let now_busy =
+            if self.busy.get() { rate * REGIME_MARGIN >= light_rate } else { rate > light_rate * REGIME_MARGIN };
+        if now_busy == self.busy.get() {
+            return None;
+        }
+        self.busy.set(now_busy);
+        let policy = if now_busy { busy } else { g.spec.lane.conn };
+        for l in &lanes[self.lanes.start as usize..self.lanes.end as usize] {
+            l.lane.set_policy(policy);
+        }
+        Some(if now_busy { "profile_busy" } else { "profile_light" })
+    }
 }
 
 /// Everything a worker shares with its lanes and its tasks.
@@ -95,6 +142,8 @@ pub(crate) struct Worker {
     timeout_ns: u64,
     closed_loop: bool,
     groups: usize,
+    /// The groups' settings (clients mode: rates and profile policies).
+    groups_rt: Vec<GroupRt>,
     /// The worker itself, for the drivers spawned lazily.
     this: RefCell<std::rc::Weak<Worker>>,
 }
@@ -191,6 +240,16 @@ impl Worker {
         inn.deadlines.push_back((now + self.timeout_ns, t));
         self.ensure_started(lane);
         self.lanes[lane].lane.push(t);
+    }
+
+    /// Simulated client `c` has a query due at `due`: its connections' policy follows its rate
+    /// (see [`ClientRt::note_query`]); returns its lanes.
+    fn client_query(&self, inn: &mut Inner, c: u32, due: u64) -> Range<u32> {
+        let client = &self.clients[c as usize];
+        if let Some(event) = client.note_query(due, &self.groups_rt[client.group as usize], &self.lanes) {
+            count_event(&mut inn.events, event);
+        }
+        client.lanes.clone()
     }
 
     /// Plain runs: a query on any of the worker's lanes, in turn.
@@ -516,18 +575,33 @@ fn layout(share: &Share, c: &Common) -> (Vec<LaneSlot>, Vec<LaneSpec>, Vec<Clien
         }
         pools[gi] = Some(lo..lanes.len() as u32);
     }
+    let replay = share.replay.is_some();
     let clients = share
         .clients
         .iter()
         .map(|&g| {
             let gi = g as usize;
+            let group = &c.groups[gi];
+            // A client starts busy when its rate is above its profile's light rate (a replayed
+            // client starts light: its rate shows as it sends).
+            let busy = !replay && group.busy.is_some_and(|(_, light)| group.rate > light);
+            let client = |lanes| ClientRt {
+                lanes,
+                group: g,
+                last: Cell::new(0),
+                gap: Cell::new(if replay || group.rate <= 0.0 { 0.0 } else { 1e9 / group.rate }),
+                busy: Cell::new(busy),
+            };
             if let Some(p) = &pools[gi] {
-                return ClientRt { lanes: p.clone() };
+                return client(p.clone());
             }
             let lo = lanes.len() as u32;
-            let policy = c.groups[gi].spec.lane.conn;
-            lanes.extend((0..c.groups[gi].connections.max(1)).map(|_| new_slot(gi, gi, policy)));
-            ClientRt { lanes: lo..lanes.len() as u32 }
+            let policy = match group.busy {
+                Some((b, _)) if busy => b,
+                _ => group.spec.lane.conn,
+            };
+            lanes.extend((0..group.connections.max(1)).map(|_| new_slot(gi, gi, policy)));
+            client(lo..lanes.len() as u32)
         })
         .collect();
     (lanes, specs, clients)
@@ -556,6 +630,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         timeout_ns: c.timeout.as_nanos() as u64,
         closed_loop: share.concurrency.is_some(),
         groups,
+        groups_rt: c.groups.clone(),
         this: RefCell::new(std::rc::Weak::new()),
     });
     *w.this.borrow_mut() = Rc::downgrade(&w);
@@ -705,14 +780,17 @@ async fn clients_schedule(w: Rc<Worker>, share: Share, start: u64, end: Option<u
     }
     let timer = precise_timer(&w);
     let mut rng = Rng::new(share.index as u64 + 1);
-    let mean = 1e9 / share.client_rate.max(1e-9);
-    let gap = |rng: &mut Rng| match share.arrivals {
+    // Each group's mean gap between a client's queries, ns.
+    let means: Vec<f64> = w.groups_rt.iter().map(|g| 1e9 / g.rate.max(1e-9)).collect();
+    let mean_of = |c: u32| means[w.clients[c as usize].group as usize];
+    let gap = |rng: &mut Rng, mean: f64| match share.arrivals {
         Arrivals::Constant => mean as u64,
         Arrivals::Poisson => rng.exp_ns(mean),
     };
     // Each client starts at its own phase within its first interval.
     let mut heap: BinaryHeap<Reverse<(u64, u32)>> = (0..w.clients.len() as u32)
         .map(|c| {
+            let mean = mean_of(c);
             let phase = match share.arrivals {
                 Arrivals::Constant => (rng.unit() * mean) as u64,
                 Arrivals::Poisson => rng.exp_ns(mean),
@@ -733,9 +811,9 @@ async fn clients_schedule(w: Rc<Worker>, share: Share, start: u64, end: Option<u
                 break;
             }
             heap.pop();
-            let lanes = w.clients[c as usize].lanes.clone();
+            let lanes = w.client_query(&mut inn, c, due);
             w.issue(&mut inn, What::Next, due, now, lanes, true);
-            heap.push(Reverse((due + gap(&mut rng).max(1), c)));
+            heap.push(Reverse((due + gap(&mut rng, mean_of(c)).max(1), c)));
         }
     }
     w.inner.borrow_mut().issuing = false;
@@ -794,7 +872,7 @@ async fn replay_schedule(
             }
             heap.pop();
             if let Some((_, q)) = due_of(c as usize, pos as usize) {
-                let lanes = w.clients[c as usize].lanes.clone();
+                let lanes = w.client_query(&mut inn, c, due);
                 w.issue(&mut inn, What::Exact(q, 0), due, now, lanes, true);
                 if let Some((d, _)) = due_of(c as usize, pos as usize + 1) {
                     heap.push(Reverse((d, c, pos + 1)));
@@ -803,4 +881,87 @@ async fn replay_schedule(
         }
     }
     w.inner.borrow_mut().issuing = false;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client of a browser-like group (light: idle 10 s; busy: 4 queries a connection above
+    /// 1 qps) with two lanes.
+    fn browser() -> (GroupRt, Vec<LaneSlot>, ClientRt) {
+        let light = ConnPolicy { idle: Some(Duration::from_secs(10)), ..Default::default() };
+        let busy = ConnPolicy { max_queries: Some(4), ..light };
+        let target: Target = "https://127.0.0.1/dns-query".parse().unwrap();
+        let g = GroupRt {
+            spec: LaneSpec { target, lane: LaneOptions { conn: light, ..Default::default() } },
+            fallback: None,
+            connections: 2,
+            connect_at_start: true,
+            rate: 0.0,
+            busy: Some((busy, 1.0)),
+        };
+        let lanes = (0..2)
+            .map(|_| LaneSlot {
+                lane: Rc::new(Lane::with_policy(light)),
+                group: 0,
+                spec: 0,
+                started: Cell::new(false),
+                fallback: None,
+            })
+            .collect();
+        let c = ClientRt { lanes: 0..2, group: 0, last: Cell::new(0), gap: Cell::new(0.0), busy: Cell::new(false) };
+        (g, lanes, c)
+    }
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn a_client_switches_policy_with_its_rate() {
+        let (g, lanes, c) = browser();
+        let mut t = S;
+        let mut events = Vec::new();
+        let mut send = |gap: u64, n: usize, events: &mut Vec<&str>| {
+            for _ in 0..n {
+                t += gap;
+                events.extend(c.note_query(t, &g, &lanes));
+            }
+        };
+        // Slow (one query every 2 s): light.
+        send(2 * S, 5, &mut events);
+        assert!(events.is_empty(), "{events:?}");
+        assert_eq!(lanes[0].lane.policy().max_queries, None);
+        // Ten a second: busy, on both lanes, once.
+        send(S / 10, 10, &mut events);
+        assert_eq!(events, ["profile_busy"]);
+        assert!(lanes.iter().all(|l| l.lane.policy().max_queries == Some(4)));
+        // Slow again: back to light once the smoothed rate falls below 1 qps / 1.2.
+        send(3 * S, 10, &mut events);
+        assert_eq!(events, ["profile_busy", "profile_light"]);
+        assert!(lanes.iter().all(|l| l.lane.policy().max_queries.is_none()));
+    }
+
+    /// Near the light rate, the margin keeps the policy from flipping at every query.
+    #[test]
+    fn no_flipping_near_the_light_rate() {
+        let (g, lanes, c) = browser();
+        let mut t = S;
+        let mut switches = 0;
+        for i in 0..200u64 {
+            // Gaps alternating around 1 s (0.9 s and 1.1 s).
+            t += if i % 2 == 0 { 9 * S / 10 } else { 11 * S / 10 };
+            switches += usize::from(c.note_query(t, &g, &lanes).is_some());
+        }
+        assert_eq!(switches, 0);
+    }
+
+    /// A group without a busy policy never switches.
+    #[test]
+    fn one_policy_profiles_never_switch() {
+        let (mut g, lanes, c) = browser();
+        g.busy = None;
+        for i in 1..50u64 {
+            assert_eq!(c.note_query(i * S / 100, &g, &lanes), None);
+        }
+    }
 }

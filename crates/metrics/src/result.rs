@@ -279,11 +279,15 @@ impl SecondRow {
 /// One group of simulated clients in a mixture: a profile on a transport.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GroupSummary {
-    /// `PROFILE@SCHEME`, e.g. `browser@https`.
+    /// `PROFILE@SCHEME`, e.g. `browser@https`; unique within a run (groups alike add
+    /// `:QPS`, then `#N`).
     pub name: String,
     pub profile: String,
     pub target: TargetInfo,
     pub clients: u64,
+    /// Queries per second of each of the group's clients (absent in a replay).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub client_rate: Option<f64>,
     pub totals: Totals,
     pub latency: LatencySummary,
     #[serde(skip_serializing_if = "Option::is_none", default)]

@@ -125,7 +125,9 @@ impl LaneOptions {
     }
 }
 
-/// Starts the driver task of one lane on the current `LocalSet`.
+/// Starts the driver task of one lane on the current `LocalSet`. The lane's connection policy
+/// is its own (set where it was made, and changed as its client's traffic changes), not
+/// `opts.conn`.
 pub fn spawn_lane<X: Exchange + 'static>(target: &Target, lane: Rc<Lane>, x: Rc<X>, opts: &LaneOptions) {
     let local;
     let opts = match &opts.sources {
@@ -136,9 +138,6 @@ pub fn spawn_lane<X: Exchange + 'static>(target: &Target, lane: Rc<Lane>, x: Rc<
         None => opts,
     };
     lane.set_capacity(opts.max_in_flight);
-    if target.scheme != Scheme::Udp {
-        lane.set_policy(opts.conn);
-    }
     match target.scheme {
         Scheme::Udp => {
             tokio::task::spawn_local(udp::drive(target.addr, lane, x, opts.clone()));

@@ -136,7 +136,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", help_heading = "Clients")]
     pub clients: Option<u64>,
 
-    /// Queries per second of each simulated client (the total rate is clients x this).
+    /// Queries per second of each simulated client (the total rate is clients x this); a
+    /// --mix group may set its own (WEIGHT:PROFILE:QPS@URL).
     #[arg(long, value_name = "QPS", default_value_t = 1.0, help_heading = "Clients")]
     pub client_rate: f64,
 
@@ -150,9 +151,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME|FILE", help_heading = "Clients")]
     pub profile: Option<String>,
 
-    /// A group of a mixture of clients: WEIGHT:PROFILE@URL, e.g. 60:stub@udp://127.0.0.1:53
-    /// (repeat; weights are relative). Replaces TARGET and --profile.
-    #[arg(long, value_name = "WEIGHT:PROFILE@URL", help_heading = "Clients")]
+    /// A group of a mixture of clients: WEIGHT:PROFILE[:QPS]@URL, e.g. 60:stub@udp://127.0.0.1:53
+    /// or 20:browser:3@https://127.0.0.1/dns-query (repeat; weights are relative; QPS: each
+    /// of the group's clients, default --client-rate). Replaces TARGET and --profile.
+    #[arg(long, value_name = "WEIGHT:PROFILE[:QPS]@URL", help_heading = "Clients")]
     pub mix: Vec<String>,
 
     /// Replay a clients file (made by `volley pcap`): each simulated client sends a captured
@@ -325,52 +327,53 @@ fn clients_load(a: &RunArgs, replay: Option<Arc<volley_engine::clients::Replay>>
             a.client_rate
         )));
     }
-    let mut specs: Vec<(f64, Option<String>, String)> = Vec::new();
+    // (weight, profile, each client's rate, target URL)
+    let mut specs: Vec<(f64, Option<String>, f64, String)> = Vec::new();
     if a.mix.is_empty() {
         let t = a.target.clone().ok_or_else(|| CliError::usage("a TARGET is needed (or --mix)"))?;
-        specs.push((1.0, a.profile.clone(), t));
+        specs.push((1.0, a.profile.clone(), a.client_rate, t));
     } else {
         if a.target.is_some() || a.profile.is_some() {
             return Err(CliError::usage("--mix names each group's profile and target: drop TARGET and --profile"));
         }
         for m in &a.mix {
-            let bad = || {
-                CliError::usage(format!(
-                    "invalid --mix '{m}': expected WEIGHT:PROFILE@URL such as 60:stub@udp://127.0.0.1:53"
-                ))
-            };
-            let (w, rest) = m.split_once(':').ok_or_else(bad)?;
-            let (profile, url) = rest.split_once('@').ok_or_else(bad)?;
-            let w: f64 = w.trim_end_matches('%').parse().map_err(|_| bad())?;
-            if !(w > 0.0 && w.is_finite()) || profile.is_empty() {
-                return Err(bad());
-            }
-            specs.push((w, Some(profile.to_string()), url.to_string()));
+            specs.push(parse_mix(m, a.client_rate)?);
         }
     }
     let user_policy = ConnPolicy { max_queries: a.conn_queries, lifetime: a.conn_lifetime, idle: a.idle_timeout };
+    // Each connection flag given replaces its part of a profile's policy.
+    let with_flags = |p: ConnPolicy| ConnPolicy {
+        max_queries: user_policy.max_queries.or(p.max_queries),
+        lifetime: user_policy.lifetime.or(p.lifetime),
+        idle: user_policy.idle.or(p.idle),
+    };
+    check_policy_flags(a)?;
+    let targets: Vec<Target> =
+        specs.iter().map(|(_, _, _, url)| url.parse::<Target>().map_err(CliError::usage)).collect::<CliResult<_>>()?;
+    if targets.iter().all(|t| t.scheme == Scheme::Udp) && (!user_policy.is_none() || a.conn_rate.is_some()) {
+        return Err(CliError::usage(CONN_FLAGS_NEED_CONNECTIONS));
+    }
     let mut groups = Vec::new();
-    for (weight, profile, url) in specs {
-        let target: Target = url.parse().map_err(CliError::usage)?;
+    for ((weight, profile, rate, _), target) in specs.into_iter().zip(targets) {
         let name = profile.unwrap_or_else(|| if target.scheme == Scheme::Udp { "stub" } else { "forwarder" }.into());
-        let profile = Profile::load(&name).map_err(CliError::usage)?;
+        let profile = Profile::load(&name, &parse_duration).map_err(CliError::usage)?;
+        let udp = target.scheme == Scheme::Udp;
         let mut lane = lane_options_with(a, &target, ConnPolicy::default())?;
         // Each client resumes only the TLS sessions it obtained itself.
         lane.own_sessions = true;
-        if target.scheme != Scheme::Udp {
-            // The profile's policy, with each connection flag given replacing its part.
-            let p = profile.policy_for(a.client_rate, &parse_duration).map_err(CliError::usage)?;
-            lane.conn = ConnPolicy {
-                max_queries: user_policy.max_queries.or(p.max_queries),
-                lifetime: user_policy.lifetime.or(p.lifetime),
-                idle: user_policy.idle.or(p.idle),
-            };
+        let mut busy = None;
+        if udp {
+            // UDP groups share sockets: connection settings are for the other groups.
+            lane.conn_gate = None;
+        } else {
+            lane.conn = with_flags(profile.light);
+            busy = profile.busy.map(with_flags);
         }
-        let fallback = (profile.tcp_on_truncation && target.scheme == Scheme::Udp)
+        let fallback = (profile.tcp_on_truncation && udp)
             .then(|| format!("tcp://{}", target.addr).parse::<Target>())
             .transpose()
             .map_err(CliError::usage)?;
-        groups.push(Group { weight, profile, target, lane, fallback });
+        groups.push(Group { weight, profile, target, rate, lane, busy, fallback });
     }
     let arrivals = match a.arrivals {
         ArrivalsArg::Constant => Arrivals::Constant,
@@ -381,34 +384,36 @@ fn clients_load(a: &RunArgs, replay: Option<Arc<volley_engine::clients::Replay>>
     // holds them only part of the time: with q queries per second and an idle timeout of t
     // seconds, a connection is open about 1 - e^(-q t) of the time (Poisson arrivals; for
     // clients of unequal rates, as in a replay, this overestimates).
-    let per_client_rate = match &replay {
-        Some(r) => {
-            let queries: usize = r.clients.iter().map(Vec::len).sum();
-            let span_s = (r.span_ns as f64 / 1e9).max(1.0);
-            queries as f64 / r.clients.len().max(1) as f64 / span_s
-        }
-        None => a.client_rate,
-    };
+    let replay_rate = replay.as_ref().map(|r| {
+        let queries: usize = r.clients.iter().map(Vec::len).sum();
+        let span_s = (r.span_ns as f64 / 1e9).max(1.0);
+        queries as f64 / r.clients.len().max(1) as f64 / span_s
+    });
     let total_weight: f64 = groups.iter().map(|x| x.weight).sum();
     let sockets: u64 = groups
         .iter()
         .filter(|g| g.target.scheme != Scheme::Udp)
         .map(|g| {
             let clients = (count as f64 * g.weight / total_weight).ceil();
+            let rate = replay_rate.unwrap_or(g.rate);
             let open_share = match g.lane.conn.idle {
-                Some(idle) if !g.profile.connect_at_start => 1.0 - (-per_client_rate * idle.as_secs_f64()).exp(),
+                Some(idle) if !g.profile.connect_at_start => 1.0 - (-rate * idle.as_secs_f64()).exp(),
                 _ => 1.0,
             };
             (clients * f64::from(g.profile.connections) * open_share).ceil() as u64
         })
         .sum();
     check_sockets(sockets, worker_threads(a), &groups[0].lane, &format!("{count} clients"))?;
-    Ok(Some(ClientsLoad { count, rate: a.client_rate, arrivals, groups, replay }))
+    Ok(Some(ClientsLoad { count, arrivals, groups, replay }))
 }
 
 /// The transport settings of the flags (TLS, HTTP), checked.
 fn lane_options(a: &RunArgs, target: &Target) -> CliResult<LaneOptions> {
     let policy = ConnPolicy { max_queries: a.conn_queries, lifetime: a.conn_lifetime, idle: a.idle_timeout };
+    check_policy_flags(a)?;
+    if target.scheme == Scheme::Udp && (!policy.is_none() || a.conn_rate.is_some()) {
+        return Err(CliError::usage(CONN_FLAGS_NEED_CONNECTIONS));
+    }
     lane_options_with(a, target, policy)
 }
 
@@ -433,18 +438,49 @@ fn lane_options_with(a: &RunArgs, target: &Target, policy: ConnPolicy) -> CliRes
             )));
         }
     }
+    Ok(opts)
+}
+
+/// The error of connection flags on a run without connections.
+const CONN_FLAGS_NEED_CONNECTIONS: &str =
+    "--conn-queries, --conn-lifetime, --idle-timeout and --conn-rate apply to connections: use tcp://, tls://, https:// or quic://";
+
+/// Checks the values of the connection policy flags.
+fn check_policy_flags(a: &RunArgs) -> CliResult {
     if a.conn_queries == Some(0) {
         return Err(CliError::usage("invalid --conn-queries 0: expected at least 1"));
     }
     if a.conn_lifetime.is_some_and(|d| d.is_zero()) || a.idle_timeout.is_some_and(|d| d.is_zero()) {
         return Err(CliError::usage("invalid --conn-lifetime/--idle-timeout: must be above 0"));
     }
-    if target.scheme == Scheme::Udp && (!opts.conn.is_none() || opts.conn_gate.is_some()) {
-        return Err(CliError::usage(
-            "--conn-queries, --conn-lifetime, --idle-timeout and --conn-rate apply to connections: use tcp://, tls://, https:// or quic://",
-        ));
+    Ok(())
+}
+
+/// One `--mix` group: WEIGHT:PROFILE[:QPS]@URL (QPS: each client's rate, else `default_rate`).
+fn parse_mix(m: &str, default_rate: f64) -> CliResult<(f64, Option<String>, f64, String)> {
+    let bad = || {
+        CliError::usage(format!(
+            "invalid --mix '{m}': expected WEIGHT:PROFILE[:QPS]@URL such as 60:stub@udp://127.0.0.1:53"
+        ))
+    };
+    let (w, rest) = m.split_once(':').ok_or_else(bad)?;
+    let (profile, url) = rest.split_once('@').ok_or_else(bad)?;
+    let w: f64 = w.trim_end_matches('%').parse().map_err(|_| bad())?;
+    let (profile, rate) = match profile.rsplit_once(':') {
+        Some((p, q)) => match q.parse::<f64>() {
+            Ok(r) if r > 0.0 && r.is_finite() => (p, r),
+            _ => {
+                return Err(CliError::usage(format!(
+                    "invalid --mix '{m}': the rate '{q}' after the profile must be queries per second above 0"
+                )))
+            }
+        },
+        None => (profile, default_rate),
+    };
+    if !(w > 0.0 && w.is_finite()) || profile.is_empty() {
+        return Err(bad());
     }
-    Ok(opts)
+    Ok((w, Some(profile.to_string()), rate, url.to_string()))
 }
 
 /// The warning a run with `--insecure` carries in its results.
