@@ -10,51 +10,13 @@ mod common;
 use std::collections::BTreeMap;
 use std::net::UdpSocket;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{free_port, require, run_cmd, volley, wait_bounded, Server};
+use common::{free_port, run_cmd, volley, Capture, Server};
 
 const CLIENTS: usize = 4;
 const QUERIES: usize = 8;
-
-/// tcpdump on `lo` for one port, stopped (SIGINT) and waited for by `stop`.
-struct Capture {
-    child: Child,
-}
-
-impl Capture {
-    fn start(file: &Path, port: u16) -> Capture {
-        let tcpdump = require("tcpdump");
-        let child = Command::new(tcpdump)
-            .args(["-i", "lo", "-U", "--immediate-mode", "-B", "65536", "-w"])
-            .arg(file)
-            .arg(format!("port {port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start tcpdump");
-        // tcpdump needs a moment before it captures.
-        std::thread::sleep(Duration::from_millis(700));
-        Capture { child }
-    }
-
-    fn stop(mut self) {
-        std::thread::sleep(Duration::from_millis(300));
-        common::signal(&self.child, libc::SIGINT);
-        if wait_bounded(&mut self.child, Duration::from_secs(10)).is_none() {
-            let _ = self.child.kill();
-        }
-    }
-}
-
-impl Drop for Capture {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A DNS query for `name` A with `id`, no EDNS.
 fn query(name: &str, id: u16) -> Vec<u8> {
@@ -132,7 +94,7 @@ fn replay_keeps_queries_order_and_timing() {
         }
         socks[*c].send(&query(&format!("q{q}.c{c}.replay.test"), (*c * 100 + *q) as u16)).unwrap();
     }
-    cap.stop();
+    let _ = cap.stop();
     let clients = dir.path().join("original.clients");
     let want = by_client(&pcap_dump(&original, port, &clients));
     assert_eq!(want.len(), CLIENTS, "original capture: {want:?}");
@@ -154,7 +116,7 @@ fn replay_keeps_queries_order_and_timing() {
             Duration::from_secs(60),
         );
         assert_eq!(r.status.code(), Some(0), "{scheme} replay: {}", r.stderr);
-        cap.stop();
+        let _ = cap.stop();
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
         assert_eq!(v["load"]["model"], "replay");
         assert_eq!(v["totals"]["answered"], (CLIENTS * QUERIES) as u64, "{scheme}: {}", v["totals"]);

@@ -1300,6 +1300,91 @@ pub fn serve_stat(stderr: &str, key: &str) -> u64 {
 // Connections seen on the wire (iproute2 `ss`)
 // ---------------------------------------------------------------------------------------------
 
+/// How long tcpdump may take to start or to stop.
+pub const CAPTURE_WAIT: Duration = Duration::from_secs(20);
+
+/// A running tcpdump writing `lo` traffic on some ports to a file.
+pub struct Capture {
+    child: Child,
+    stderr: Option<JoinHandle<String>>,
+    path: PathBuf,
+}
+
+impl Capture {
+    /// Starts tcpdump on `lo` for `port` and waits (bounded) until it listens.
+    pub fn start(path: &Path, port: u16) -> Capture {
+        let tcpdump = require("tcpdump");
+        let mut child = Command::new(&tcpdump)
+            // Immediate mode and a large buffer: a burst of 400 datagrams in a few milliseconds
+            // must not be dropped by the kernel before tcpdump reads it.
+            .args(["-i", "lo", "-n", "-U", "--immediate-mode", "-B", "65536", "-w"])
+            .arg(path)
+            .arg(format!("port {port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", tcpdump.display()));
+        let (tx, rx) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        let stderr = thread::spawn(move || {
+            let mut all = String::new();
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                all.push_str(&l);
+                all.push('\n');
+                let _ = tx.send(l);
+            }
+            all
+        });
+        let deadline = Instant::now() + CAPTURE_WAIT;
+        loop {
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(l) if l.contains("listening on") => break,
+                Ok(_) => {}
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "tcpdump did not start capturing on lo within {CAPTURE_WAIT:?} (capturing needs root): {}",
+                        stderr.join().unwrap_or_default()
+                    );
+                }
+            }
+        }
+        // The socket filter is attached by now; a moment more for the ring to be live.
+        thread::sleep(Duration::from_millis(300));
+        Capture { child, stderr: Some(stderr), path: path.to_path_buf() }
+    }
+
+    /// Stops tcpdump (SIGINT to its pid), waits for it (bounded), and checks that the kernel
+    /// dropped nothing.
+    pub fn stop(mut self) -> PathBuf {
+        // The last packets of the run (closes) are on the wire by now; let tcpdump write them.
+        thread::sleep(Duration::from_millis(500));
+        signal(&self.child, libc::SIGINT);
+        let status = wait_bounded(&mut self.child, CAPTURE_WAIT);
+        let err = self.stderr.take().map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        let status =
+            status.unwrap_or_else(|| panic!("tcpdump still running {CAPTURE_WAIT:?} after SIGINT; killed\n{err}"));
+        assert!(status.success(), "tcpdump: {status}\n{err}");
+        assert!(
+            err.lines().any(|l| l.trim() == "0 packets dropped by kernel"),
+            "tcpdump dropped packets: the capture is incomplete\n{err}"
+        );
+        self.path.clone()
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        // Only when a test failed between start and stop: do not leave tcpdump running.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// TCP connections in state ESTABLISHED whose local port is `port` (the server's side of
 /// each connection to a listener on `port`), counted by `ss -tn`. A missing `ss` is a
 /// failure (iproute2: scripts/install-deps.sh).
