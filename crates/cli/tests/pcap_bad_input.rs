@@ -7,57 +7,23 @@
 mod common;
 
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output as StdOutput, Stdio};
-use std::sync::mpsc;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{build_query, require, run_cmd, signal, volley, wait_bounded, Output, Server};
+use common::{build_query, run_cmd, volley, wait_bounded, Capture, Output, Server};
 use volley_replay::ClientsFile;
 
 const WAIT: Duration = Duration::from_secs(20);
 
 /// A capture of a few UDP and TCP queries to the responder.
 fn real_capture(dir: &Path) -> (PathBuf, Vec<u16>) {
-    let tcpdump = require("tcpdump");
     let server = Server::start();
     let (u, t) = (server.udp_addr(), server.tcp_addr());
     let path = dir.join("real.pcap");
-    let mut child = Command::new(&tcpdump)
-        .args(["-i", "lo", "-n", "-U", "--immediate-mode", "-w"])
-        .arg(&path)
-        .arg(format!("port {} or port {}", u.port(), t.port()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start tcpdump");
-    let (tx, rx) = mpsc::channel();
-    let err = child.stderr.take().unwrap();
-    let reader = thread::spawn(move || {
-        let mut all = String::new();
-        for l in BufReader::new(err).lines().map_while(Result::ok) {
-            all.push_str(&l);
-            let _ = tx.send(l);
-        }
-        all
-    });
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(l) if l.contains("listening on") => break,
-            Ok(_) => {}
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("tcpdump did not start: {}", reader.join().unwrap_or_default());
-            }
-        }
-    }
-    thread::sleep(Duration::from_millis(300));
+    let cap = Capture::start_filter(&path, &format!("port {} or port {}", u.port(), t.port()));
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let mut buf = [0u8; 2048];
@@ -78,11 +44,7 @@ fn real_capture(dir: &Path) -> (PathBuf, Vec<u16>) {
         s.read_exact(&mut body).unwrap();
     }
     drop(s);
-    thread::sleep(Duration::from_millis(500));
-    signal(&child, libc::SIGINT);
-    let status = wait_bounded(&mut child, WAIT).expect("tcpdump stops");
-    assert!(status.success(), "tcpdump: {status}: {}", reader.join().unwrap_or_default());
-    (path, vec![u.port(), t.port()])
+    (cap.stop(), vec![u.port(), t.port()])
 }
 
 fn pcap_cmd(input: &Path, output: &Path, ports: &[u16]) -> Output {

@@ -1313,13 +1313,19 @@ pub struct Capture {
 impl Capture {
     /// Starts tcpdump on `lo` for `port` and waits (bounded) until it listens.
     pub fn start(path: &Path, port: u16) -> Capture {
+        Capture::start_filter(path, &format!("port {port}"))
+    }
+
+    /// Starts tcpdump on `lo` with a capture filter (`port 53 or port 853`) and waits (bounded)
+    /// until it listens.
+    pub fn start_filter(path: &Path, filter: &str) -> Capture {
         let tcpdump = require("tcpdump");
         let mut child = Command::new(&tcpdump)
             // Immediate mode and a large buffer: a burst of 400 datagrams in a few milliseconds
             // must not be dropped by the kernel before tcpdump reads it.
             .args(["-i", "lo", "-n", "-U", "--immediate-mode", "-B", "65536", "-w"])
             .arg(path)
-            .arg(format!("port {port}"))
+            .arg(filter)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
