@@ -320,6 +320,24 @@ fn server_max_conns() {
     assert_eq!(serve_stat(&stats, "doq_connections"), 3 + 1, "three held, plus the probe's:\n{stats}");
 }
 
+/// `--max-streams 2` (SETTINGS_MAX_CONCURRENT_STREAMS 2): the HTTP/2 client opens no more
+/// streams than the server allows, from the start of each connection (it opens one stream
+/// until the server's SETTINGS arrive): 50 queries at once over 40 new connections of 10
+/// queries each, and the server refuses none (a refused stream would be resent, and counted as
+/// event `resent_refused_stream`).
+#[test]
+fn server_max_streams_doh2_is_honoured() {
+    let mut s = Server::start_encrypted(&["-T", "1", "--max-streams", "2"]);
+    let r =
+        run_volley(&[&s.url("https"), "--ca", s.ca_str(), "-n", "400", "-c", "50", "--conn-queries", "10", "-T", "1"]);
+    let stats = s.terminate();
+    let v = complete(&r);
+    assert_eq!(total(&v, "answered"), 400, "every query answered:\n{}", show(&v));
+    assert_eq!(v["events"]["resent_refused_stream"], Value::Null, "no stream refused:\n{:#}", v["events"]);
+    assert!(conn_total(&v, "opened") >= 40, "{}", show(&v));
+    assert_eq!(serve_stat(&stats, "answered"), 401, "{stats}");
+}
+
 /// An open connection costs the generator one descriptor, whoever owns its stream (TCP and
 /// DoT: volley's own loop; DoH: hyper or h2, which hand the socket back to the byte counters
 /// when they drop it): 60 connections held open per transport, the run's descriptors counted

@@ -3,8 +3,8 @@
 //! in `?dns=`, POST as an `application/dns-message` body.
 //!
 //! HTTP/2 (the h2 crate): one connection per lane, one stream per query, all awaited by one
-//! task per lane (`responses`); the lane's capacity follows the server's
-//! SETTINGS_MAX_CONCURRENT_STREAMS.
+//! task per lane (`responses`); the streams open at once follow the server's
+//! SETTINGS_MAX_CONCURRENT_STREAMS (one until its SETTINGS arrive on a new connection).
 //! HTTP/1.1 (hyper): keep-alive, one request in flight per connection; with pipelining
 //! (`h1_pipeline` > 1) the lane runs on the stream loop of TCP and DoT instead (see `h1`).
 
@@ -241,7 +241,7 @@ enum Hs {
 type OnHandshake = Box<dyn FnOnce(Result<&TlsStream<StampedTcp>, &io::Error>) -> io::Result<()>>;
 
 /// The TLS stream of an HTTP connection. With 0-RTT its handshake may still be going on when
-/// HTTP starts: what HTTP writes meanwhile (HTTP/2 preface, SETTINGS, the first requests)
+/// HTTP starts: what HTTP writes meanwhile (HTTP/2 preface, SETTINGS, the first request)
 /// goes as early data, and tokio-rustls sends it again after the handshake if the server
 /// refused it; reads wait for the handshake. `done` reports the handshake when an I/O call
 /// sees it end.
@@ -592,13 +592,14 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         let cork = tls.cork.clone();
         responses.receive_times(tls.stamp());
         let mut b = h2::client::Builder::new();
-        // Until the server's SETTINGS arrive, open at most 100 streams (the least RFC 9113
-        // recommends a server to allow): more would be refused (REFUSED_STREAM) by a server
-        // with that limit.
+        // Until the server's SETTINGS arrive, open one stream: the server's limit
+        // (SETTINGS_MAX_CONCURRENT_STREAMS) is not known yet, and streams beyond it would be
+        // refused (REFUSED_STREAM). h2 holds the next request as pending (`poll_ready`)
+        // until the SETTINGS raise the limit; a server that sends none allows any number.
         b.initial_window_size(1 << 20)
             .initial_connection_window_size(4 << 20)
             .max_concurrent_reset_streams(1 << 16)
-            .initial_max_send_streams(100);
+            .initial_max_send_streams(1);
         let (mut send, conn) = match b.handshake::<_, Bytes>(tls).await {
             Ok(v) => v,
             Err(e) => {
