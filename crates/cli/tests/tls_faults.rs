@@ -248,6 +248,22 @@ fn stream_reset_counted_doh2() {
     answered_or(v, "stream_reset", 40);
 }
 
+/// A stream the HTTP/2 server refused unprocessed (REFUSED_STREAM, `refuse-stream=1/4`) is no
+/// failure but sent again, once (event `resent_refused_stream`); a query refused a second time
+/// fails as `refused_stream`, never as `stream_reset`.
+#[test]
+fn refused_stream_resent_doh2() {
+    let s = Server::start_encrypted(&["--fault", "refuse-stream=1/4"]);
+    let r = run_n(&s.url("https"), s.ca_str(), "www.example.test", 400, &["-T", "1"]);
+    let v = ended(&r);
+    let resent = v["events"]["resent_refused_stream"].as_u64().unwrap_or(0);
+    // The server refuses 1 in 4 of the streams it gets, resends included: about 133 of 533.
+    assert!(resent >= 80, "refused streams sent again:\n{:#}\n{:#}", v["totals"], v["events"]);
+    answered_or(v, "refused_stream", 0);
+    assert!(error_count(v, "refused_stream") < resent / 2, "most resends answered:\n{:#}", v["totals"]);
+    assert_eq!(v["events"].as_object().map(|o| o.len()), Some(1), "no other event:\n{:#}", v["events"]);
+}
+
 /// On HTTP/3 a reset request stream is a QUIC stream reset.
 #[test]
 fn stream_reset_counted_doh3() {

@@ -514,6 +514,28 @@ fn fault_rst_stream_and_goaway() {
     r.stop();
 }
 
+/// `refuse-stream=1/3`: every third HTTP/2 request is refused unread (REFUSED_STREAM), and not
+/// counted as a query; the connection goes on.
+#[test]
+fn fault_refuse_stream() {
+    let faults = vec!["refuse-stream=1/3".parse::<Fault>().unwrap()];
+    let r = start(base(ResponderConfig { doh_port: Some(0), faults, ..Default::default() })).unwrap();
+    let addr = r.address(Transport::Doh).unwrap();
+    let ca = r.ca_pem().unwrap().to_string();
+    rt().block_on(async {
+        let (mut send, _conn) = h2_client(addr, &ca).await;
+        assert_eq!(h2_get(&mut send).await.unwrap(), 200);
+        assert_eq!(h2_get(&mut send).await.unwrap(), 200);
+        let e = h2_get(&mut send).await.unwrap_err();
+        assert!(e.is_reset() && e.is_remote(), "{e}");
+        assert_eq!(e.reason(), Some(h2::Reason::REFUSED_STREAM), "{e}");
+        assert_eq!(h2_get(&mut send).await.unwrap(), 200);
+    });
+    let s = wait_stats(&r, |s| s.answered >= 3);
+    assert_eq!((s.queries, s.answered, s.dropped), (3, 3, 0), "the refused request is no query: {s:?}");
+    r.stop();
+}
+
 #[test]
 fn config_errors() {
     let e = start(ResponderConfig {

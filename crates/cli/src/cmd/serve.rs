@@ -33,6 +33,7 @@ Faults (--fault, repeatable; for provoking client errors):
   goaway-after=N            HTTP/2 and HTTP/3 GOAWAY after N requests on a connection
                             (HTTP/1.1: connection: close)
   rst-stream=N/M            DoH: reset N of every M request streams (HTTP/1.1: close)
+  refuse-stream=N/M         HTTP/2: refuse N of every M streams unread (REFUSED_STREAM)
   tcp-reset-after=N         TCP, DoT: answer N queries per connection, RST at the next
   quic-stream-reset=N/M     DoQ: reset N of every M streams (DOQ_INTERNAL_ERROR)
   N/M counts the requests of the whole server: the last N of each block of M.
@@ -208,7 +209,8 @@ pub struct ServeArgs {
     pub max_streams: u32,
 
     /// Misbehave on purpose (repeatable): http-status=CODE[:N/M], content-type=TYPE[:N/M],
-    /// goaway-after=N, rst-stream=N/M, tcp-reset-after=N, quic-stream-reset=N/M.
+    /// goaway-after=N, rst-stream=N/M, refuse-stream=N/M, tcp-reset-after=N,
+    /// quic-stream-reset=N/M.
     #[arg(long, value_name = "NAME=VALUE")]
     pub fault: Vec<String>,
 }

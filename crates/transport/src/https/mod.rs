@@ -172,6 +172,8 @@ fn head_kind(status: StatusCode, headers: &HeaderMap) -> Result<(), ErrorKind> {
 pub(crate) fn h2_kind(e: &h2::Error) -> ErrorKind {
     if e.is_go_away() {
         ErrorKind::Goaway
+    } else if e.is_reset() && e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+        ErrorKind::RefusedStream
     } else if e.is_reset() {
         ErrorKind::StreamReset
     } else if let Some(io) = e.get_io() {
@@ -581,7 +583,7 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
     let sweep = (opts.query_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
-    let responses = responses::Responses::start(x.clone(), sweep);
+    let responses = responses::Responses::start(x.clone(), lane.clone(), sweep);
     // Whichever way the driver returns, the responses' task ends with it.
     let _close = scopeguard(|| responses.close());
     loop {
@@ -674,7 +676,8 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                         responses.push(t, resp);
                     }
                     Err(e) => {
-                        x.failed(t, h2_kind(&e), x.now());
+                        // The connection ended between `poll_ready` and now.
+                        stream::unanswered(&lane, &*x, &[t], h2_kind(&e));
                         break 'conn;
                     }
                 }
