@@ -774,7 +774,8 @@ async fn run_others_first() {
 }
 
 /// The driver of one DoH lane over HTTP/1.1: one request at a time on a keep-alive
-/// connection.
+/// connection. A request the server closed the connection on is sent again, once, on the
+/// next one ([`stream::unanswered`]).
 pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
     if opts.h1_pipeline > 1 {
         return h1::drive(target, lane, x, opts).await;
@@ -857,6 +858,12 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             let now = rx.arrival(&*x);
             match r {
                 Ok(Ok(body)) => x.response(t, &body, now),
+                Ok(Err(kind)) if stream::resendable(kind) => {
+                    // The server closed the connection before the answer: the query is sent
+                    // again on the next one.
+                    stream::unanswered(&lane, &*x, &[t], kind);
+                    break;
+                }
                 Ok(Err(kind)) => {
                     x.failed(t, kind, now);
                     if kind != ErrorKind::HttpStatus && kind != ErrorKind::ContentType {
