@@ -199,6 +199,44 @@ fn plain_tcp_on_the_tls_port_is_one_line_exit_2() {
 // DoH: http_status, content_type, stream_reset, goaway
 // ---------------------------------------------------------------------------------------------
 
+/// The check before a run tells a wrong request from a server's own answer. A path the server
+/// does not serve (404), a method it refuses (405) or a redirect is bad input: exit 2, one line
+/// with what to check. A DoH server that answers 503, or with another content type, is
+/// measured: one warning line on stderr (kept in the results' warnings), then the run, whose
+/// queries fail as `http_status` / `content_type`; `volley query` says so with exit 1.
+#[test]
+fn probe_tells_wrong_requests_from_server_faults() {
+    let s = Server::start_encrypted(&[]);
+    let wrong_path = s.url("https").replace("/dns-query", "/dns-quer");
+    let line = assert_usage_error(&run_volley(&[&wrong_path, "--ca", s.ca_str(), "-n", "10"]));
+    assert!(line.contains("404") && line.contains("is the path right?"), "{line}");
+    for (fault, hint) in [("http-status=405", "--doh-method get"), ("http-status=301", "redirect")] {
+        let s = Server::start_encrypted(&["--fault", fault]);
+        let line = assert_usage_error(&run_volley(&[&s.url("https"), "--ca", s.ca_str(), "-n", "10"]));
+        assert!(line.contains(&fault[12..]) && line.contains(hint), "{fault}: {line}");
+    }
+    for (fault, kind, said) in [
+        ("http-status=503", "http_status", "HTTP status 503"),
+        ("content-type=text/plain", "content_type", "content type"),
+    ] {
+        let s = Server::start_encrypted(&["--fault", fault]);
+        let r = run_n(&s.url("https"), s.ca_str(), "www.example.test", 50, &[]);
+        let v = ended(&r);
+        assert_eq!(error_count(v, kind), 50, "{fault}: measured, every query failed as {kind}:\n{:#}", v["totals"]);
+        let warned: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(warned.len(), 1, "{fault}: one line on stderr:\n{}", r.stderr);
+        assert!(warned[0].starts_with("volley: warning:") && warned[0].contains(said), "{fault}: {}", warned[0]);
+        let kept =
+            v["warnings"].as_array().is_some_and(|w| w.iter().any(|w| w.as_str().is_some_and(|w| w.contains(said))));
+        assert!(kept, "{fault}: in the results' warnings:\n{:#}", v["warnings"]);
+        let mut q = Command::new(volley());
+        q.args(["query", &s.url("https"), "www.example.test", "--ca", s.ca_str()]);
+        let out = run_cmd(&mut q, Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(1), "{fault}: volley query got no DNS answer:\n{}", out.stderr);
+        assert!(out.stderr.contains(said), "{fault}: {}", out.stderr);
+    }
+}
+
 /// Every `http_status` failure's status is counted as event `http_status_NNN`.
 fn statuses_told(v: &serde_json::Value, status: &str) {
     let failed = v["totals"]["errors"]["http_status"].as_u64();

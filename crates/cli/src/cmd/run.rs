@@ -472,23 +472,37 @@ pub fn check_output(path: &Option<PathBuf>) -> CliResult {
     Ok(())
 }
 
-/// Checks that something answers at each target before load starts.
-pub fn check_target(plan: &Plan) -> CliResult<Option<String>> {
+/// Checks that something answers at each target before load starts: nothing listening, or
+/// a request the target says is wrong (a DoH path or method), is bad input. A target that
+/// did not answer, or answered with no DNS message (a DoH status such as 503, another content
+/// type: its doing, which the run measures), is measured anyway: the warnings, each printed on
+/// stderr now, are returned for the results.
+pub fn check_target(plan: &Plan) -> CliResult<Vec<String>> {
+    use volley_transport::probe::Probe;
     let q = plan.queries.first_wire();
     let targets: Vec<(&Target, &LaneOptions)> = match &plan.load {
         Load::Clients(c) => c.groups.iter().map(|g| (&g.target, &g.lane)).collect(),
         _ => vec![(&plan.target, &plan.lane)],
     };
     let mut silent = Vec::new();
+    let mut warnings = Vec::new();
     for (target, lane) in targets {
         match probe_with(target, &q, plan.timeout.min(Duration::from_secs(2)), lane) {
-            Ok(volley_transport::probe::Probe::Answered) => {}
-            Ok(volley_transport::probe::Probe::Silent) => silent.push(target.to_string()),
+            Ok(Probe::Answered) => {}
+            Ok(Probe::Silent) => silent.push(target.to_string()),
+            Ok(Probe::NotDns(e)) => {
+                warnings.push(format!("first probe query: {e}; measuring anyway (answers like it count as failures)"))
+            }
             Err(e) => return Err(CliError::usage(e)),
         }
     }
-    Ok((!silent.is_empty())
-        .then(|| format!("{} did not answer a first probe query; measuring anyway", silent.join(", "))))
+    if !silent.is_empty() {
+        warnings.push(format!("{} did not answer a first probe query; measuring anyway", silent.join(", ")));
+    }
+    for w in &warnings {
+        eprintln!("volley: warning: {w}");
+    }
+    Ok(warnings)
 }
 
 /// Installs SIGINT/SIGTERM handling: the first stops the run (results still written), a
@@ -556,13 +570,11 @@ pub fn execute(
 pub fn run(a: RunArgs) -> CliResult {
     let plan = plan(&a)?;
     check_output(&a.output)?;
-    let warning = check_target(&plan)?;
+    let warnings = check_target(&plan)?;
     let interrupt = interrupt_flag();
     let mut result = execute(&plan, a.progress, a.metrics_file.as_deref(), interrupt)?;
     result.command = std::env::args().collect();
-    if let Some(w) = warning {
-        result.warnings.insert(0, w);
-    }
+    result.warnings.splice(0..0, warnings);
     if let Some(w) = insecure_warning(&plan) {
         result.warnings.insert(0, w);
     }
