@@ -284,14 +284,11 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         Some(c) => c.groups[0].lane.clone(),
         None => lane_options(a, &target)?,
     };
-    let h1 = target.scheme.is_https() && lane.http_for(target.scheme) == HttpVersion::Http1;
     let connections = match (a.connections, &load) {
-        // HTTP/1.1 carries one request at a time per connection, or its pipelining depth.
-        (None, Load::Closed { concurrency }) if h1 => {
-            (concurrency.div_ceil(lane.h1_pipeline.max(1) as u64) as usize).max(threads)
-        }
-        (c, _) => c.unwrap_or(threads),
-    };
+        (None, Load::Closed { concurrency }) => h1_connections(*concurrency, &lane, &target).map(|n| n.max(threads)),
+        (c, _) => c,
+    }
+    .unwrap_or(threads);
     if clients.is_none() {
         check_sockets(connections as u64, threads, &lane, &format!("{connections} connections"))?;
     }
@@ -445,6 +442,13 @@ fn lane_options_with(a: &RunArgs, target: &Target, policy: ConnPolicy) -> CliRes
         ));
     }
     Ok(opts)
+}
+
+/// The connections a closed loop of `concurrency` needs over DoH/1.1, which carries one
+/// request at a time per connection, or its pipelining depth; None for other transports.
+pub fn h1_connections(concurrency: u64, lane: &LaneOptions, target: &Target) -> Option<usize> {
+    let h1 = target.scheme.is_https() && lane.http_for(target.scheme) == HttpVersion::Http1;
+    h1.then(|| concurrency.div_ceil(lane.h1_pipeline.max(1) as u64) as usize)
 }
 
 /// The warning a run with `--insecure` carries in its results.
