@@ -101,6 +101,19 @@ fn insecure_runs_and_says_so() {
         );
         assert!(r.stdout.to_lowercase().contains("insecure"), "{t}: the summary says so too:\n{}", r.stdout);
     }
+    // volley bench: a line above its table, and each run's warnings.
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let mut cmd = Command::new(volley());
+    cmd.args(["bench", "--target", &s.url("tls"), "--insecure", "-l", "1s", "-c", "4", "--progress", "never", "-o"])
+        .arg(&json);
+    let out = run_cmd(&mut cmd, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    let notice = out.stdout.lines().filter(|l| l.starts_with("WARNING: --insecure")).count();
+    assert_eq!(notice, 1, "one line says so:\n{}", out.stdout);
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let w = doc["runs"][0]["warnings"].to_string();
+    assert!(w.contains("--insecure"), "the run's results say so: {w}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 //! `volley bench`: every transport for a few seconds, one comparison table.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use volley_wire::{QType, QueryOptions};
 
 use crate::args::{parse_duration, TlsArgs};
 use crate::cmd::run::{
-    check_output, check_target, execute, h1_connections, insecure_warning, interrupt_flag, ProgressMode,
+    check_output, check_target, execute, h1_connections, insecure_warning, interrupt_flag, ProgressMode, INSECURE,
 };
 use crate::error::{CliError, CliResult};
 
@@ -206,6 +207,7 @@ pub fn run(a: BenchArgs) -> CliResult {
 
     let interrupt = interrupt_flag();
     let mut rows = Vec::new();
+    let mut insecure = false;
     let mut runs = Vec::new();
     println!(
         "volley bench: {}s per transport, closed loop of {}, {} generator thread(s){}{}",
@@ -263,6 +265,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         result.command = std::env::args().collect();
         if let Some(w) = insecure_warning(&plan) {
             result.warnings.insert(0, w);
+            insecure = true;
         }
         let conns = result.connections.as_ref();
         let t = &result.totals;
@@ -296,6 +299,9 @@ pub fn run(a: BenchArgs) -> CliResult {
     }
     let _ = std::fs::remove_dir_all(&tmp);
     let mut out = std::io::stdout().lock();
+    if insecure {
+        let _ = writeln!(out, "WARNING: {INSECURE}");
+    }
     volley_report::write_bench_table(&rows, &mut out).map_err(CliError::failure)?;
     if let Some(path) = &a.output {
         let doc = serde_json::json!({ "schema": "volley.bench/1", "rows": rows, "runs": runs });

@@ -41,8 +41,9 @@ nothing listening at the target; 130 interrupted (results are still written, mar
 pub struct RunArgs {
     /// Server to measure: udp://HOST[:PORT] or tcp://HOST[:PORT] (port 53), tls://HOST[:PORT]
     /// (DoT, port 853), https://HOST[:PORT][/PATH] (DoH, port 443, path /dns-query),
-    /// h3://HOST[:PORT][/PATH] (DoH over HTTP/3), quic://HOST[:PORT] (DoQ, port 853). IPv6 in
-    /// brackets, e.g. udp://[::1]:53.
+    /// h3://HOST[:PORT][/PATH] (DoH over HTTP/3), quic://HOST[:PORT] (DoQ, port 853); dot://,
+    /// doh:// and doq:// name tls://, https:// and quic:// too. IPv6 in brackets, e.g.
+    /// udp://[::1]:53.
     #[arg(value_name = "TARGET", required_unless_present = "mix")]
     pub target: Option<String>,
 
@@ -451,11 +452,13 @@ pub fn h1_connections(concurrency: u64, lane: &LaneOptions, target: &Target) -> 
     h1.then(|| concurrency.div_ceil(lane.h1_pipeline.max(1) as u64) as usize)
 }
 
+/// What a run with `--insecure` says (in its results, and in `volley bench`'s table).
+pub const INSECURE: &str =
+    "--insecure: the server's certificate was NOT verified; these results may come from any server";
+
 /// The warning a run with `--insecure` carries in its results.
 pub fn insecure_warning(plan: &Plan) -> Option<String> {
-    (plan.lane.tls.insecure && plan.target.scheme.is_encrypted()).then(|| {
-        "--insecure: the server's certificate was NOT verified; these results may come from any server".to_string()
-    })
+    (plan.lane.tls.insecure && plan.target.scheme.is_encrypted()).then(|| INSECURE.to_string())
 }
 
 /// Fails early when the results file could not be written at the end.

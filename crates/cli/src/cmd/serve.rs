@@ -73,7 +73,8 @@ Examples:
     kdig @127.0.0.1 -p 5353 delay-200ms.nx.test A                  (NXDOMAIN, 200 ms late)
     kdig @127.0.0.1 -p 8853 +tls +tls-ca=ca.pem +tls-hostname=localhost www.example.test
     kdig @127.0.0.1 -p 8443 +https +tls-ca=ca.pem +tls-hostname=localhost www.example.test
-    kdig @127.0.0.1 -p 8853 +quic +tls-ca=ca.pem +tls-hostname=localhost www.example.test";
+  DoQ with q (Debian's kdig 3.2.6 has no QUIC: its +quic falls back to TCP):
+    SSL_CERT_FILE=ca.pem q www.example.test A @quic://localhost:8853";
 
 /// Answer DNS over UDP, TCP, DoT, DoH (HTTP/1.1, 2, 3) and DoQ from one deterministic answer engine.
 #[derive(Args, Debug)]
