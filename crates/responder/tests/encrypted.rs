@@ -493,12 +493,17 @@ async fn h2_get(send: &mut h2::client::SendRequest<Bytes>) -> Result<http::Statu
     Ok(status)
 }
 
+/// A DoH responder with `faults`: it, its address and its CA.
+fn doh_with_faults(faults: &[&str]) -> (volley_responder::Responder, SocketAddr, String) {
+    let faults = faults.iter().map(|f| f.parse::<Fault>().unwrap()).collect();
+    let r = start(base(ResponderConfig { doh_port: Some(0), faults, ..Default::default() })).unwrap();
+    let (addr, ca) = (r.address(Transport::Doh).unwrap(), r.ca_pem().unwrap().to_string());
+    (r, addr, ca)
+}
+
 #[test]
 fn fault_rst_stream_and_goaway() {
-    let faults = vec!["rst-stream=1/3".parse::<Fault>().unwrap(), "goaway-after=4".parse().unwrap()];
-    let r = start(base(ResponderConfig { doh_port: Some(0), faults, ..Default::default() })).unwrap();
-    let addr = r.address(Transport::Doh).unwrap();
-    let ca = r.ca_pem().unwrap().to_string();
+    let (r, addr, ca) = doh_with_faults(&["rst-stream=1/3", "goaway-after=4"]);
     rt().block_on(async {
         let (mut send, conn) = h2_client(addr, &ca).await;
         assert_eq!(h2_get(&mut send).await.unwrap(), 200);
@@ -518,10 +523,7 @@ fn fault_rst_stream_and_goaway() {
 /// counted as a query; the connection goes on.
 #[test]
 fn fault_refuse_stream() {
-    let faults = vec!["refuse-stream=1/3".parse::<Fault>().unwrap()];
-    let r = start(base(ResponderConfig { doh_port: Some(0), faults, ..Default::default() })).unwrap();
-    let addr = r.address(Transport::Doh).unwrap();
-    let ca = r.ca_pem().unwrap().to_string();
+    let (r, addr, ca) = doh_with_faults(&["refuse-stream=1/3"]);
     rt().block_on(async {
         let (mut send, _conn) = h2_client(addr, &ca).await;
         assert_eq!(h2_get(&mut send).await.unwrap(), 200);
