@@ -16,7 +16,8 @@ use crate::error::{CliError, CliResult};
 #[command(next_help_heading = "TLS and HTTP")]
 pub struct TlsArgs {
     /// DoH: HTTP version: 1.1 (one request in flight per connection, or --h1-pipeline;
-    /// --connections defaults to the concurrency over that), 2 (multiplexed, up to the server's stream limit) or 3 (QUIC).
+    /// connections default to the concurrency over that), 2 (multiplexed, up to the server's
+    /// stream limit) or 3 (QUIC).
     #[arg(long = "http", value_name = "VERSION", default_value = "2")]
     pub http: String,
 

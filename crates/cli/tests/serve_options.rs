@@ -121,3 +121,14 @@ fn sigterm_and_sigint_stop_the_server() {
         assert!(status.code().is_some(), "signal {sig}: exits by itself, not killed by the signal: {status}");
     }
 }
+
+/// The help's client examples are ones that work here: Debian's kdig 3.2.6 has no QUIC (its
+/// `+quic` falls back to TCP, docs/serve.md), so DoQ is shown with q.
+#[test]
+fn help_examples_use_clients_that_speak_the_transport() {
+    let out = run_cmd(Command::new(volley()).args(["serve", "--help"]), Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let kdig_quic = out.stdout.lines().any(|l| l.trim_start().starts_with("kdig") && l.contains("+quic"));
+    assert!(!kdig_quic, "{}", out.stdout);
+    assert!(out.stdout.contains("@quic://localhost:8853"), "a DoQ example:\n{}", out.stdout);
+}

@@ -69,6 +69,10 @@ kinds! {
         Goaway = "goaway",
         /// The HTTP/2 server reset this query's stream (RST_STREAM).
         StreamReset = "stream_reset",
+        /// The HTTP/2 server refused this query's stream unprocessed (RST_STREAM
+        /// REFUSED_STREAM, RFC 9113 section 8.7): it is sent again once, and fails with this
+        /// kind when refused again.
+        RefusedStream = "refused_stream",
         /// The QUIC server reset this query's stream (RESET_STREAM or STOP_SENDING).
         QuicStreamReset = "quic_stream_reset",
         /// The QUIC connection was closed or lost (CONNECTION_CLOSE).

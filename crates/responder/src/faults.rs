@@ -36,6 +36,10 @@ pub enum Fault {
     /// RST_STREAM INTERNAL_ERROR, HTTP/3 stream reset H3_INTERNAL_ERROR; over HTTP/1.1 the
     /// connection is closed without a response.
     RstStream(Ratio),
+    /// `refuse-stream=N/M`: N of every M HTTP/2 requests are refused unprocessed: RST_STREAM
+    /// REFUSED_STREAM before the request is read (RFC 9113 section 8.7: the client may send it
+    /// again). HTTP/1.1 and HTTP/3 requests are not selected.
+    RefuseStream(Ratio),
     /// `tcp-reset-after=N`: TCP and DoT answer the first N queries of a connection; when
     /// query N+1 arrives the connection is reset (RST: SO_LINGER 0 and close), unanswered.
     /// `0` resets at the first query.
@@ -53,6 +57,7 @@ impl fmt::Display for Fault {
             Fault::ContentType { value, ratio: r } => write!(f, "content-type={value}{}", ratio(r)),
             Fault::GoawayAfter(n) => write!(f, "goaway-after={n}"),
             Fault::RstStream(r) => write!(f, "rst-stream={r}"),
+            Fault::RefuseStream(r) => write!(f, "refuse-stream={r}"),
             Fault::TcpResetAfter(n) => write!(f, "tcp-reset-after={n}"),
             Fault::QuicStreamReset(r) => write!(f, "quic-stream-reset={r}"),
         }
@@ -61,7 +66,7 @@ impl fmt::Display for Fault {
 
 /// The names, for messages.
 pub const FAULT_NAMES: &str = "http-status=CODE[:N/M], content-type=TYPE[:N/M], goaway-after=N, rst-stream=N/M, \
-                               tcp-reset-after=N, quic-stream-reset=N/M";
+                               refuse-stream=N/M, tcp-reset-after=N, quic-stream-reset=N/M";
 
 impl FromStr for Fault {
     type Err = String;
@@ -95,6 +100,7 @@ impl FromStr for Fault {
             }
             "goaway-after" => Ok(Fault::GoawayAfter(count(value)?.max(1))),
             "rst-stream" => Ok(Fault::RstStream(ratio(value)?)),
+            "refuse-stream" => Ok(Fault::RefuseStream(ratio(value)?)),
             "tcp-reset-after" => Ok(Fault::TcpResetAfter(count(value)?)),
             "quic-stream-reset" => Ok(Fault::QuicStreamReset(ratio(value)?)),
             other => Err(format!("'{s}': unknown fault '{other}' (known: {FAULT_NAMES})")),
@@ -130,6 +136,7 @@ pub(crate) struct Active {
     pub content_type: Option<(http::HeaderValue, Selector)>,
     pub goaway_after: Option<u64>,
     pub rst_stream: Option<Selector>,
+    pub refuse_stream: Option<Selector>,
     pub tcp_reset_after: Option<u64>,
     pub quic_stream_reset: Option<Selector>,
 }
@@ -152,6 +159,10 @@ impl Active {
                 Fault::RstStream(r) => {
                     r.validate()?;
                     a.rst_stream = Some(Selector::new(Some(*r)));
+                }
+                Fault::RefuseStream(r) => {
+                    r.validate()?;
+                    a.refuse_stream = Some(Selector::new(Some(*r)));
                 }
                 Fault::TcpResetAfter(n) => a.tcp_reset_after = Some(*n),
                 Fault::QuicStreamReset(r) => {
@@ -177,6 +188,7 @@ mod tests {
             "content-type=text/plain:2/5",
             "goaway-after=3",
             "rst-stream=1/10",
+            "refuse-stream=1/4",
             "tcp-reset-after=0",
             "quic-stream-reset=1/10",
         ] {

@@ -493,12 +493,17 @@ async fn h2_get(send: &mut h2::client::SendRequest<Bytes>) -> Result<http::Statu
     Ok(status)
 }
 
+/// A DoH responder with `faults`: it, its address and its CA.
+fn doh_with_faults(faults: &[&str]) -> (volley_responder::Responder, SocketAddr, String) {
+    let faults = faults.iter().map(|f| f.parse::<Fault>().unwrap()).collect();
+    let r = start(base(ResponderConfig { doh_port: Some(0), faults, ..Default::default() })).unwrap();
+    let (addr, ca) = (r.address(Transport::Doh).unwrap(), r.ca_pem().unwrap().to_string());
+    (r, addr, ca)
+}
+
 #[test]
 fn fault_rst_stream_and_goaway() {
-    let faults = vec!["rst-stream=1/3".parse::<Fault>().unwrap(), "goaway-after=4".parse().unwrap()];
-    let r = start(base(ResponderConfig { doh_port: Some(0), faults, ..Default::default() })).unwrap();
-    let addr = r.address(Transport::Doh).unwrap();
-    let ca = r.ca_pem().unwrap().to_string();
+    let (r, addr, ca) = doh_with_faults(&["rst-stream=1/3", "goaway-after=4"]);
     rt().block_on(async {
         let (mut send, conn) = h2_client(addr, &ca).await;
         assert_eq!(h2_get(&mut send).await.unwrap(), 200);
@@ -511,6 +516,25 @@ fn fault_rst_stream_and_goaway() {
         assert!(ended.is_ok(), "connection closed after GOAWAY");
         assert!(h2_get(&mut send).await.is_err());
     });
+    r.stop();
+}
+
+/// `refuse-stream=1/3`: every third HTTP/2 request is refused unread (REFUSED_STREAM), and not
+/// counted as a query; the connection goes on.
+#[test]
+fn fault_refuse_stream() {
+    let (r, addr, ca) = doh_with_faults(&["refuse-stream=1/3"]);
+    rt().block_on(async {
+        let (mut send, _conn) = h2_client(addr, &ca).await;
+        assert_eq!(h2_get(&mut send).await.unwrap(), 200);
+        assert_eq!(h2_get(&mut send).await.unwrap(), 200);
+        let e = h2_get(&mut send).await.unwrap_err();
+        assert!(e.is_reset() && e.is_remote(), "{e}");
+        assert_eq!(e.reason(), Some(h2::Reason::REFUSED_STREAM), "{e}");
+        assert_eq!(h2_get(&mut send).await.unwrap(), 200);
+    });
+    let s = wait_stats(&r, |s| s.answered >= 3);
+    assert_eq!((s.queries, s.answered, s.dropped), (3, 3, 0), "the refused request is no query: {s:?}");
     r.stop();
 }
 

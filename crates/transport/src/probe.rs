@@ -18,12 +18,16 @@ pub enum OneShotError {
     Unreachable(String),
     /// Something may listen but no answer came in time (or the connection closed first).
     NoAnswer(String),
+    /// The server answered, but with no DNS message, for a reason of its own (a DoH status
+    /// such as 503, a content type other than `application/dns-message`), not because the
+    /// request was wrong.
+    NotDns(String),
 }
 
 impl std::fmt::Display for OneShotError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            OneShotError::Unreachable(s) | OneShotError::NoAnswer(s) => f.write_str(s),
+            OneShotError::Unreachable(s) | OneShotError::NoAnswer(s) | OneShotError::NotDns(s) => f.write_str(s),
         }
     }
 }
@@ -111,10 +115,13 @@ pub enum Probe {
     Answered,
     /// No response in time: maybe the server drops this query. The run goes on.
     Silent,
+    /// The server answered with no DNS message (see [`OneShotError::NotDns`]), as it may
+    /// answer the run's queries: the run goes on and counts them as failures.
+    NotDns(String),
 }
 
-/// Sends `query` once; an error means nothing listens at the target (refused) or it cannot
-/// be reached.
+/// Sends `query` once; an error means nothing listens at the target (refused), it cannot be
+/// reached, or the request is wrong for it (a DoH path or method it does not serve).
 pub fn probe(target: &Target, query: &[u8], timeout: Duration) -> Result<Probe, String> {
     probe_with(target, query, timeout, &LaneOptions::default())
 }
@@ -125,6 +132,7 @@ pub fn probe_with(target: &Target, query: &[u8], timeout: Duration, opts: &LaneO
     match exchange_with(target, target.scheme, query, timeout, opts) {
         Ok(_) => Ok(Probe::Answered),
         Err(OneShotError::NoAnswer(_)) => Ok(Probe::Silent),
+        Err(OneShotError::NotDns(e)) => Ok(Probe::NotDns(e)),
         Err(OneShotError::Unreachable(e)) => Err(e),
     }
 }
@@ -248,30 +256,51 @@ fn one_query(
             let text = match (why, kind) {
                 (Some(w), _) => w,
                 (None, ErrorKind::HttpStatus) => {
-                    match x.status.get().and_then(|c| http::StatusCode::from_u16(c).ok()) {
-                        Some(s) if s == http::StatusCode::NOT_FOUND => {
-                            format!("{target} answered HTTP status {s} (is the path right?)")
+                    let status = x.status.get().and_then(|c| http::StatusCode::from_u16(c).ok());
+                    return Err(match status.map(|s| (s, wrong_request(s, opts.doh_method))) {
+                        Some((s, Some(hint))) => {
+                            OneShotError::Unreachable(format!("{target} answered HTTP status {s} ({hint})"))
                         }
-                        Some(s) => format!("{target} answered HTTP status {s}, not 200"),
-                        None => format!("{target} answered with an HTTP status other than 200 (is the path right?)"),
-                    }
+                        Some((s, None)) => OneShotError::NotDns(format!("{target} answered HTTP status {s}, not 200")),
+                        None => OneShotError::Unreachable(format!(
+                            "{target} answered with an HTTP status other than 200 (is the path right?)"
+                        )),
+                    });
                 }
                 (None, ErrorKind::ContentType) => {
-                    format!("{target} answered with a content type other than application/dns-message")
+                    return Err(OneShotError::NotDns(format!(
+                        "{target} answered with a content type other than application/dns-message"
+                    )))
                 }
                 (None, k) => format!("query to {target} failed: {k}"),
             };
             match kind {
-                ErrorKind::Refused
-                | ErrorKind::Connect
-                | ErrorKind::Tls
-                | ErrorKind::Alpn
-                | ErrorKind::HttpStatus
-                | ErrorKind::ContentType => Err(OneShotError::Unreachable(text)),
+                ErrorKind::Refused | ErrorKind::Connect | ErrorKind::Tls | ErrorKind::Alpn => {
+                    Err(OneShotError::Unreachable(text))
+                }
                 _ => Err(OneShotError::NoAnswer(text)),
             }
         }
     }
+}
+
+/// Whether a DoH status says the request itself is wrong for this server, and what to check:
+/// the URL (a redirect, which volley does not follow; 404), the method (405; 414, a GET URL too
+/// long; 415, a POST body it does not take) or the request's form (400). None: the status is
+/// the server's own answer to a right request (403, 429, 503, ...), which a run measures.
+fn wrong_request(status: http::StatusCode, method: crate::DohMethod) -> Option<String> {
+    let other = match method {
+        crate::DohMethod::Get => "post",
+        crate::DohMethod::Post => "get",
+    };
+    Some(match status.as_u16() {
+        300..=399 => "a redirect, which volley does not follow: use the URL it points to".to_string(),
+        400 => "is the URL right? it refused the request".to_string(),
+        404 => "is the path right?".to_string(),
+        405 | 415 => format!("is the path right? or try --doh-method {other}"),
+        414 => "the GET URL is too long: try --doh-method post".to_string(),
+        _ => return None,
+    })
 }
 
 /// Whether `addr` refuses UDP: one byte (no QUIC packet is that short, so a QUIC server drops
@@ -285,4 +314,24 @@ fn udp_port_refused(addr: std::net::SocketAddr) -> bool {
         return e.kind() == io::ErrorKind::ConnectionRefused;
     }
     matches!(s.recv(&mut [0u8; 64]), Err(e) if e.kind() == io::ErrorKind::ConnectionRefused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Statuses that say the request is wrong stop a run (with what to check); the others are
+    /// the server's answers, measured.
+    #[test]
+    fn wrong_requests_and_server_answers() {
+        let hint = |s: u16, m| wrong_request(http::StatusCode::from_u16(s).unwrap(), m);
+        for s in [301, 308, 400, 404, 405, 414, 415] {
+            assert!(hint(s, crate::DohMethod::Post).is_some(), "{s}");
+        }
+        for s in [401, 403, 408, 429, 500, 502, 503, 504] {
+            assert_eq!(hint(s, crate::DohMethod::Post), None, "{s}");
+        }
+        assert!(hint(405, crate::DohMethod::Post).unwrap().contains("--doh-method get"));
+        assert!(hint(405, crate::DohMethod::Get).unwrap().contains("--doh-method post"));
+    }
 }

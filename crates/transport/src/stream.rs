@@ -284,13 +284,15 @@ pub(crate) fn end_connection<X: Exchange + ?Sized, F: Framing>(lane: &Lane, x: &
 
 /// Whether a query that a connection left unanswered with `kind` is sent again: when the
 /// server ended the connection (FIN, RST, GOAWAY, a QUIC close or stateless reset, an idle
-/// timeout); not after a fault of the answer itself or of TLS.
+/// timeout) or refused the query's HTTP/2 stream unprocessed (REFUSED_STREAM); not after a
+/// fault of the answer itself or of TLS, nor after another stream reset.
 pub(crate) fn resendable(kind: ErrorKind) -> bool {
     matches!(
         kind,
         ErrorKind::Closed
             | ErrorKind::Reset
             | ErrorKind::Goaway
+            | ErrorKind::RefusedStream
             | ErrorKind::QuicClosed
             | ErrorKind::IdleTimeout
             | ErrorKind::StatelessReset

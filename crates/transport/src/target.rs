@@ -245,5 +245,13 @@ mod tests {
         assert!("tls://127.0.0.1/x".parse::<Target>().is_err());
         assert!("https://127.0.0.1/a b".parse::<Target>().is_err());
         assert!(Scheme::Quic.is_encrypted() && !Scheme::Tcp.is_encrypted() && Scheme::H3.is_https());
+        // The aliases named after the protocols (docs/run.md).
+        for (alias, scheme, port) in
+            [("dot", Scheme::Tls, 853), ("doh", Scheme::Https, 443), ("doq", Scheme::Quic, 853)]
+        {
+            let t: Target = format!("{alias}://127.0.0.1").parse().unwrap();
+            assert_eq!((t.scheme, t.port), (scheme, port), "{alias}");
+            assert!(t.to_string().starts_with(&format!("{}://", scheme.as_str())), "{t}");
+        }
     }
 }

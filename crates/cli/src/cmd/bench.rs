@@ -1,5 +1,6 @@
 //! `volley bench`: every transport for a few seconds, one comparison table.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -8,11 +9,13 @@ use clap::Args;
 use volley_engine::{Load, Plan, QuerySet};
 use volley_report::BenchRow;
 use volley_responder::{ResponderConfig, Transport};
-use volley_transport::{ConnPolicy, HttpVersion, LaneOptions, Scheme, Target, TlsSettings};
+use volley_transport::{ConnPolicy, HttpVersion, LaneOptions, Scheme, Target};
 use volley_wire::{QType, QueryOptions};
 
-use crate::args::parse_duration;
-use crate::cmd::run::{check_output, check_target, execute, insecure_warning, interrupt_flag, ProgressMode};
+use crate::args::{parse_duration, TlsArgs};
+use crate::cmd::run::{
+    check_output, check_target, execute, h1_connections, insecure_warning, interrupt_flag, ProgressMode, INSECURE,
+};
 use crate::error::{CliError, CliResult};
 
 const EXAMPLES: &str = "\
@@ -25,6 +28,9 @@ Examples:
 
   An external server, a target per transport (its certificate checked against --ca):
     volley bench --target udp://127.0.0.1:53 --target tls://127.0.0.1:853 --ca ca.pem
+
+  DoH over HTTP/1.1 with GET (the TLS and HTTP flags are those of volley run):
+    volley bench --target https://127.0.0.1/dns-query --http 1.1 --doh-method get --ca ca.pem
 
   What a query costs on the wire with persistent connections, then with a fresh connection
   for every query (one connection per query in flight):
@@ -80,13 +86,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "NAME", default_value = "www.example.test")]
     pub name: String,
 
-    /// External targets: trust this CA (PEM) for their certificates.
-    #[arg(long, value_name = "FILE")]
-    pub ca: Option<PathBuf>,
-
-    /// External targets: do not verify certificates (said in the results).
-    #[arg(long)]
-    pub insecure: bool,
+    /// The TLS and HTTP flags of `volley run`. Against the embedded responder each row names
+    /// its HTTP version, the responder's own CA is trusted and `localhost` verified: --http,
+    /// --sni, --ca and --insecure are for --target.
+    #[command(flatten)]
+    pub tls: TlsArgs,
 
     /// External targets: the target's process on this host (repeatable), for its CPU time
     /// per query (the embedded responder's own threads are always measured).
@@ -193,27 +197,17 @@ pub fn run(a: BenchArgs) -> CliResult {
             };
             let mut target: Target = url.parse().map_err(CliError::failure)?;
             target.addr = addr;
-            let lane = LaneOptions {
-                tls: TlsSettings { ca_file: ca_file.clone(), ..TlsSettings::default() },
-                http: e.http.unwrap_or_default(),
-                ..LaneOptions::default()
-            };
+            let lane = embedded_lane(&a.tls, e, ca_file.clone(), &target)?;
             cases.push(Case { name: e.name.to_string(), target, lane });
         }
         embedded = Some(r);
     } else {
-        for t in &a.target {
-            let target: Target = t.parse().map_err(CliError::usage)?;
-            let lane = LaneOptions {
-                tls: TlsSettings { ca_file: a.ca.clone(), insecure: a.insecure, ..TlsSettings::default() },
-                ..LaneOptions::default()
-            };
-            cases.push(Case { name: target.scheme.as_str().to_string(), target, lane });
-        }
+        cases = target_cases(&a)?;
     }
 
     let interrupt = interrupt_flag();
     let mut rows = Vec::new();
+    let mut insecure = false;
     let mut runs = Vec::new();
     println!(
         "volley bench: {}s per transport, closed loop of {}, {} generator thread(s){}{}",
@@ -229,8 +223,14 @@ pub fn run(a: BenchArgs) -> CliResult {
     );
     for case in cases {
         let queries = QuerySet::single(&a.name, QType::A, QueryOptions::default()).map_err(CliError::usage)?;
-        let h1 = case.lane.http == HttpVersion::Http1 && case.target.scheme.is_https();
         let fresh = a.fresh && case.target.scheme != Scheme::Udp;
+        // HTTP/1.1 carries one request at a time per connection (or its pipelining depth);
+        // fresh connections carry one query each.
+        let connections = match h1_connections(a.concurrency, &case.lane, &case.target) {
+            _ if fresh => a.concurrency as usize,
+            Some(n) => n.max(threads),
+            None => threads,
+        };
         let mut lane = case.lane;
         if fresh {
             lane.conn = ConnPolicy { max_queries: Some(1), ..lane.conn };
@@ -247,9 +247,7 @@ pub fn run(a: BenchArgs) -> CliResult {
             count: None,
             timeout: Duration::from_secs(2),
             threads,
-            // HTTP/1.1 carries one request at a time per connection; fresh connections carry
-            // one query each.
-            connections: if h1 || fresh { a.concurrency as usize } else { threads },
+            connections,
             lane,
             batch_window: Duration::ZERO,
             target_pids: target_pids.clone(),
@@ -267,6 +265,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         result.command = std::env::args().collect();
         if let Some(w) = insecure_warning(&plan) {
             result.warnings.insert(0, w);
+            insecure = true;
         }
         let conns = result.connections.as_ref();
         let t = &result.totals;
@@ -300,6 +299,9 @@ pub fn run(a: BenchArgs) -> CliResult {
     }
     let _ = std::fs::remove_dir_all(&tmp);
     let mut out = std::io::stdout().lock();
+    if insecure {
+        let _ = writeln!(out, "WARNING: {INSECURE}");
+    }
     volley_report::write_bench_table(&rows, &mut out).map_err(CliError::failure)?;
     if let Some(path) = &a.output {
         let doc = serde_json::json!({ "schema": "volley.bench/1", "rows": rows, "runs": runs });
@@ -312,9 +314,111 @@ pub fn run(a: BenchArgs) -> CliResult {
     Ok(())
 }
 
+/// The lane of one row: the TLS and HTTP flags of `volley run`, `--h1-pipeline` only where
+/// the row is DoH over HTTP/1.1.
+fn row_lane(tls: &TlsArgs, target: &Target) -> CliResult<LaneOptions> {
+    let mut lane = TlsArgs { h1_pipeline: 1, ..tls.clone() }.apply(LaneOptions::default(), target)?;
+    if h1_connections(1, &lane, target).is_some() {
+        lane.h1_pipeline = tls.h1_pipeline;
+    }
+    Ok(lane)
+}
+
+/// The lane of a row of the embedded responder: the TLS and HTTP flags (method, pipelining,
+/// TLS version, resumption, 0-RTT) with the row's HTTP version, the responder's CA and no SNI
+/// of the user's (the generator verifies `localhost`).
+fn embedded_lane(tls: &TlsArgs, e: &Embedded, ca: Option<PathBuf>, target: &Target) -> CliResult<LaneOptions> {
+    let http = match e.http {
+        Some(HttpVersion::Http1) => "1.1",
+        Some(HttpVersion::Http3) => "3",
+        _ => "2",
+    };
+    let t = TlsArgs { http: http.to_string(), ca, insecure: false, sni: None, ..tls.clone() };
+    row_lane(&t, target)
+}
+
+/// The rows of `--target` URLs, each named by its scheme, with the TLS and HTTP flags.
+fn target_cases(a: &BenchArgs) -> CliResult<Vec<Case>> {
+    let mut cases = Vec::new();
+    for t in &a.target {
+        let target: Target = t.parse().map_err(CliError::usage)?;
+        let lane = row_lane(&a.tls, &target)?;
+        cases.push(Case { name: target.scheme.as_str().to_string(), target, lane });
+    }
+    Ok(cases)
+}
+
 /// A private directory for the embedded responder's CA.
 fn tempdir() -> CliResult<PathBuf> {
     let p = std::env::temp_dir().join(format!("volley-bench-{}", std::process::id()));
     std::fs::create_dir_all(&p).map_err(|e| CliError::failure(format!("cannot create {}: {e}", p.display())))?;
     Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use volley_transport::DohMethod;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn bench(args: &[&str]) -> BenchArgs {
+        match Cli::try_parse_from(["volley", "bench"].iter().chain(args)).unwrap().command {
+            Command::Bench(b) => b,
+            c => panic!("{c:?}"),
+        }
+    }
+
+    /// `--target` rows take the TLS and HTTP flags of `volley run`: a DoH/1.1 GET row with an
+    /// SNI of its own, pipelined.
+    #[test]
+    fn target_rows_take_the_tls_and_http_flags() {
+        let a = bench(&[
+            "--target",
+            "https://127.0.0.1:8443/dns-query",
+            "--target",
+            "tls://127.0.0.1:853",
+            "--http",
+            "1.1",
+            "--doh-method",
+            "get",
+            "--h1-pipeline",
+            "4",
+            "--sni",
+            "dns.example",
+        ]);
+        let cases = target_cases(&a).unwrap();
+        let doh = &cases[0].lane;
+        assert_eq!((cases[0].name.as_str(), doh.http, doh.doh_method), ("https", HttpVersion::Http1, DohMethod::Get));
+        assert_eq!(doh.tls.sni.as_deref(), Some("dns.example"));
+        assert_eq!(h1_connections(64, doh, &cases[0].target), Some(16));
+        assert_eq!((h1_connections(64, &cases[1].lane, &cases[1].target), cases[1].lane.h1_pipeline), (None, 1));
+        assert!(target_cases(&bench(&["--target", "https://127.0.0.1/dns-query", "--doh-method", "put"])).is_err());
+    }
+
+    /// Embedded rows keep their own HTTP version, CA and name, and take the method.
+    #[test]
+    fn embedded_rows_take_the_method() {
+        let a = bench(&[
+            "--http",
+            "1.1",
+            "--doh-method",
+            "get",
+            "--sni",
+            "x.example",
+            "--ca",
+            "/none",
+            "--h1-pipeline",
+            "4",
+        ]);
+        let target: Target = "https://localhost:8443/dns-query".parse().unwrap();
+        let (doh1, doh2) = (&EMBEDDED[3], &EMBEDDED[4]);
+        assert_eq!((doh1.name, doh2.name), ("doh1", "doh2"));
+        let lane = embedded_lane(&a.tls, doh2, None, &target).unwrap();
+        assert_eq!((lane.http, lane.doh_method, lane.h1_pipeline), (HttpVersion::Http2, DohMethod::Get, 1));
+        assert_eq!((lane.tls.sni, lane.tls.ca_file), (None, None));
+        let lane = embedded_lane(&a.tls, doh1, None, &target).unwrap();
+        assert_eq!((lane.http, lane.h1_pipeline), (HttpVersion::Http1, 4));
+    }
 }

@@ -194,9 +194,7 @@ pub fn run(a: LimitArgs) -> CliResult {
             r
         };
         let first = plan(&step_args(a.start))?;
-        if let Some(w) = check_target(&first)? {
-            eprintln!("volley: warning: {w}");
-        }
+        check_target(&first)?;
         let name = first.target.to_string();
         eprintln!("searching the limit of {name} by {} ({})", a.by.unit(), describe(&objective));
         let mut failure = None;

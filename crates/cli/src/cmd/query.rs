@@ -87,7 +87,7 @@ pub fn run(a: QueryArgs) -> CliResult {
     let ask = |scheme: Scheme| {
         exchange_with(&target, scheme, &wire, a.timeout, &lane).map_err(|e| match e {
             OneShotError::Unreachable(m) => CliError::usage(m),
-            OneShotError::NoAnswer(m) => CliError::failure(m),
+            OneShotError::NoAnswer(m) | OneShotError::NotDns(m) => CliError::failure(m),
         })
     };
     let mut scheme = target.scheme;

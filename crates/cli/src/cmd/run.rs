@@ -41,8 +41,9 @@ nothing listening at the target; 130 interrupted (results are still written, mar
 pub struct RunArgs {
     /// Server to measure: udp://HOST[:PORT] or tcp://HOST[:PORT] (port 53), tls://HOST[:PORT]
     /// (DoT, port 853), https://HOST[:PORT][/PATH] (DoH, port 443, path /dns-query),
-    /// h3://HOST[:PORT][/PATH] (DoH over HTTP/3), quic://HOST[:PORT] (DoQ, port 853). IPv6 in
-    /// brackets, e.g. udp://[::1]:53.
+    /// h3://HOST[:PORT][/PATH] (DoH over HTTP/3), quic://HOST[:PORT] (DoQ, port 853); dot://,
+    /// doh:// and doq:// name tls://, https:// and quic:// too. IPv6 in brackets, e.g.
+    /// udp://[::1]:53.
     #[arg(value_name = "TARGET", required_unless_present = "mix")]
     pub target: Option<String>,
 
@@ -286,14 +287,11 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         Some(c) => c.groups[0].lane.clone(),
         None => lane_options(a, &target)?,
     };
-    let h1 = target.scheme.is_https() && lane.http_for(target.scheme) == HttpVersion::Http1;
     let connections = match (a.connections, &load) {
-        // HTTP/1.1 carries one request at a time per connection, or its pipelining depth.
-        (None, Load::Closed { concurrency }) if h1 => {
-            (concurrency.div_ceil(lane.h1_pipeline.max(1) as u64) as usize).max(threads)
-        }
-        (c, _) => c.unwrap_or(threads),
-    };
+        (None, Load::Closed { concurrency }) => h1_connections(*concurrency, &lane, &target).map(|n| n.max(threads)),
+        (c, _) => c,
+    }
+    .unwrap_or(threads);
     if clients.is_none() {
         check_sockets(connections as u64, threads, &lane, &format!("{connections} connections"))?;
     }
@@ -483,11 +481,20 @@ fn parse_mix(m: &str, default_rate: f64) -> CliResult<(f64, Option<String>, f64,
     Ok((w, Some(profile.to_string()), rate, url.to_string()))
 }
 
+/// The connections a closed loop of `concurrency` needs over DoH/1.1, which carries one
+/// request at a time per connection, or its pipelining depth; None for other transports.
+pub fn h1_connections(concurrency: u64, lane: &LaneOptions, target: &Target) -> Option<usize> {
+    let h1 = target.scheme.is_https() && lane.http_for(target.scheme) == HttpVersion::Http1;
+    h1.then(|| concurrency.div_ceil(lane.h1_pipeline.max(1) as u64) as usize)
+}
+
+/// What a run with `--insecure` says (in its results, and in `volley bench`'s table).
+pub const INSECURE: &str =
+    "--insecure: the server's certificate was NOT verified; these results may come from any server";
+
 /// The warning a run with `--insecure` carries in its results.
 pub fn insecure_warning(plan: &Plan) -> Option<String> {
-    (plan.lane.tls.insecure && plan.target.scheme.is_encrypted()).then(|| {
-        "--insecure: the server's certificate was NOT verified; these results may come from any server".to_string()
-    })
+    (plan.lane.tls.insecure && plan.target.scheme.is_encrypted()).then(|| INSECURE.to_string())
 }
 
 /// Fails early when the results file could not be written at the end.
@@ -508,23 +515,37 @@ pub fn check_output(path: &Option<PathBuf>) -> CliResult {
     Ok(())
 }
 
-/// Checks that something answers at each target before load starts.
-pub fn check_target(plan: &Plan) -> CliResult<Option<String>> {
+/// Checks that something answers at each target before load starts: nothing listening, or
+/// a request the target says is wrong (a DoH path or method), is bad input. A target that
+/// did not answer, or answered with no DNS message (a DoH status such as 503, another content
+/// type: its doing, which the run measures), is measured anyway: the warnings, each printed on
+/// stderr now, are returned for the results.
+pub fn check_target(plan: &Plan) -> CliResult<Vec<String>> {
+    use volley_transport::probe::Probe;
     let q = plan.queries.first_wire();
     let targets: Vec<(&Target, &LaneOptions)> = match &plan.load {
         Load::Clients(c) => c.groups.iter().map(|g| (&g.target, &g.lane)).collect(),
         _ => vec![(&plan.target, &plan.lane)],
     };
     let mut silent = Vec::new();
+    let mut warnings = Vec::new();
     for (target, lane) in targets {
         match probe_with(target, &q, plan.timeout.min(Duration::from_secs(2)), lane) {
-            Ok(volley_transport::probe::Probe::Answered) => {}
-            Ok(volley_transport::probe::Probe::Silent) => silent.push(target.to_string()),
+            Ok(Probe::Answered) => {}
+            Ok(Probe::Silent) => silent.push(target.to_string()),
+            Ok(Probe::NotDns(e)) => {
+                warnings.push(format!("first probe query: {e}; measuring anyway (answers like it count as failures)"))
+            }
             Err(e) => return Err(CliError::usage(e)),
         }
     }
-    Ok((!silent.is_empty())
-        .then(|| format!("{} did not answer a first probe query; measuring anyway", silent.join(", "))))
+    if !silent.is_empty() {
+        warnings.push(format!("{} did not answer a first probe query; measuring anyway", silent.join(", ")));
+    }
+    for w in &warnings {
+        eprintln!("volley: warning: {w}");
+    }
+    Ok(warnings)
 }
 
 /// Installs SIGINT/SIGTERM handling: the first stops the run (results still written), a
@@ -592,13 +613,11 @@ pub fn execute(
 pub fn run(a: RunArgs) -> CliResult {
     let plan = plan(&a)?;
     check_output(&a.output)?;
-    let warning = check_target(&plan)?;
+    let warnings = check_target(&plan)?;
     let interrupt = interrupt_flag();
     let mut result = execute(&plan, a.progress, a.metrics_file.as_deref(), interrupt)?;
     result.command = std::env::args().collect();
-    if let Some(w) = warning {
-        result.warnings.insert(0, w);
-    }
+    result.warnings.splice(0..0, warnings);
     if let Some(w) = insecure_warning(&plan) {
         result.warnings.insert(0, w);
     }

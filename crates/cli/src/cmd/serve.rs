@@ -33,6 +33,7 @@ Faults (--fault, repeatable; for provoking client errors):
   goaway-after=N            HTTP/2 and HTTP/3 GOAWAY after N requests on a connection
                             (HTTP/1.1: connection: close)
   rst-stream=N/M            DoH: reset N of every M request streams (HTTP/1.1: close)
+  refuse-stream=N/M         HTTP/2: refuse N of every M streams unread (REFUSED_STREAM)
   tcp-reset-after=N         TCP, DoT: answer N queries per connection, RST at the next
   quic-stream-reset=N/M     DoQ: reset N of every M streams (DOQ_INTERNAL_ERROR)
   N/M counts the requests of the whole server: the last N of each block of M.
@@ -72,7 +73,8 @@ Examples:
     kdig @127.0.0.1 -p 5353 delay-200ms.nx.test A                  (NXDOMAIN, 200 ms late)
     kdig @127.0.0.1 -p 8853 +tls +tls-ca=ca.pem +tls-hostname=localhost www.example.test
     kdig @127.0.0.1 -p 8443 +https +tls-ca=ca.pem +tls-hostname=localhost www.example.test
-    kdig @127.0.0.1 -p 8853 +quic +tls-ca=ca.pem +tls-hostname=localhost www.example.test";
+  DoQ with q (Debian's kdig 3.2.6 has no QUIC: its +quic falls back to TCP):
+    SSL_CERT_FILE=ca.pem q www.example.test A @quic://localhost:8853";
 
 /// Answer DNS over UDP, TCP, DoT, DoH (HTTP/1.1, 2, 3) and DoQ from one deterministic answer engine.
 #[derive(Args, Debug)]
@@ -208,7 +210,8 @@ pub struct ServeArgs {
     pub max_streams: u32,
 
     /// Misbehave on purpose (repeatable): http-status=CODE[:N/M], content-type=TYPE[:N/M],
-    /// goaway-after=N, rst-stream=N/M, tcp-reset-after=N, quic-stream-reset=N/M.
+    /// goaway-after=N, rst-stream=N/M, refuse-stream=N/M, tcp-reset-after=N,
+    /// quic-stream-reset=N/M.
     #[arg(long, value_name = "NAME=VALUE")]
     pub fault: Vec<String>,
 }

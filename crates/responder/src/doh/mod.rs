@@ -282,6 +282,11 @@ fn h2_request(
     closed: &watch::Receiver<()>,
     fd: std::os::fd::RawFd,
 ) {
+    // The refuse-stream fault: refused before the request is read (not a query).
+    if ctx.faults.refuse_stream.as_ref().is_some_and(|s| s.hit()) {
+        respond.send_reset(h2::Reason::REFUSED_STREAM);
+        return;
+    }
     let (parts, mut body) = req.into_parts();
     match request::check(ctx, &parts.method, &parts.uri, &parts.headers, scratch) {
         Err(status) => h2_send(&mut respond, request::status_head(status), &[]),

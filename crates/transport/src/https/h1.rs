@@ -40,7 +40,8 @@ pub(crate) struct H1Framing {
     /// The head of the line timed out: the rest end by their own timeouts, not as failures.
     abandoned: bool,
     /// The server said `Connection: close`: no more requests on this connection; the queries
-    /// still waiting in the lane go on the next one.
+    /// still waiting in the lane go on the next one, and so do the requests written after the
+    /// one it closed with (sent again, see [`stream::unanswered`]).
     closing: bool,
     watch: Duration,
 }
@@ -307,12 +308,7 @@ pub(super) async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>,
                 failed
             }
             Served::Failed(kind) => {
-                let now = x.now();
-                for t in f.drain() {
-                    if x.is_live(t) {
-                        x.failed(t, kind, now);
-                    }
-                }
+                stream::unanswered(&lane, &*x, &f.drain(), kind);
                 if lane.closing() {
                     ended(&hs, &*x, &target, Close::ClientEnd);
                     meter.finish(&lane, &x);

@@ -3,8 +3,8 @@
 //! in `?dns=`, POST as an `application/dns-message` body.
 //!
 //! HTTP/2 (the h2 crate): one connection per lane, one stream per query, all awaited by one
-//! task per lane (`responses`); the lane's capacity follows the server's
-//! SETTINGS_MAX_CONCURRENT_STREAMS.
+//! task per lane (`responses`); the streams open at once follow the server's
+//! SETTINGS_MAX_CONCURRENT_STREAMS (one until its SETTINGS arrive on a new connection).
 //! HTTP/1.1 (hyper): keep-alive, one request in flight per connection; with pipelining
 //! (`h1_pipeline` > 1) the lane runs on the stream loop of TCP and DoT instead (see `h1`).
 
@@ -172,6 +172,8 @@ fn head_kind(status: StatusCode, headers: &HeaderMap) -> Result<(), ErrorKind> {
 pub(crate) fn h2_kind(e: &h2::Error) -> ErrorKind {
     if e.is_go_away() {
         ErrorKind::Goaway
+    } else if e.is_reset() && e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+        ErrorKind::RefusedStream
     } else if e.is_reset() {
         ErrorKind::StreamReset
     } else if let Some(io) = e.get_io() {
@@ -241,7 +243,7 @@ enum Hs {
 type OnHandshake = Box<dyn FnOnce(Result<&TlsStream<StampedTcp>, &io::Error>) -> io::Result<()>>;
 
 /// The TLS stream of an HTTP connection. With 0-RTT its handshake may still be going on when
-/// HTTP starts: what HTTP writes meanwhile (HTTP/2 preface, SETTINGS, the first requests)
+/// HTTP starts: what HTTP writes meanwhile (HTTP/2 preface, SETTINGS, the first request)
 /// goes as early data, and tokio-rustls sends it again after the handshake if the server
 /// refused it; reads wait for the handshake. `done` reports the handshake when an I/O call
 /// sees it end.
@@ -581,7 +583,7 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
     let sweep = (opts.query_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
-    let responses = responses::Responses::start(x.clone(), sweep);
+    let responses = responses::Responses::start(x.clone(), lane.clone(), sweep);
     // Whichever way the driver returns, the responses' task ends with it.
     let _close = scopeguard(|| responses.close());
     loop {
@@ -592,13 +594,14 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         let cork = tls.cork.clone();
         responses.receive_times(tls.stamp());
         let mut b = h2::client::Builder::new();
-        // Until the server's SETTINGS arrive, open at most 100 streams (the least RFC 9113
-        // recommends a server to allow): more would be refused (REFUSED_STREAM) by a server
-        // with that limit.
+        // Until the server's SETTINGS arrive, open one stream: the server's limit
+        // (SETTINGS_MAX_CONCURRENT_STREAMS) is not known yet, and streams beyond it would be
+        // refused (REFUSED_STREAM). h2 holds the next request as pending (`poll_ready`)
+        // until the SETTINGS raise the limit; a server that sends none allows any number.
         b.initial_window_size(1 << 20)
             .initial_connection_window_size(4 << 20)
             .max_concurrent_reset_streams(1 << 16)
-            .initial_max_send_streams(100);
+            .initial_max_send_streams(1);
         let (mut send, conn) = match b.handshake::<_, Bytes>(tls).await {
             Ok(v) => v,
             Err(e) => {
@@ -673,7 +676,8 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                         responses.push(t, resp);
                     }
                     Err(e) => {
-                        x.failed(t, h2_kind(&e), x.now());
+                        // The connection ended between `poll_ready` and now.
+                        stream::unanswered(&lane, &*x, &[t], h2_kind(&e));
                         break 'conn;
                     }
                 }
@@ -770,7 +774,8 @@ async fn run_others_first() {
 }
 
 /// The driver of one DoH lane over HTTP/1.1: one request at a time on a keep-alive
-/// connection.
+/// connection. A request the server closed the connection on is sent again, once, on the
+/// next one ([`stream::unanswered`]).
 pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
     if opts.h1_pipeline > 1 {
         return h1::drive(target, lane, x, opts).await;
@@ -853,6 +858,12 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             let now = rx.arrival(&*x);
             match r {
                 Ok(Ok(body)) => x.response(t, &body, now),
+                Ok(Err(kind)) if stream::resendable(kind) => {
+                    // The server closed the connection before the answer: the query is sent
+                    // again on the next one.
+                    stream::unanswered(&lane, &*x, &[t], kind);
+                    break;
+                }
                 Ok(Err(kind)) => {
                     x.failed(t, kind, now);
                     if kind != ErrorKind::HttpStatus && kind != ErrorKind::ContentType {

@@ -5,7 +5,9 @@
 //! waker of its own (made once, reused) that marks the slot ready, so a wake-up polls only the
 //! streams that moved. Streams whose query has ended in the engine (timed out) are dropped by
 //! a sweep, which resets them (RST_STREAM) and frees their place under the server's stream
-//! limit.
+//! limit. A query whose stream the server refused unprocessed (REFUSED_STREAM), or whose
+//! connection ended before its answer (GOAWAY above its stream, a close), goes back to the
+//! lane to be sent again ([`stream::unanswered`]).
 
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};
@@ -22,7 +24,8 @@ use volley_metrics::ErrorKind;
 
 use super::{check_head, h2_kind, MAX_MESSAGE};
 use crate::stamp::RxStamp;
-use crate::{Exchange, Token};
+use crate::stream;
+use crate::{Exchange, Lane, Token};
 
 /// Slots marked ready by their wakers, and the collecting task to wake.
 #[derive(Default)]
@@ -144,9 +147,9 @@ pub(crate) struct Responses {
 }
 
 impl Responses {
-    /// Starts the task that awaits the lane's responses; `sweep` is how often streams of ended
-    /// queries are dropped.
-    pub(crate) fn start<X: Exchange + 'static>(x: Rc<X>, sweep: Duration) -> Responses {
+    /// Starts the task that awaits the responses of `lane`; `sweep` is how often streams of
+    /// ended queries are dropped.
+    pub(crate) fn start<X: Exchange + 'static>(x: Rc<X>, lane: Rc<Lane>, sweep: Duration) -> Responses {
         let r = Responses {
             inner: Rc::new(RefCell::new(Inner {
                 waiting: Vec::new(),
@@ -158,7 +161,7 @@ impl Responses {
             list: Arc::default(),
             rx: Rc::default(),
         };
-        tokio::task::spawn_local(r.clone().run(x, sweep));
+        tokio::task::spawn_local(r.clone().run(x, lane, sweep));
         r
     }
 
@@ -196,7 +199,7 @@ impl Responses {
         self.list.mark(u32::MAX);
     }
 
-    async fn run<X: Exchange>(self, x: Rc<X>, sweep: Duration) {
+    async fn run<X: Exchange>(self, x: Rc<X>, lane: Rc<Lane>, sweep: Duration) {
         let mut ready = Vec::new();
         let timer = tokio::time::sleep(sweep);
         tokio::pin!(timer);
@@ -225,6 +228,7 @@ impl Responses {
                 drop(inn);
                 match r {
                     Ok(msg) => x.response(w.token, &msg, now),
+                    Err(kind) if stream::resendable(kind) => stream::unanswered(&lane, &*x, &[w.token], kind),
                     Err(kind) => x.failed(w.token, kind, now),
                 }
                 inn = self.inner.borrow_mut();
