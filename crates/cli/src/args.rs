@@ -17,14 +17,14 @@ use crate::error::{CliError, CliResult};
 pub struct TlsArgs {
     /// DoH: HTTP version: 1.1 (one request in flight per connection, or --h1-pipeline;
     /// connections default to the concurrency over that), 2 (multiplexed, up to the server's
-    /// stream limit) or 3 (QUIC).
-    #[arg(long = "http", value_name = "VERSION", default_value = "2")]
-    pub http: String,
+    /// stream limit) or 3 (QUIC) [default: 2].
+    #[arg(long = "http", value_name = "VERSION")]
+    pub http: Option<String>,
 
     /// DoH: HTTP method: post (message as the body) or get (base64url in ?dns=). Both send
-    /// message ID 0 and application/dns-message.
-    #[arg(long = "doh-method", value_name = "METHOD", default_value = "post")]
-    pub doh_method: String,
+    /// message ID 0 and application/dns-message [default: post].
+    #[arg(long = "doh-method", value_name = "METHOD")]
+    pub doh_method: Option<String>,
 
     /// DoH over HTTP/1.1: requests in flight per connection, pipelined (written back to back,
     /// answered in order; RFC 9112 section 9.3). 1: one at a time (keep-alive only).
@@ -63,21 +63,17 @@ pub struct TlsArgs {
 impl TlsArgs {
     /// `base` with the TLS and HTTP settings of the flags, checked for `target`.
     pub fn apply(&self, base: LaneOptions, target: &Target) -> CliResult<LaneOptions> {
-        let http = match self.http.as_str() {
+        let http = match self.http.as_deref().unwrap_or("2") {
             "1.1" | "1" => HttpVersion::Http1,
             "2" => HttpVersion::Http2,
             "3" => HttpVersion::Http3,
             v => return Err(CliError::usage(format!("invalid --http '{v}': expected 1.1, 2 or 3"))),
         };
-        let doh_method = match self.doh_method.to_ascii_lowercase().as_str() {
+        let method = self.doh_method.as_deref().unwrap_or("post");
+        let doh_method = match method.to_ascii_lowercase().as_str() {
             "get" => DohMethod::Get,
             "post" => DohMethod::Post,
-            _ => {
-                return Err(CliError::usage(format!(
-                    "invalid --doh-method '{}': expected get or post",
-                    self.doh_method
-                )))
-            }
+            _ => return Err(CliError::usage(format!("invalid --doh-method '{method}': expected get or post"))),
         };
         let version = match self.tls_version.as_deref() {
             None => None,
@@ -88,6 +84,16 @@ impl TlsArgs {
         let resume = self.tls_resume;
         if self.zero_rtt && !resume {
             return Err(CliError::usage("--zero-rtt needs --tls-resume on (0-RTT data rides on a resumed session)"));
+        }
+        if self.zero_rtt && version == Some(TlsVersion::Tls12) {
+            return Err(CliError::usage(
+                "--zero-rtt needs TLS 1.3 (TLS 1.2 has no early data): drop --tls-version 1.2",
+            ));
+        }
+        if self.insecure && self.ca.is_some() {
+            return Err(CliError::usage(
+                "--insecure skips certificate verification, so --ca would not be used: give one of them",
+            ));
         }
         if self.sni.as_deref() == Some("") {
             return Err(CliError::usage("invalid --sni '': expected a server name"));
@@ -110,6 +116,45 @@ impl TlsArgs {
             volley_transport::tls::server_name(&opts.tls, target).map_err(CliError::usage)?;
         }
         Ok(opts)
+    }
+
+    /// The flags given that none of `targets` uses (TLS flags without an encrypted target,
+    /// HTTP flags without a DoH one, `--http` with only `h3://` targets), each said in a line.
+    pub fn unused(&self, targets: &[&Target]) -> Vec<String> {
+        let mut out = Vec::new();
+        let encrypted = targets.iter().any(|t| t.scheme.is_encrypted());
+        let doh: Vec<&&Target> = targets.iter().filter(|t| t.scheme.is_https() || t.scheme == Scheme::H3).collect();
+        if !encrypted {
+            let given = [
+                ("--ca", self.ca.is_some()),
+                ("--sni", self.sni.is_some()),
+                ("--insecure", self.insecure),
+                ("--tls-version", self.tls_version.is_some()),
+                ("--zero-rtt", self.zero_rtt),
+            ];
+            let names: Vec<&str> = given.iter().filter(|(_, on)| *on).map(|(n, _)| *n).collect();
+            if !names.is_empty() {
+                out.push(format!(
+                    "{} has no effect: no target uses TLS (tls://, https://, h3://, quic://)",
+                    names.join(", ")
+                ));
+            }
+        }
+        if doh.is_empty() {
+            let names: Vec<&str> = [("--http", self.http.is_some()), ("--doh-method", self.doh_method.is_some())]
+                .iter()
+                .filter(|(_, on)| *on)
+                .map(|(n, _)| *n)
+                .collect();
+            if !names.is_empty() {
+                out.push(format!("{} has no effect: no target is DoH (https://, h3://)", names.join(", ")));
+            }
+        } else if let Some(v) = self.http.as_deref().filter(|v| *v != "3") {
+            if doh.iter().all(|t| t.scheme == Scheme::H3) {
+                out.push(format!("--http {v} has no effect: h3:// is always HTTP/3"));
+            }
+        }
+        out
     }
 }
 

@@ -97,6 +97,48 @@ fn nothing_listening_over_quic() {
     assert!(line.contains("nothing is listening"), "{line}");
 }
 
+/// Flags that contradict each other are refused before anything runs.
+#[test]
+fn contradictory_tls_flags() {
+    let s = Server::start_encrypted(&[]);
+    let dot = s.url("tls");
+    for (flags, says) in [
+        (&["--insecure", "--ca", s.ca_str()][..], "--insecure skips certificate verification"),
+        (&["--ca", s.ca_str(), "--zero-rtt", "--tls-version", "1.2"][..], "--zero-rtt needs TLS 1.3"),
+    ] {
+        let r = run_volley(&[&[dot.as_str(), "-n", "5"][..], flags].concat());
+        let line = assert_usage_error(&r);
+        assert!(line.contains(says), "{flags:?}: {line}");
+    }
+}
+
+/// Flags that no target of the run uses are said on stderr and kept in the results'
+/// warnings; the run goes on.
+#[test]
+fn flags_without_effect_are_said() {
+    let s = Server::start_encrypted(&[]);
+    let cases = [
+        (s.udp_url(), vec!["--ca", s.ca_str(), "--sni", "x.test"], "--ca, --sni has no effect: no target uses TLS"),
+        (s.url("tls"), vec!["--ca", s.ca_str(), "--http", "1.1"], "--http has no effect: no target is DoH"),
+        (s.url("h3"), vec!["--ca", s.ca_str(), "--http", "2"], "--http 2 has no effect: h3:// is always HTTP/3"),
+    ];
+    for (url, flags, says) in cases {
+        let r = run_volley(&[&[url.as_str(), "-n", "5"][..], &flags[..]].concat());
+        let v = r.ok();
+        assert!(r.stderr.contains(&format!("volley: warning: {says}")), "{url} {flags:?}: {}", r.stderr);
+        let warnings = v["warnings"].as_array().cloned().unwrap_or_default();
+        assert!(warnings.iter().any(|w| w.as_str().is_some_and(|w| w.starts_with(says))), "{warnings:?}");
+        assert_eq!(total(v, "answered"), 5, "the run went on: {:#}", v["totals"]);
+    }
+    // --insecure is said at the start too, not only in the summary at the end.
+    let r = run_volley(&[&s.url("tls"), "-n", "5", "--insecure"]);
+    assert!(
+        r.stderr.contains("volley: warning: --insecure: the server's certificate was NOT verified"),
+        "{}",
+        r.stderr
+    );
+}
+
 #[test]
 fn unknown_flag_is_a_usage_error() {
     let s = Server::start();

@@ -333,7 +333,7 @@ fn embedded_lane(tls: &TlsArgs, e: &Embedded, ca: Option<PathBuf>, target: &Targ
         Some(HttpVersion::Http3) => "3",
         _ => "2",
     };
-    let t = TlsArgs { http: http.to_string(), ca, insecure: false, sni: None, ..tls.clone() };
+    let t = TlsArgs { http: Some(http.to_string()), ca, insecure: false, sni: None, ..tls.clone() };
     row_lane(&t, target)
 }
 

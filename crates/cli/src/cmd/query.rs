@@ -92,6 +92,10 @@ pub fn run(a: QueryArgs) -> CliResult {
     };
     let mut scheme = target.scheme;
     let (mut msg, mut took) = ask(scheme)?;
+    // After the first answer, so that an unusable target is still one line.
+    for w in a.tls.unused(&[&target]) {
+        eprintln!("volley: warning: {w}");
+    }
     let truncated = Header::parse(&msg).is_ok_and(|h| h.truncated());
     if truncated && scheme == Scheme::Udp && !a.ignore_tc {
         let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), b";; Truncated, retrying over TCP\n");

@@ -523,13 +523,9 @@ pub fn check_output(path: &Option<PathBuf>) -> CliResult {
 pub fn check_target(plan: &Plan) -> CliResult<Vec<String>> {
     use volley_transport::probe::Probe;
     let q = plan.queries.first_wire();
-    let targets: Vec<(&Target, &LaneOptions)> = match &plan.load {
-        Load::Clients(c) => c.groups.iter().map(|g| (&g.target, &g.lane)).collect(),
-        _ => vec![(&plan.target, &plan.lane)],
-    };
     let mut silent = Vec::new();
     let mut warnings = Vec::new();
-    for (target, lane) in targets {
+    for (target, lane) in targets(plan) {
         match probe_with(target, &q, plan.timeout.min(Duration::from_secs(2)), lane) {
             Ok(Probe::Answered) => {}
             Ok(Probe::Silent) => silent.push(target.to_string()),
@@ -546,6 +542,14 @@ pub fn check_target(plan: &Plan) -> CliResult<Vec<String>> {
         eprintln!("volley: warning: {w}");
     }
     Ok(warnings)
+}
+
+/// The targets of a plan, with their lane settings: the run's, or each group's.
+fn targets(plan: &Plan) -> Vec<(&Target, &LaneOptions)> {
+    match &plan.load {
+        Load::Clients(c) => c.groups.iter().map(|g| (&g.target, &g.lane)).collect(),
+        _ => vec![(&plan.target, &plan.lane)],
+    }
 }
 
 /// Installs SIGINT/SIGTERM handling: the first stops the run (results still written), a
@@ -613,14 +617,19 @@ pub fn execute(
 pub fn run(a: RunArgs) -> CliResult {
     let plan = plan(&a)?;
     check_output(&a.output)?;
-    let warnings = check_target(&plan)?;
+    let probed = check_target(&plan)?;
+    // Said once the input is known good (a usage error stays one line), and again in the
+    // results: flags that do nothing here, --insecure.
+    let mut warnings = a.tls.unused(&targets(&plan).iter().map(|(t, _)| *t).collect::<Vec<_>>());
+    warnings.extend(insecure_warning(&plan));
+    for w in &warnings {
+        eprintln!("volley: warning: {w}");
+    }
+    warnings.extend(probed);
     let interrupt = interrupt_flag();
     let mut result = execute(&plan, a.progress, a.metrics_file.as_deref(), interrupt)?;
     result.command = std::env::args().collect();
     result.warnings.splice(0..0, warnings);
-    if let Some(w) = insecure_warning(&plan) {
-        result.warnings.insert(0, w);
-    }
     if let Some(path) = &a.output {
         volley_report::write_json_file_atomic(&result, path).map_err(CliError::failure)?;
     }
