@@ -297,7 +297,7 @@ fn server_idle_timeout_seen_by_the_client() {
 
 /// `--max-conns 3`: three connections are served (exactly three on the wire); with five
 /// asked for, the others are turned away (TCP: closed at accept; QUIC: CONNECTION_REFUSED,
-/// a failed connection for the client).
+/// a failed connection for the client, with event `server_quic_close_CONNECTION_REFUSED`).
 #[test]
 fn server_max_conns() {
     let mut s = Server::start_encrypted(&["-T", "2", "--max-conns", "3"]);
@@ -315,7 +315,11 @@ fn server_max_conns() {
     let v = complete(&r);
     assert!(total(&v, "answered") > 0, "{}", show(&v));
     assert!(conn_total(&v, "failed") >= 2, "refused connections fail:\n{}", show(&v));
-    assert!(conn_map(&v, &["errors"], "quic_closed") >= 2, "{}", show(&v));
+    let refused = conn_map(&v, &["errors"], "quic_closed");
+    assert!(refused >= 2, "{}", show(&v));
+    // Each refusal is recorded with its code.
+    let code = v["events"]["server_quic_close_CONNECTION_REFUSED"].as_u64();
+    assert_eq!(code, Some(refused), "{}\nevents:\n{:#}", show(&v), v["events"]);
     assert!(serve_stat(&stats, "refused_max_conns") >= 2, "{stats}");
     assert_eq!(serve_stat(&stats, "doq_connections"), 3 + 1, "three held, plus the probe's:\n{stats}");
 }

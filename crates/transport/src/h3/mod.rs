@@ -40,12 +40,17 @@ fn stream_kind(e: &h3::error::StreamError) -> ErrorKind {
     }
 }
 
-/// The error kind of an HTTP/3 connection error.
+/// The error kind of an HTTP/3 connection error (QUIC's own, such as a stateless reset, as
+/// for DoQ).
 fn conn_kind(e: &h3::error::ConnectionError) -> ErrorKind {
     use h3::error::ConnectionError as C;
+    use h3::quic::ConnectionErrorIncoming as In;
     match e {
         C::Timeout => ErrorKind::IdleTimeout,
-        C::Remote { 0: h3::quic::ConnectionErrorIncoming::Timeout, .. } => ErrorKind::IdleTimeout,
+        C::Remote { 0: In::Timeout, .. } => ErrorKind::IdleTimeout,
+        C::Remote { 0: In::Undefined(e), .. } => {
+            e.downcast_ref::<quinn::ConnectionError>().map_or(ErrorKind::QuicClosed, quic::conn_kind)
+        }
         _ => ErrorKind::QuicClosed,
     }
 }
@@ -112,7 +117,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
     let mut msg = Vec::with_capacity(512);
     loop {
         let Some(conn) = quic::open(&ep, &target, &cfg, &opts, &lane, &x, true, &mut backoff).await else { return };
-        let end = quic::watch(&conn);
+        let end = quic::watch(&conn, &x, true);
         let (mut driver, send) = match h3::client::new(h3_quinn::Connection::new(conn.clone())).await {
             Ok(v) => v,
             Err(e) => {

@@ -66,19 +66,99 @@ pub fn conn_kind(e: &ConnectionError) -> ErrorKind {
     };
     match e {
         ConnectionError::TimedOut => ErrorKind::IdleTimeout,
+        ConnectionError::Reset => ErrorKind::StatelessReset,
         ConnectionError::TransportError(t) => crypto(u64::from(t.code)).unwrap_or(ErrorKind::QuicClosed),
         ConnectionError::ConnectionClosed(c) => crypto(u64::from(c.error_code)).unwrap_or(ErrorKind::QuicClosed),
         _ => ErrorKind::QuicClosed,
     }
 }
 
-/// Who closed a QUIC connection, and how.
+/// Who closed a QUIC connection, and how. A stateless reset is the server's reset of a
+/// connection it no longer knows, as a TCP RST is.
 pub fn close_of(e: &ConnectionError) -> Close {
     match e {
         ConnectionError::ConnectionClosed(_) | ConnectionError::ApplicationClosed(_) => Close::ServerQuicClose,
+        ConnectionError::Reset => Close::ServerReset,
         ConnectionError::TimedOut => Close::IdleTimeout,
         ConnectionError::LocallyClosed => Close::ClientEnd,
         _ => Close::Error,
+    }
+}
+
+/// The prefix of the event that tells the code of a CONNECTION_CLOSE the server ended a
+/// connection (or a connection attempt) with: `server_quic_close_DOQ_NO_ERROR`.
+pub const SERVER_CLOSE_EVENT: &str = "server_quic_close_";
+
+/// The name of the code of a CONNECTION_CLOSE the peer sent, if it sent one: a transport error
+/// by its RFC 9000 name (`CONNECTION_REFUSED`; TLS alerts as `CRYPTO_ERROR_0x178`), an
+/// application error by its DoQ (RFC 9250) or HTTP/3 (RFC 9114, RFC 9204) name
+/// (`DOQ_NO_ERROR`, `H3_NO_ERROR`), other codes in hex (`0x1f`).
+pub fn close_code(e: &ConnectionError, h3: bool) -> Option<String> {
+    Some(match e {
+        ConnectionError::ConnectionClosed(c) => {
+            let code = u64::from(c.error_code);
+            match code {
+                0x100..=0x1ff => format!("CRYPTO_ERROR_{code:#x}"),
+                // quinn names the codes of RFC 9000 section 20.1 as the RFC does.
+                0..=0x10 => format!("{:?}", c.error_code),
+                _ => format!("{code:#x}"),
+            }
+        }
+        ConnectionError::ApplicationClosed(c) => {
+            let code = c.error_code.into_inner();
+            let name = if h3 { h3_code_name(code) } else { doq_code_name(code) };
+            name.map_or_else(|| format!("{code:#x}"), str::to_string)
+        }
+        _ => return None,
+    })
+}
+
+/// DoQ error codes (RFC 9250 section 8.4).
+fn doq_code_name(code: u64) -> Option<&'static str> {
+    Some(match code {
+        0x0 => "DOQ_NO_ERROR",
+        0x1 => "DOQ_INTERNAL_ERROR",
+        0x2 => "DOQ_PROTOCOL_ERROR",
+        0x3 => "DOQ_REQUEST_CANCELLED",
+        0x4 => "DOQ_EXCESSIVE_LOAD",
+        0x5 => "DOQ_UNSPECIFIED_ERROR",
+        0xd098_ea5e => "DOQ_ERROR_RESERVED",
+        _ => return None,
+    })
+}
+
+/// HTTP/3 error codes (RFC 9114 section 8.1) and QPACK's (RFC 9204 section 6).
+fn h3_code_name(code: u64) -> Option<&'static str> {
+    Some(match code {
+        0x100 => "H3_NO_ERROR",
+        0x101 => "H3_GENERAL_PROTOCOL_ERROR",
+        0x102 => "H3_INTERNAL_ERROR",
+        0x103 => "H3_STREAM_CREATION_ERROR",
+        0x104 => "H3_CLOSED_CRITICAL_STREAM",
+        0x105 => "H3_FRAME_UNEXPECTED",
+        0x106 => "H3_FRAME_ERROR",
+        0x107 => "H3_EXCESSIVE_LOAD",
+        0x108 => "H3_ID_ERROR",
+        0x109 => "H3_SETTINGS_ERROR",
+        0x10a => "H3_MISSING_SETTINGS",
+        0x10b => "H3_REQUEST_REJECTED",
+        0x10c => "H3_REQUEST_CANCELLED",
+        0x10d => "H3_REQUEST_INCOMPLETE",
+        0x10e => "H3_MESSAGE_ERROR",
+        0x10f => "H3_CONNECT_ERROR",
+        0x110 => "H3_VERSION_FALLBACK",
+        0x200 => "QPACK_DECOMPRESSION_FAILED",
+        0x201 => "QPACK_ENCODER_STREAM_ERROR",
+        0x202 => "QPACK_DECODER_STREAM_ERROR",
+        _ => return None,
+    })
+}
+
+/// Counts the code of the CONNECTION_CLOSE that ended a connection or an attempt, when the
+/// server sent one (event `server_quic_close_CODE`).
+fn note_close_code<X: Exchange + ?Sized>(x: &X, e: &ConnectionError, h3: bool) {
+    if let Some(code) = close_code(e, h3) {
+        x.event(&format!("{SERVER_CLOSE_EVENT}{code}"));
     }
 }
 
@@ -122,6 +202,7 @@ pub(crate) async fn connect<X: Exchange + 'static>(
         .connect_with(cc, target.addr, name)
         .map_err(|e| (ErrorKind::Connect, format!("QUIC connect to {target}: {e}")))?;
     let failed = |e: ConnectionError| {
+        note_close_code(&**x, &e, h3);
         let kind = conn_kind(&e);
         let what = if matches!(kind, ErrorKind::Tls | ErrorKind::Alpn) { "TLS handshake" } else { "QUIC handshake" };
         let why = match &e {
@@ -251,12 +332,14 @@ pub(crate) async fn after_burst<X: Exchange + 'static>(
     }
 }
 
-/// Watches a connection: tells `end` how it closed.
-pub(crate) fn watch(conn: &quinn::Connection) -> Rc<ConnEnd> {
+/// Watches a connection: tells `end` how it closed, and counts the code of the server's
+/// CONNECTION_CLOSE.
+pub(crate) fn watch<X: Exchange + 'static>(conn: &quinn::Connection, x: &Rc<X>, h3: bool) -> Rc<ConnEnd> {
     let end = Rc::new(ConnEnd::default());
-    let (c, e) = (conn.clone(), end.clone());
+    let (c, e, x) = (conn.clone(), end.clone(), x.clone());
     tokio::task::spawn_local(async move {
         let why = c.closed().await;
+        note_close_code(&*x, &why, h3);
         e.end(close_of(&why), conn_kind(&why));
     });
     end
@@ -296,7 +379,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
     let mut msg = Vec::with_capacity(512);
     loop {
         let Some(conn) = open(&ep, &target, &cfg, &opts, &lane, &x, false, &mut backoff).await else { return };
-        let end = watch(&conn);
+        let end = watch(&conn, &x, false);
         let mut turned = None;
         loop {
             while end.ended().is_none() {
@@ -415,6 +498,51 @@ pub fn unframe(data: &[u8]) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn close_codes_by_name() {
+        let transport = |code| {
+            ConnectionError::ConnectionClosed(quinn::ConnectionClose {
+                error_code: code,
+                frame_type: None,
+                reason: Bytes::new(),
+            })
+        };
+        let app = |code: u32| {
+            ConnectionError::ApplicationClosed(quinn::ApplicationClose {
+                error_code: code.into(),
+                reason: Bytes::new(),
+            })
+        };
+        let refused = transport(quinn::TransportErrorCode::CONNECTION_REFUSED);
+        assert_eq!(close_code(&refused, false).as_deref(), Some("CONNECTION_REFUSED"));
+        assert_eq!(close_code(&transport(quinn::TransportErrorCode::NO_ERROR), true).as_deref(), Some("NO_ERROR"));
+        let alert = transport(quinn::TransportErrorCode::crypto(0x78));
+        assert_eq!(close_code(&alert, false).as_deref(), Some("CRYPTO_ERROR_0x178"));
+        assert_eq!(conn_kind(&alert), ErrorKind::Alpn);
+        assert_eq!(close_code(&app(0), false).as_deref(), Some("DOQ_NO_ERROR"));
+        assert_eq!(close_code(&app(0x100), true).as_deref(), Some("H3_NO_ERROR"));
+        assert_eq!(close_code(&app(0x10b), true).as_deref(), Some("H3_REQUEST_REJECTED"));
+        // A code the protocol does not name, or one of the other protocol's.
+        assert_eq!(close_code(&app(0x1f), false).as_deref(), Some("0x1f"));
+        assert_eq!(close_code(&app(0x100), false).as_deref(), Some("0x100"));
+        assert_eq!(close_code(&app(0), true).as_deref(), Some("0x0"));
+        for e in [&refused, &app(0)] {
+            assert_eq!(close_of(e), Close::ServerQuicClose);
+            assert_eq!(conn_kind(e), ErrorKind::QuicClosed);
+        }
+        // No CONNECTION_CLOSE came: no code.
+        for e in [ConnectionError::Reset, ConnectionError::TimedOut, ConnectionError::LocallyClosed] {
+            assert_eq!(close_code(&e, false), None);
+        }
+    }
+
+    #[test]
+    fn stateless_reset_is_the_servers_reset() {
+        assert_eq!(conn_kind(&ConnectionError::Reset), ErrorKind::StatelessReset);
+        assert_eq!(close_of(&ConnectionError::Reset), Close::ServerReset);
+        assert_eq!(conn_kind(&ConnectionError::TimedOut), ErrorKind::IdleTimeout);
+    }
 
     #[test]
     fn unframes() {
