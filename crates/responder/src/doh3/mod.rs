@@ -73,7 +73,7 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
 }
 
 /// H3_NO_ERROR (RFC 9114 section 8.1).
-const H3_NO_ERROR: u32 = 0x100;
+pub(crate) const H3_NO_ERROR: u32 = 0x100;
 
 /// Counts a connection that ended by the QUIC idle timeout.
 fn note_idle(conn: &Connection, ctx: &Ctx) {

@@ -20,7 +20,7 @@ const DOQ_INTERNAL_ERROR: u32 = 1;
 /// DOQ_PROTOCOL_ERROR: a stream that does not carry one length-prefixed message.
 const DOQ_PROTOCOL_ERROR: u32 = 2;
 /// DOQ_NO_ERROR: the code of a graceful close (`--max-queries-per-conn`).
-const DOQ_NO_ERROR: u32 = 0;
+pub(crate) const DOQ_NO_ERROR: u32 = 0;
 
 /// Streams of a connection not done yet (answered and acknowledged, reset, or given up).
 #[derive(Default)]

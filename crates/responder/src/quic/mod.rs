@@ -47,7 +47,8 @@ pub(crate) fn still_handshaking(accepted: &mut ZeroRttAccepted) -> bool {
 /// Accepts connections until `stop` turns true: sends a Retry to every client whose address
 /// is not validated yet when `retry` is on; refuses (CONNECTION_REFUSED) a connection beyond
 /// the listener's `--max-conns`; with 0-RTT, hands the connection over before the handshake
-/// completes (0.5-RTT), with the future telling when it did.
+/// completes (0.5-RTT), with the future telling when it did. When it stops, every connection
+/// is closed with the application's NO_ERROR (DOQ_NO_ERROR, H3_NO_ERROR).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn accept_loop<F, Fut>(
     ep: quinn::Endpoint,
@@ -106,7 +107,8 @@ pub(crate) async fn accept_loop<F, Fut>(
             }
         });
     }
-    ep.close(0u32.into(), b"");
+    let no_error = if transport == Transport::Doh3 { crate::doh3::H3_NO_ERROR } else { crate::doq::DOQ_NO_ERROR };
+    ep.close(no_error.into(), b"");
 }
 
 /// Counts a connection's first stream that arrived during the handshake as early data.
