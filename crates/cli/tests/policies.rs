@@ -265,10 +265,41 @@ fn server_max_queries_doh2_is_server_goaway() {
     max_queries_seen_as("https", &["server_goaway"], &["goaway", "closed"]);
 }
 
-/// DoQ: CONNECTION_CLOSE (DOQ_NO_ERROR) is `server_quic_close`.
+/// QUIC against `--max-queries-per-conn 50`, 20 queries in flight on one connection: every
+/// query is answered. The server closes a connection only once the client has acknowledged
+/// every answer it took, and the client sends again, on its next connection, the queries the
+/// server did not take (DoQ: the streams after the 50th, never read; HTTP/3: those at or
+/// beyond the GOAWAY's stream ID, refused unprocessed), each once: the responder answered
+/// every query exactly once, plus the probe's. `close`: how the client records the server's
+/// closes; `code`: the CONNECTION_CLOSE code the server's closes carry (event
+/// `server_quic_close_CODE`).
+fn max_queries_quic(url_kind: &str, close: &str, code: &str) {
+    let mut s = Server::start_encrypted(&["-T", "1", "--max-queries-per-conn", "50"]);
+    let r = run_volley(&[&s.url(url_kind), "--ca", s.ca_str(), "-n", "500", "-c", "20", "-T", "1"]);
+    let stats = s.terminate();
+    let v = complete(&r);
+    let events = &v["events"];
+    let show = || format!("{}\nevents:\n{events:#}\n{stats}", show(&v));
+    assert_eq!(total(&v, "answered"), 500, "{url_kind}: every query answered:\n{}", show());
+    assert!((9..=11).contains(&closed(&v, close)), "{url_kind}: about 10 closes as {close}:\n{}", show());
+    assert_eq!(serve_stat(&stats, "answered"), 501, "{url_kind}: each query answered once:\n{}", show());
+    assert!((9..=11).contains(&serve_stat(&stats, "closed_max_queries")), "{url_kind}: {}", show());
+    let codes: Vec<(&String, &Value)> = events
+        .as_object()
+        .map(|m| m.iter().filter(|(k, _)| k.starts_with("server_quic_close_")).collect())
+        .unwrap_or_default();
+    let want = format!("server_quic_close_{code}");
+    assert!(codes.iter().all(|(k, _)| **k == want), "{url_kind}: the server closes with {code} only:\n{}", show());
+    if close == "server_quic_close" {
+        assert_eq!(events[&want].as_u64(), Some(closed(&v, close)), "{url_kind}: each close's code:\n{}", show());
+    }
+}
+
+/// DoQ: CONNECTION_CLOSE (DOQ_NO_ERROR) is `server_quic_close`, with event
+/// `server_quic_close_DOQ_NO_ERROR`; the queries sent on streams after the 50th are sent again.
 #[test]
 fn server_max_queries_doq_is_server_quic_close() {
-    max_queries_seen_as("quic", &["server_quic_close"], &["quic_closed"]);
+    max_queries_quic("quic", "server_quic_close", "DOQ_NO_ERROR");
 }
 
 /// HTTP/3: GOAWAY, then CONNECTION_CLOSE (H3_NO_ERROR) once the requests are answered; the

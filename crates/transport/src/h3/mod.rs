@@ -157,7 +157,17 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 }
                 let (req, body) = tpl.request(&msg);
                 let b = busy.enter();
-                let r = request(x.clone(), send.clone(), rx.clone(), t, req, body, msg.len(), opts.query_timeout);
+                let r = request(
+                    x.clone(),
+                    lane.clone(),
+                    send.clone(),
+                    rx.clone(),
+                    t,
+                    req,
+                    body,
+                    msg.len(),
+                    opts.query_timeout,
+                );
                 tokio::task::spawn_local(async move {
                     r.await;
                     drop(b);
@@ -196,10 +206,13 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
     }
 }
 
-/// One DoH/3 request on its own stream; reports its fate.
+/// One DoH/3 request on its own stream; reports its fate. A request the server refused
+/// unprocessed (GOAWAY, H3_REQUEST_REJECTED) or the connection's end left unanswered goes to
+/// the lane's next connection ([`stream::unanswered`]).
 #[allow(clippy::too_many_arguments)]
 async fn request<X: Exchange>(
     x: Rc<X>,
+    lane: Rc<Lane>,
     mut send: Sender,
     rx: RxStamp,
     t: Token,
@@ -256,7 +269,7 @@ async fn request<X: Exchange>(
     let now = rx.arrival(&*x);
     match r {
         Ok(Ok(msg)) => x.response(t, &msg, now),
-        Ok(Err(kind)) => x.failed(t, kind, now),
+        Ok(Err(kind)) => stream::unanswered(&lane, &*x, &[t], kind),
         Err(_) => {}
     }
 }

@@ -390,7 +390,8 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 let mut framed = BytesMut::with_capacity(msg.len() + 2);
                 framed.put_u16(msg.len() as u16);
                 framed.put_slice(&msg);
-                let q = query(x.clone(), conn.clone(), rx.clone(), t, framed.freeze(), opts.query_timeout);
+                let q =
+                    query(x.clone(), lane.clone(), conn.clone(), rx.clone(), t, framed.freeze(), opts.query_timeout);
                 tokio::task::spawn_local(q);
             }
             match after_burst(&conn, DOQ_NO_ERROR, &lane, &x, &end).await {
@@ -444,8 +445,17 @@ enum Fail {
     ZeroRttRejected,
 }
 
-/// One DoQ query on its own stream; reports its fate.
-async fn query<X: Exchange>(x: Rc<X>, conn: quinn::Connection, rx: RxStamp, t: Token, framed: Bytes, limit: Duration) {
+/// One DoQ query on its own stream; reports its fate. A query the connection's end left
+/// unanswered goes to the lane's next connection ([`stream::unanswered`]).
+async fn query<X: Exchange>(
+    x: Rc<X>,
+    lane: Rc<Lane>,
+    conn: quinn::Connection,
+    rx: RxStamp,
+    t: Token,
+    framed: Bytes,
+    limit: Duration,
+) {
     let once = |framed: Bytes| {
         let (x, conn) = (&x, &conn);
         async move {
@@ -482,7 +492,7 @@ async fn query<X: Exchange>(x: Rc<X>, conn: quinn::Connection, rx: RxStamp, t: T
             Some(m) => x.response(t, m, now),
             None => x.failed(t, ErrorKind::Malformed, now),
         },
-        Ok(Err(Fail::Kind(k))) => x.failed(t, k, now),
+        Ok(Err(Fail::Kind(k))) => stream::unanswered(&lane, &*x, &[t], k),
         Ok(Err(Fail::ZeroRttRejected)) => x.failed(t, ErrorKind::QuicClosed, now),
         // Timed out by the engine already; the streams were dropped (reset).
         Err(_) => {}
