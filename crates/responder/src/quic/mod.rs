@@ -1,6 +1,7 @@
 //! What DoQ and DoH/3 share: a quinn endpoint per I/O thread on an SO_REUSEPORT socket, the
 //! server transport settings, address validation with Retry, and 0-RTT.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::task::Context;
 
 use quinn::{Connection, ZeroRttAccepted};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::answer::Transport;
 use crate::ctx::Ctx;
@@ -116,6 +117,36 @@ pub(crate) fn note_first_stream(ctx: &Ctx, zero_rtt: &mut Option<ZeroRttAccepted
     if let Some(mut accepted) = zero_rtt.take() {
         if still_handshaking(&mut accepted) {
             add(&ctx.counters.early_data, 1);
+        }
+    }
+}
+
+/// The streams of a connection whose answers may not have reached the client yet: a graceful
+/// close waits for them, for a stream finished is not a stream received. Each stream counts
+/// until quinn's `SendStream::stopped` resolves: the client acknowledged all of its data (or
+/// its reset), stopped it, or the connection ended.
+#[derive(Default)]
+pub(crate) struct Unacked {
+    streams: Cell<u64>,
+    done: Notify,
+}
+
+impl Unacked {
+    /// Counts `send` until it is done.
+    pub(crate) fn track(self: &Rc<Self>, send: &quinn::SendStream) {
+        self.streams.set(self.streams.get() + 1);
+        let (stopped, me) = (send.stopped(), self.clone());
+        tokio::task::spawn_local(async move {
+            let _ = stopped.await;
+            me.streams.set(me.streams.get() - 1);
+            me.done.notify_one();
+        });
+    }
+
+    /// Resolves once every stream counted is done.
+    pub(crate) async fn settled(&self) {
+        while self.streams.get() > 0 {
+            self.done.notified().await;
         }
     }
 }
