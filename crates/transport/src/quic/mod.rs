@@ -184,6 +184,16 @@ fn connection_config(
     Ok((cc, seen))
 }
 
+/// The client's QUIC idle timeout (max_idle_timeout; the connection's is the smaller of both
+/// sides'): 30 s, as quinn, quic-go and browsers use, or longer when the run needs it: never
+/// shorter than the query timeout (a query still waiting for its answer is not cut short by
+/// the client's own timer), and twice the client's `--idle-timeout`, so that this policy, not
+/// QUIC's timer, closes an idle connection (as `client_idle`).
+fn idle_timeout(opts: &LaneOptions) -> Duration {
+    let policy = opts.conn.idle.map_or(Duration::ZERO, |d| d.saturating_mul(2));
+    Duration::from_secs(30).max(opts.query_timeout).max(policy)
+}
+
 /// Opens a QUIC connection and reports it (`conn_opened` once the handshake is done; with
 /// 0-RTT, when the server has said whether it took the early data, while the connection is
 /// already usable).
@@ -195,7 +205,7 @@ pub(crate) async fn connect<X: Exchange + 'static>(
     x: &Rc<X>,
     h3: bool,
 ) -> Result<quinn::Connection, (ErrorKind, String)> {
-    let (cc, seen) = connection_config(cfg, h3, Duration::from_secs(30)).map_err(|e| (ErrorKind::Tls, e))?;
+    let (cc, seen) = connection_config(cfg, h3, idle_timeout(opts)).map_err(|e| (ErrorKind::Tls, e))?;
     let name = opts.tls.sni.as_deref().unwrap_or(&target.host);
     let began = x.now();
     let connecting = ep
@@ -552,6 +562,17 @@ mod tests {
         assert_eq!(conn_kind(&ConnectionError::Reset), ErrorKind::StatelessReset);
         assert_eq!(close_of(&ConnectionError::Reset), Close::ServerReset);
         assert_eq!(conn_kind(&ConnectionError::TimedOut), ErrorKind::IdleTimeout);
+    }
+
+    #[test]
+    fn idle_timeout_outlasts_queries_and_the_idle_policy() {
+        let mut opts = LaneOptions::default();
+        assert_eq!(idle_timeout(&opts), Duration::from_secs(30));
+        opts.query_timeout = Duration::from_secs(45);
+        assert_eq!(idle_timeout(&opts), Duration::from_secs(45));
+        opts.query_timeout = Duration::from_secs(2);
+        opts.conn.idle = Some(Duration::from_secs(25));
+        assert_eq!(idle_timeout(&opts), Duration::from_secs(50));
     }
 
     #[test]
