@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::task::Context;
 
 use quinn::{Connection, ZeroRttAccepted};
+use ring::hmac;
+use rustls::pki_types::PrivateKeyDer;
 use tokio::sync::{watch, Notify};
 
 use crate::answer::Transport;
@@ -16,13 +18,22 @@ use crate::ctx::Ctx;
 use crate::policy::Admit;
 use crate::stats::add;
 
-/// The quinn server configuration: TLS 1.3 from `tls`, idle timeout, stream limits.
-pub(crate) fn server_config(
+/// What a QUIC listener's endpoints are made with (one per I/O thread).
+#[derive(Clone)]
+pub(crate) struct Config {
+    endpoint: quinn::EndpointConfig,
+    server: quinn::ServerConfig,
+}
+
+/// The quinn configuration: TLS 1.3 from `tls`, idle timeout, stream limits, and the keys of
+/// [`endpoint_config`] from the certificate's private key `key`.
+pub(crate) fn config(
     tls: Arc<rustls::ServerConfig>,
+    key: &PrivateKeyDer<'_>,
     ctx_idle: std::time::Duration,
     max_streams: u32,
     h3: bool,
-) -> Result<quinn::ServerConfig, String> {
+) -> Result<Config, String> {
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|e| format!("QUIC TLS: {e}"))?;
     let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut t = quinn::TransportConfig::default();
@@ -31,12 +42,32 @@ pub(crate) fn server_config(
     // HTTP/3 needs the client's control and QPACK streams; DoQ uses none.
     t.max_concurrent_uni_streams(if h3 { 8u32.into() } else { 0u32.into() });
     sc.transport_config(Arc::new(t));
-    Ok(sc)
+    Ok(Config { endpoint: endpoint_config(key), server: sc })
+}
+
+/// An endpoint that knows the connections of an earlier run with the same key well enough to
+/// reset them (RFC 9000 section 10.3): a server must keep its stateless reset key across
+/// restarts for its old clients to believe its resets, which end at once a connection they
+/// would otherwise hold until its idle timeout; and quinn answers only packets whose
+/// connection ID its generator signed. Both keys come from the certificate's private key
+/// (HMAC-SHA256 under labels), so a responder restarted with the same `--cert`/`--key` resets
+/// its old connections. (A generated certificate has a new key at each start.)
+fn endpoint_config(key: &PrivateKeyDer<'_>) -> quinn::EndpointConfig {
+    let secret = hmac::Key::new(hmac::HMAC_SHA256, key.secret_der());
+    let derive = |label: &[u8]| hmac::sign(&secret, label);
+    let reset = hmac::Key::new(hmac::HMAC_SHA256, derive(b"volley serve: QUIC stateless reset key").as_ref());
+    let mut cid = [0u8; 8];
+    cid.copy_from_slice(&derive(b"volley serve: QUIC connection ID key").as_ref()[..8]);
+    let cid = u64::from_le_bytes(cid);
+    let mut c = quinn::EndpointConfig::new(Arc::new(reset));
+    c.cid_generator(move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid)));
+    c
 }
 
 /// A server endpoint on `socket` (bound already; one per I/O thread, same port).
-pub(crate) fn endpoint(socket: std::net::UdpSocket, config: quinn::ServerConfig) -> std::io::Result<quinn::Endpoint> {
-    quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(config), socket, Arc::new(quinn::TokioRuntime))
+pub(crate) fn endpoint(socket: std::net::UdpSocket, config: &Config) -> std::io::Result<quinn::Endpoint> {
+    let (ep, sc) = (config.endpoint.clone(), config.server.clone());
+    quinn::Endpoint::new(ep, Some(sc), socket, Arc::new(quinn::TokioRuntime))
 }
 
 /// Whether the handshake is still under way: a stream accepted then came in 0-RTT packets.
