@@ -199,7 +199,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
         }
         // Ended by the server: closes the QUIC connection if HTTP/3 alone ended.
         quic::close_and_report(&conn, H3_NO_ERROR, &lane, &x);
-        x.conn_closed(end.ended().unwrap_or(Close::Error), x.now());
+        x.conn_closed(quic::ended_as(&conn, &end), x.now());
         if stream::after_server_close(&lane, &mut backoff).await {
             return;
         }

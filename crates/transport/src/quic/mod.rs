@@ -322,7 +322,7 @@ pub(crate) enum Next {
 }
 
 /// Waits, between bursts, for more queries, the policy's turn or the connection's end; at the
-/// end of the run closes the connection with `code`.
+/// end of the run closes the connection with `code`, unless the server closed it first.
 pub(crate) async fn after_burst<X: Exchange + 'static>(
     conn: &quinn::Connection,
     code: u32,
@@ -330,18 +330,24 @@ pub(crate) async fn after_burst<X: Exchange + 'static>(
     x: &Rc<X>,
     end: &ConnEnd,
 ) -> Next {
+    if end.ended().is_some() || conn.close_reason().is_some() {
+        return Next::Ended;
+    }
     if lane.closing() {
         close_and_report(conn, code, lane, x);
         x.conn_closed(Close::ClientEnd, x.now());
         return Next::Closed;
     }
-    if end.ended().is_some() {
-        return Next::Ended;
-    }
     tokio::select! {
         turn = lane.wait_turn() => turn.map_or(Next::Serve, Next::Turn),
         _ = end.wait() => Next::Ended,
     }
+}
+
+/// How a connection that ended did: as its watcher told, or from quinn when the watcher has
+/// not run yet.
+pub(crate) fn ended_as(conn: &quinn::Connection, end: &ConnEnd) -> Close {
+    end.ended().or_else(|| conn.close_reason().as_ref().map(close_of)).unwrap_or(Close::Error)
 }
 
 /// Watches a connection: tells `end` how it closed, and counts the code of the server's
@@ -426,7 +432,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
         }
         // Closed by the server (or lost): its statistics are final.
         close_and_report(&conn, DOQ_NO_ERROR, &lane, &x);
-        x.conn_closed(end.ended().unwrap_or(Close::Error), x.now());
+        x.conn_closed(ended_as(&conn, &end), x.now());
         if stream::after_server_close(&lane, &mut backoff).await {
             return;
         }
