@@ -298,17 +298,49 @@ fn server_closes_resend_the_unanswered() {
     assert!(serve_stat(&stats, "closed_max_queries") >= by_server, "{stats}");
 }
 
-/// DoQ: CONNECTION_CLOSE (DOQ_NO_ERROR) is `server_quic_close`.
-#[test]
-fn server_max_queries_doq_is_server_quic_close() {
-    max_queries_seen_as("quic", &["server_quic_close"], &["quic_closed"]);
+/// QUIC against `--max-queries-per-conn 50`, 20 queries in flight on one connection: every
+/// query is answered. The server closes a connection only once the client has acknowledged
+/// every answer it took, and the client sends again, on its next connection, the queries the
+/// server did not take (DoQ: the streams after the 50th, never read; HTTP/3: those at or
+/// beyond the GOAWAY's stream ID, refused unprocessed), each once: the responder answered
+/// every query exactly once, plus the probe's. `close`: how the client records the server's
+/// closes; `code`: the CONNECTION_CLOSE code the server's closes carry (event
+/// `server_quic_close_CODE`).
+fn max_queries_quic(url_kind: &str, close: &str, code: &str) {
+    let mut s = Server::start_encrypted(&["-T", "1", "--max-queries-per-conn", "50"]);
+    let r = run_volley(&[&s.url(url_kind), "--ca", s.ca_str(), "-n", "500", "-c", "20", "-T", "1"]);
+    let stats = s.terminate();
+    let v = complete(&r);
+    let events = &v["events"];
+    let show = || format!("{}\nevents:\n{events:#}\n{stats}", show(&v));
+    assert_eq!(total(&v, "answered"), 500, "{url_kind}: every query answered:\n{}", show());
+    assert!((9..=11).contains(&closed(&v, close)), "{url_kind}: about 10 closes as {close}:\n{}", show());
+    assert_eq!(serve_stat(&stats, "answered"), 501, "{url_kind}: each query answered once:\n{}", show());
+    assert!((9..=11).contains(&serve_stat(&stats, "closed_max_queries")), "{url_kind}: {}", show());
+    let codes: Vec<(&String, &Value)> = events
+        .as_object()
+        .map(|m| m.iter().filter(|(k, _)| k.starts_with("server_quic_close_")).collect())
+        .unwrap_or_default();
+    let want = format!("server_quic_close_{code}");
+    assert!(codes.iter().all(|(k, _)| **k == want), "{url_kind}: the server closes with {code} only:\n{}", show());
+    if close == "server_quic_close" {
+        assert_eq!(events[&want].as_u64(), Some(closed(&v, close)), "{url_kind}: each close's code:\n{}", show());
+    }
 }
 
-/// HTTP/3: GOAWAY, then CONNECTION_CLOSE (H3_NO_ERROR) once the requests are answered; the
-/// client records whichever it saw first.
+/// DoQ: CONNECTION_CLOSE (DOQ_NO_ERROR) is `server_quic_close`, with event
+/// `server_quic_close_DOQ_NO_ERROR`; the queries sent on streams after the 50th are sent again.
 #[test]
-fn server_max_queries_doh3_is_goaway_or_quic_close() {
-    max_queries_seen_as("h3", &["server_goaway", "server_quic_close"], &["goaway", "quic_closed"]);
+fn server_max_queries_doq_is_server_quic_close() {
+    max_queries_quic("quic", "server_quic_close", "DOQ_NO_ERROR");
+}
+
+/// HTTP/3: GOAWAY, then CONNECTION_CLOSE (H3_NO_ERROR) once the responses are acknowledged;
+/// the client has seen the GOAWAY first (`server_goaway`), and closes itself once its requests
+/// are answered unless the server's close comes first.
+#[test]
+fn server_max_queries_doh3_is_server_goaway() {
+    max_queries_quic("h3", "server_goaway", "H3_NO_ERROR");
 }
 
 /// Server `--idle-timeout 300ms`, one query a second: the server closes each idle
@@ -330,7 +362,7 @@ fn server_idle_timeout_seen_by_the_client() {
 
 /// `--max-conns 3`: three connections are served (exactly three on the wire); with five
 /// asked for, the others are turned away (TCP: closed at accept; QUIC: CONNECTION_REFUSED,
-/// a failed connection for the client).
+/// a failed connection for the client, with event `server_quic_close_CONNECTION_REFUSED`).
 #[test]
 fn server_max_conns() {
     let mut s = Server::start_encrypted(&["-T", "2", "--max-conns", "3"]);
@@ -348,7 +380,11 @@ fn server_max_conns() {
     let v = complete(&r);
     assert!(total(&v, "answered") > 0, "{}", show(&v));
     assert!(conn_total(&v, "failed") >= 2, "refused connections fail:\n{}", show(&v));
-    assert!(conn_map(&v, &["errors"], "quic_closed") >= 2, "{}", show(&v));
+    let refused = conn_map(&v, &["errors"], "quic_closed");
+    assert!(refused >= 2, "{}", show(&v));
+    // Each refusal is recorded with its code.
+    let code = v["events"]["server_quic_close_CONNECTION_REFUSED"].as_u64();
+    assert_eq!(code, Some(refused), "{}\nevents:\n{:#}", show(&v), v["events"]);
     assert!(serve_stat(&stats, "refused_max_conns") >= 2, "{stats}");
     assert_eq!(serve_stat(&stats, "doq_connections"), 3 + 1, "three held, plus the probe's:\n{stats}");
 }

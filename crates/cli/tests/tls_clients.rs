@@ -88,7 +88,7 @@ fn q_over_dot_doq_doh2_doh3() {
 struct Forwarder {
     child: std::process::Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Forwarder {
@@ -119,7 +119,7 @@ impl Forwarder {
                     break;
                 }
                 if udp_exchange(addr, &q, Duration::from_millis(500)).is_ok() {
-                    return Forwarder { child, port, _dir: dir };
+                    return Forwarder { child, port, dir };
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -132,6 +132,11 @@ impl Forwarder {
 
     fn addr(&self) -> std::net::SocketAddr {
         std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// What dnsproxy logged (its failed exchanges, say).
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("dnsproxy.log")).unwrap_or_default()
     }
 }
 
@@ -175,6 +180,33 @@ fn dnsproxy_doq_upstream() {
 #[test]
 fn dnsproxy_doh3_upstream() {
     through_forwarder("h3", "doh3", "doh3_connections");
+}
+
+/// dnsproxy (quic-go) as the client of a responder that closes each connection after 3
+/// queries (`--max-queries-per-conn 3`): every answer reaches it, none turns into SERVFAIL.
+/// HTTP/3: GOAWAY, then CONNECTION_CLOSE (H3_NO_ERROR) only once the responses were
+/// acknowledged (a close as soon as the request tasks were done lost the last answer of each
+/// connection); DoQ: CONNECTION_CLOSE (DOQ_NO_ERROR) likewise.
+#[test]
+fn dnsproxy_upstream_across_graceful_closes() {
+    for (scheme, listener) in [("h3", "doh3"), ("quic", "doq")] {
+        let mut s = Server::start_encrypted(&["-T", "1", "--max-queries-per-conn", "3"]);
+        let upstream = match scheme {
+            "quic" => format!("quic://{}", s.listener(listener)),
+            _ => format!("h3://{}/dns-query", s.listener(listener)),
+        };
+        let fw = Forwarder::start(&upstream, s.ca());
+        for i in 0..10u16 {
+            let name = format!("g{i}.example.test");
+            let q = build_query(0x4400 + i, &name, 1, Some(1232));
+            let r = udp_exchange(fw.addr(), &q, Duration::from_secs(5)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let m = parse_msg(&r).unwrap();
+            assert_eq!(m.rcode(), 0, "{name} through dnsproxy -u {upstream}: {m:?}\n{}", fw.log());
+            assert!(m.answers.iter().any(|a| a.rtype == 1), "{name} through dnsproxy -u {upstream}: {m:?}");
+        }
+        let err = s.terminate();
+        assert!(serve_stat(&err, "closed_max_queries") >= 3, "{scheme}: closed by the policy: {err}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ kinds! {
     Close {
         /// The server closed it (TCP FIN, TLS close_notify then FIN).
         ServerFin = "server_fin",
-        /// The server reset it (TCP RST).
+        /// The server reset it (TCP RST, or a QUIC stateless reset: it no longer knew the
+        /// connection).
         ServerReset = "server_reset",
         /// The server sent HTTP/2 or HTTP/3 GOAWAY.
         ServerGoaway = "server_goaway",

@@ -356,8 +356,8 @@ struct IoShared {
     cache_control: http::HeaderValue,
     dot_tls: Option<Arc<rustls::ServerConfig>>,
     doh_tls: Option<Arc<rustls::ServerConfig>>,
-    doh3_quic: Option<quinn::ServerConfig>,
-    doq_quic: Option<quinn::ServerConfig>,
+    doh3_quic: Option<crate::quic::Config>,
+    doq_quic: Option<crate::quic::Config>,
     retry: bool,
     zero_rtt: bool,
 }
@@ -431,8 +431,8 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
         let cfg = |alpn: &[&[u8]], quic: bool| {
             crate::tls::server_config(&m, tls, alpn, quic.then_some(&tls_counters)).map_err(ResponderError::Config)
         };
-        let quic = |alpn: &[u8], h3: bool| -> Result<quinn::ServerConfig, ResponderError> {
-            crate::quic::server_config(cfg(&[alpn], true)?, config.idle_timeout, config.max_streams, h3)
+        let quic = |alpn: &[u8], h3: bool| -> Result<crate::quic::Config, ResponderError> {
+            crate::quic::config(cfg(&[alpn], true)?, &m.key, config.idle_timeout, config.max_streams, h3)
                 .map_err(ResponderError::Config)
         };
         if config.dot_port.is_some() {
@@ -582,7 +582,7 @@ fn io_thread(
         }
         let (retry, zero_rtt) = (shared.retry, shared.zero_rtt);
         if let (Some(s), Some(q)) = (sockets.doh3, &shared.doh3_quic) {
-            let ep = crate::quic::endpoint(s.into(), q.clone())?;
+            let ep = crate::quic::endpoint(s.into(), q)?;
             let f = crate::quic::accept_loop(
                 ep,
                 ctx.clone(),
@@ -598,7 +598,7 @@ fn io_thread(
             }));
         }
         if let (Some(s), Some(q)) = (sockets.doq, &shared.doq_quic) {
-            let ep = crate::quic::endpoint(s.into(), q.clone())?;
+            let ep = crate::quic::endpoint(s.into(), q)?;
             let f = crate::quic::accept_loop(
                 ep,
                 ctx.clone(),

@@ -381,6 +381,24 @@ fn doq_max_queries_connection_close_no_error() {
     assert_eq!((st.answered, st.closed_max_queries), (2, 1), "{st}");
 }
 
+/// `--max-streams 1`: the answer on a stream must be acknowledged before the server gives
+/// its credit back, so the server asks the client (quinn supports the ACK frequency
+/// extension) to acknowledge every packet at once (ACK_FREQUENCY), not up to its
+/// max_ack_delay (25 ms) late; one stream at a time still carries every query.
+#[test]
+fn quic_asks_for_immediate_acknowledgements() {
+    let r = start(encrypted(ResponderConfig { doq_port: Some(0), max_streams: 1, ..Default::default() })).unwrap();
+    rt().block_on(async {
+        let conn = quic_connect(&r, Transport::Doq, b"doq").await.unwrap();
+        let (a, b, c) =
+            tokio::join!(doq_query(&conn, "a.test"), doq_query(&conn, "b.test"), doq_query(&conn, "c.test"));
+        assert!(a.is_ok() && b.is_ok() && c.is_ok(), "{a:?} {b:?} {c:?}");
+        let asked = conn.stats().frame_rx.ack_frequency;
+        assert!(asked >= 1, "{asked} ACK_FREQUENCY frames from the server");
+        conn.close(0u32.into(), b"");
+    });
+}
+
 /// QUIC idle timeout: the client sees the connection time out (its own idle timer, at the
 /// server's shorter value), the server counts an idle close.
 #[test]

@@ -141,8 +141,9 @@ pub struct ServeArgs {
 
     /// Close each connection gracefully after answering N queries on it (Cloudflare: 10000).
     /// TCP and DoT: FIN after the N-th answer; HTTP/2 and HTTP/3: GOAWAY, then close once its
-    /// streams are done; HTTP/1.1: `connection: close` on the N-th response; DoQ:
-    /// CONNECTION_CLOSE (DOQ_NO_ERROR) once the N-th stream is answered.
+    /// streams are done (HTTP/3: once the responses are acknowledged, CONNECTION_CLOSE
+    /// H3_NO_ERROR unless the client closed first); HTTP/1.1: `connection: close` on the N-th
+    /// response; DoQ: CONNECTION_CLOSE (DOQ_NO_ERROR) once every answer is acknowledged.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_queries_per_conn: Option<u64>,
 

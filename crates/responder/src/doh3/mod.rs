@@ -12,21 +12,31 @@ use tokio::sync::watch;
 use crate::answer::Transport;
 use crate::ctx::Ctx;
 use crate::doh::request::{self, Kind, Outcome};
+use crate::quic::Unacked;
 use crate::stats::add;
 
 /// ALPN protocol of HTTP/3.
 pub(crate) const ALPN: &[u8] = b"h3";
 
-type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
-type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+mod streams;
 
-/// Serves one HTTP/3 connection.
+type Resolver = h3::server::RequestResolver<streams::Conn, Bytes>;
+type Stream = h3::server::RequestStream<streams::Bidi<Bytes>, Bytes>;
+
+/// Serves one HTTP/3 connection: a task per request. With `--max-queries-per-conn N` or the
+/// `goaway-after=N` fault, the N-th request is the last one taken: a GOAWAY carries the ID of
+/// the next request stream, and requests from it on are refused unprocessed
+/// (H3_REQUEST_REJECTED, the client may send them again). `--max-queries-per-conn` then
+/// ends the connection gracefully: once every response taken was acknowledged by the client
+/// (bounded by the idle timeout), the client has [`CLOSE_GRACE`] to close it; then the server
+/// does, with H3_NO_ERROR.
 pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAccepted>, ctx: Rc<Ctx>) {
     add(&ctx.counters.doh3_connections, 1);
     let quic = conn.clone();
-    let Ok(mut h3c) =
-        h3::server::builder().max_field_section_size(16 << 10).build::<_, Bytes>(h3_quinn::Connection::new(conn)).await
-    else {
+    let shared = Rc::new(streams::Shared::default());
+    let unacked = ctx.max_queries.is_some().then(|| Rc::new(Unacked::default()));
+    let transport = streams::Conn::new(conn, shared.clone(), unacked.clone());
+    let Ok(mut h3c) = h3::server::builder().max_field_section_size(16 << 10).build::<_, Bytes>(transport).await else {
         note_idle(&quic, &ctx);
         return;
     };
@@ -34,36 +44,46 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
     let (_closed_tx, closed) = watch::channel(());
     let mut served = 0u64;
     let mut closing = false;
-    let mut requests = Vec::new();
     while let Ok(Some(resolver)) = h3c.accept().await {
         crate::quic::note_first_stream(&ctx, &mut zero_rtt);
         served += 1;
-        requests.retain(|r: &tokio::task::JoinHandle<()>| !r.is_finished());
-        requests.push(tokio::task::spawn_local(request(resolver, ctx.clone(), closed.clone())));
+        tokio::task::spawn_local(request(resolver, ctx.clone(), closed.clone()));
         if closing {
             continue;
         }
-        // --max-queries-per-conn, or the goaway-after fault: GOAWAY (requests after this one
-        // are refused).
         let spent = ctx.max_queries.is_some_and(|n| served >= n);
         if spent || ctx.faults.goaway_after.is_some_and(|n| served >= n) {
             closing = true;
-            let _ = h3c.shutdown(0).await;
+            // h3 sends as its GOAWAY's ID the last request stream it took plus the number
+            // given: 1 makes it the first one refused.
+            shared.goaway();
+            let _ = h3c.shutdown(1).await;
         }
-        if spent {
-            // h3 ends its accept loop only once the client has sent its own GOAWAY: close
-            // the connection here, once every request taken is answered (bounded by the idle
-            // timeout), with H3_NO_ERROR.
+        if let (true, Some(unacked)) = (spent, &unacked) {
             add(&ctx.counters.closed_max_queries, 1);
-            let answered = tokio::time::timeout(ctx.idle_timeout, async {
-                for r in std::mem::take(&mut requests) {
-                    let _ = r.await;
+            let ended = async {
+                // Every response taken reached the client...
+                let _ = tokio::time::timeout(ctx.idle_timeout, unacked.settled()).await;
+                // ...which, having seen the GOAWAY, closes once it has read them (RFC 9114
+                // section 5.2). Closing first could lose responses it has received but not
+                // read yet (quic-go drops them when the connection closes).
+                let _ = tokio::time::timeout(CLOSE_GRACE, quic.closed()).await;
+            };
+            let mut ended = std::pin::pin!(ended);
+            let mut accepting = true;
+            loop {
+                tokio::select! {
+                    () = &mut ended => break,
+                    // Keeps h3 reading its control streams; new requests are refused.
+                    r = h3c.accept(), if accepting => match r {
+                        Ok(Some(resolver)) => {
+                            tokio::task::spawn_local(request(resolver, ctx.clone(), closed.clone()));
+                        }
+                        // The client's GOAWAY: nothing more comes, the answers may still go.
+                        Ok(None) => accepting = false,
+                        Err(_) => break,
+                    },
                 }
-            });
-            let refuse_more = async { while let Ok(Some(_)) = h3c.accept().await {} };
-            tokio::select! {
-                _ = answered => {}
-                _ = refuse_more => {}
             }
             quic.close(H3_NO_ERROR.into(), b"");
             return;
@@ -73,7 +93,10 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
 }
 
 /// H3_NO_ERROR (RFC 9114 section 8.1).
-const H3_NO_ERROR: u32 = 0x100;
+pub(crate) const H3_NO_ERROR: u32 = 0x100;
+/// How long a connection closed by `--max-queries-per-conn` waits, once its responses are
+/// acknowledged, for the client to close it before the server does.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Counts a connection that ended by the QUIC idle timeout.
 fn note_idle(conn: &Connection, ctx: &Ctx) {

@@ -3,14 +3,13 @@
 //! which is then finished. Delayed answers wait in their stream's task without holding up
 //! others; a dropped query's stream stays open, unanswered, until the client gives up.
 
-use std::cell::Cell;
 use std::rc::Rc;
 
 use quinn::{Connection, ConnectionError, RecvStream, SendStream, ZeroRttAccepted};
-use tokio::sync::Notify;
 
 use crate::answer::{Transport, Verdict};
 use crate::ctx::Ctx;
+use crate::quic::Unacked;
 use crate::stats::add;
 
 /// ALPN protocol of DoQ.
@@ -20,48 +19,26 @@ const DOQ_INTERNAL_ERROR: u32 = 1;
 /// DOQ_PROTOCOL_ERROR: a stream that does not carry one length-prefixed message.
 const DOQ_PROTOCOL_ERROR: u32 = 2;
 /// DOQ_NO_ERROR: the code of a graceful close (`--max-queries-per-conn`).
-const DOQ_NO_ERROR: u32 = 0;
-
-/// Streams of a connection not done yet (answered and acknowledged, reset, or given up).
-#[derive(Default)]
-struct Open {
-    streams: Cell<u64>,
-    done: Notify,
-}
-
-/// Counts one open stream until dropped.
-struct StreamGuard(Rc<Open>);
-
-impl Drop for StreamGuard {
-    fn drop(&mut self) {
-        self.0.streams.set(self.0.streams.get() - 1);
-        self.0.done.notify_one();
-    }
-}
+pub(crate) const DOQ_NO_ERROR: u32 = 0;
 
 /// Serves one DoQ connection: a task per stream. With `--max-queries-per-conn N`, the N-th
 /// stream is the last one accepted: once the answers of every accepted stream have been
 /// acknowledged (or the idle timeout passed), the connection is closed with DOQ_NO_ERROR.
 pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAccepted>, ctx: Rc<Ctx>) {
     add(&ctx.counters.doq_connections, 1);
-    let open = Rc::new(Open::default());
+    let unacked = ctx.max_queries.is_some().then(|| Rc::new(Unacked::default()));
     let mut accepted = 0u64;
     loop {
         match conn.accept_bi().await {
             Ok((send, recv)) => {
                 crate::quic::note_first_stream(&ctx, &mut zero_rtt);
                 accepted += 1;
-                open.streams.set(open.streams.get() + 1);
-                let guard = StreamGuard(open.clone());
-                let spend = ctx.max_queries.is_some();
-                tokio::task::spawn_local(stream(send, recv, ctx.clone(), spend, guard));
-                if ctx.max_queries.is_some_and(|m| accepted >= m) {
-                    let _ = tokio::time::timeout(ctx.idle_timeout, async {
-                        while open.streams.get() > 0 {
-                            open.done.notified().await;
-                        }
-                    })
-                    .await;
+                if let Some(u) = &unacked {
+                    u.track(&send);
+                }
+                tokio::task::spawn_local(stream(send, recv, ctx.clone()));
+                if let (Some(u), true) = (&unacked, ctx.max_queries.is_some_and(|m| accepted >= m)) {
+                    let _ = tokio::time::timeout(ctx.idle_timeout, u.settled()).await;
                     if conn.close_reason().is_none() {
                         add(&ctx.counters.closed_max_queries, 1);
                         conn.close(DOQ_NO_ERROR.into(), b"");
@@ -78,9 +55,8 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
     }
 }
 
-/// One query stream. `ack`: after the answer, wait until the client acknowledged it (the
-/// connection is about to be closed, which would drop answers still in flight).
-async fn stream(mut send: SendStream, mut recv: RecvStream, ctx: Rc<Ctx>, ack: bool, _guard: StreamGuard) {
+/// One query stream.
+async fn stream(mut send: SendStream, mut recv: RecvStream, ctx: Rc<Ctx>) {
     let msg = match tokio::time::timeout(ctx.idle_timeout, recv.read_to_end(2 + 65_535)).await {
         Ok(Ok(m)) => m,
         Ok(Err(_)) => {
@@ -134,8 +110,5 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, ctx: Rc<Ctx>, ack: b
     if send.write_all(&frame).await.is_ok() {
         ctx.counters.sent(&out);
         let _ = send.finish();
-        if ack {
-            let _ = send.stopped().await;
-        }
     }
 }

@@ -1,6 +1,7 @@
 //! What DoQ and DoH/3 share: a quinn endpoint per I/O thread on an SO_REUSEPORT socket, the
 //! server transport settings, address validation with Retry, and 0-RTT.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -8,20 +9,31 @@ use std::sync::Arc;
 use std::task::Context;
 
 use quinn::{Connection, ZeroRttAccepted};
-use tokio::sync::watch;
+use ring::hmac;
+use rustls::pki_types::PrivateKeyDer;
+use tokio::sync::{watch, Notify};
 
 use crate::answer::Transport;
 use crate::ctx::Ctx;
 use crate::policy::Admit;
 use crate::stats::add;
 
-/// The quinn server configuration: TLS 1.3 from `tls`, idle timeout, stream limits.
-pub(crate) fn server_config(
+/// What a QUIC listener's endpoints are made with (one per I/O thread).
+#[derive(Clone)]
+pub(crate) struct Config {
+    endpoint: quinn::EndpointConfig,
+    server: quinn::ServerConfig,
+}
+
+/// The quinn configuration: TLS 1.3 from `tls`, idle timeout, stream limits, and the keys of
+/// [`endpoint_config`] from the certificate's private key `key`.
+pub(crate) fn config(
     tls: Arc<rustls::ServerConfig>,
+    key: &PrivateKeyDer<'_>,
     ctx_idle: std::time::Duration,
     max_streams: u32,
     h3: bool,
-) -> Result<quinn::ServerConfig, String> {
+) -> Result<Config, String> {
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|e| format!("QUIC TLS: {e}"))?;
     let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut t = quinn::TransportConfig::default();
@@ -29,13 +41,42 @@ pub(crate) fn server_config(
     t.max_concurrent_bidi_streams(max_streams.into());
     // HTTP/3 needs the client's control and QPACK streams; DoQ uses none.
     t.max_concurrent_uni_streams(if h3 { 8u32.into() } else { 0u32.into() });
+    // A stream's credit (MAX_STREAMS) comes back only once the client has acknowledged the
+    // answer on it, and a client acknowledges a lone packet up to its max_ack_delay (25 ms)
+    // late: under a small --max-streams that delay, not the server, set the pace (2 streams:
+    // 80 queries a second). So clients that support the ACK frequency extension (quinn does)
+    // are asked to acknowledge every packet at once; reordering is acknowledged at once as
+    // without the extension.
+    let mut ack = quinn::AckFrequencyConfig::default();
+    ack.ack_eliciting_threshold(0u32.into()).reordering_threshold(1u32.into());
+    t.ack_frequency_config(Some(ack));
     sc.transport_config(Arc::new(t));
-    Ok(sc)
+    Ok(Config { endpoint: endpoint_config(key), server: sc })
+}
+
+/// An endpoint that knows the connections of an earlier run with the same key well enough to
+/// reset them (RFC 9000 section 10.3): a server must keep its stateless reset key across
+/// restarts for its old clients to believe its resets, which end at once a connection they
+/// would otherwise hold until its idle timeout; and quinn answers only packets whose
+/// connection ID its generator signed. Both keys come from the certificate's private key
+/// (HMAC-SHA256 under labels), so a responder restarted with the same `--cert`/`--key` resets
+/// its old connections. (A generated certificate has a new key at each start.)
+fn endpoint_config(key: &PrivateKeyDer<'_>) -> quinn::EndpointConfig {
+    let secret = hmac::Key::new(hmac::HMAC_SHA256, key.secret_der());
+    let derive = |label: &[u8]| hmac::sign(&secret, label);
+    let reset = hmac::Key::new(hmac::HMAC_SHA256, derive(b"volley serve: QUIC stateless reset key").as_ref());
+    let mut cid = [0u8; 8];
+    cid.copy_from_slice(&derive(b"volley serve: QUIC connection ID key").as_ref()[..8]);
+    let cid = u64::from_le_bytes(cid);
+    let mut c = quinn::EndpointConfig::new(Arc::new(reset));
+    c.cid_generator(move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid)));
+    c
 }
 
 /// A server endpoint on `socket` (bound already; one per I/O thread, same port).
-pub(crate) fn endpoint(socket: std::net::UdpSocket, config: quinn::ServerConfig) -> std::io::Result<quinn::Endpoint> {
-    quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(config), socket, Arc::new(quinn::TokioRuntime))
+pub(crate) fn endpoint(socket: std::net::UdpSocket, config: &Config) -> std::io::Result<quinn::Endpoint> {
+    let (ep, sc) = (config.endpoint.clone(), config.server.clone());
+    quinn::Endpoint::new(ep, Some(sc), socket, Arc::new(quinn::TokioRuntime))
 }
 
 /// Whether the handshake is still under way: a stream accepted then came in 0-RTT packets.
@@ -47,7 +88,8 @@ pub(crate) fn still_handshaking(accepted: &mut ZeroRttAccepted) -> bool {
 /// Accepts connections until `stop` turns true: sends a Retry to every client whose address
 /// is not validated yet when `retry` is on; refuses (CONNECTION_REFUSED) a connection beyond
 /// the listener's `--max-conns`; with 0-RTT, hands the connection over before the handshake
-/// completes (0.5-RTT), with the future telling when it did.
+/// completes (0.5-RTT), with the future telling when it did. When it stops, every connection
+/// is closed with the application's NO_ERROR (DOQ_NO_ERROR, H3_NO_ERROR).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn accept_loop<F, Fut>(
     ep: quinn::Endpoint,
@@ -106,7 +148,8 @@ pub(crate) async fn accept_loop<F, Fut>(
             }
         });
     }
-    ep.close(0u32.into(), b"");
+    let no_error = if transport == Transport::Doh3 { crate::doh3::H3_NO_ERROR } else { crate::doq::DOQ_NO_ERROR };
+    ep.close(no_error.into(), b"");
 }
 
 /// Counts a connection's first stream that arrived during the handshake as early data.
@@ -114,6 +157,36 @@ pub(crate) fn note_first_stream(ctx: &Ctx, zero_rtt: &mut Option<ZeroRttAccepted
     if let Some(mut accepted) = zero_rtt.take() {
         if still_handshaking(&mut accepted) {
             add(&ctx.counters.early_data, 1);
+        }
+    }
+}
+
+/// The streams of a connection whose answers may not have reached the client yet: a graceful
+/// close waits for them, for a stream finished is not a stream received. Each stream counts
+/// until quinn's `SendStream::stopped` resolves: the client acknowledged all of its data (or
+/// its reset), stopped it, or the connection ended.
+#[derive(Default)]
+pub(crate) struct Unacked {
+    streams: Cell<u64>,
+    done: Notify,
+}
+
+impl Unacked {
+    /// Counts `send` until it is done.
+    pub(crate) fn track(self: &Rc<Self>, send: &quinn::SendStream) {
+        self.streams.set(self.streams.get() + 1);
+        let (stopped, me) = (send.stopped(), self.clone());
+        tokio::task::spawn_local(async move {
+            let _ = stopped.await;
+            me.streams.set(me.streams.get() - 1);
+            me.done.notify_one();
+        });
+    }
+
+    /// Resolves once every stream counted is done.
+    pub(crate) async fn settled(&self) {
+        while self.streams.get() > 0 {
+            self.done.notified().await;
         }
     }
 }

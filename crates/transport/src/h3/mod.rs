@@ -40,12 +40,17 @@ fn stream_kind(e: &h3::error::StreamError) -> ErrorKind {
     }
 }
 
-/// The error kind of an HTTP/3 connection error.
+/// The error kind of an HTTP/3 connection error (QUIC's own, such as a stateless reset, as
+/// for DoQ).
 fn conn_kind(e: &h3::error::ConnectionError) -> ErrorKind {
     use h3::error::ConnectionError as C;
+    use h3::quic::ConnectionErrorIncoming as In;
     match e {
         C::Timeout => ErrorKind::IdleTimeout,
-        C::Remote { 0: h3::quic::ConnectionErrorIncoming::Timeout, .. } => ErrorKind::IdleTimeout,
+        C::Remote { 0: In::Timeout, .. } => ErrorKind::IdleTimeout,
+        C::Remote { 0: In::Undefined(e), .. } => {
+            e.downcast_ref::<quinn::ConnectionError>().map_or(ErrorKind::QuicClosed, quic::conn_kind)
+        }
         _ => ErrorKind::QuicClosed,
     }
 }
@@ -112,7 +117,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
     let mut msg = Vec::with_capacity(512);
     loop {
         let Some(conn) = quic::open(&ep, &target, &cfg, &opts, &lane, &x, true, &mut backoff).await else { return };
-        let end = quic::watch(&conn);
+        let end = quic::watch(&conn, &x, true);
         let (mut driver, send) = match h3::client::new(h3_quinn::Connection::new(conn.clone())).await {
             Ok(v) => v,
             Err(e) => {
@@ -152,7 +157,17 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 }
                 let (req, body) = tpl.request(&msg);
                 let b = busy.enter();
-                let r = request(x.clone(), send.clone(), rx.clone(), t, req, body, msg.len(), opts.query_timeout);
+                let r = request(
+                    x.clone(),
+                    lane.clone(),
+                    send.clone(),
+                    rx.clone(),
+                    t,
+                    req,
+                    body,
+                    msg.len(),
+                    opts.query_timeout,
+                );
                 tokio::task::spawn_local(async move {
                     r.await;
                     drop(b);
@@ -184,17 +199,20 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
         }
         // Ended by the server: closes the QUIC connection if HTTP/3 alone ended.
         quic::close_and_report(&conn, H3_NO_ERROR, &lane, &x);
-        x.conn_closed(end.ended().unwrap_or(Close::Error), x.now());
+        x.conn_closed(quic::ended_as(&conn, &end), x.now());
         if stream::after_server_close(&lane, &mut backoff).await {
             return;
         }
     }
 }
 
-/// One DoH/3 request on its own stream; reports its fate.
+/// One DoH/3 request on its own stream; reports its fate. A request the server refused
+/// unprocessed (GOAWAY, H3_REQUEST_REJECTED) or the connection's end left unanswered goes to
+/// the lane's next connection ([`stream::unanswered`]).
 #[allow(clippy::too_many_arguments)]
 async fn request<X: Exchange>(
     x: Rc<X>,
+    lane: Rc<Lane>,
     mut send: Sender,
     rx: RxStamp,
     t: Token,
@@ -251,7 +269,7 @@ async fn request<X: Exchange>(
     let now = rx.arrival(&*x);
     match r {
         Ok(Ok(msg)) => x.response(t, &msg, now),
-        Ok(Err(kind)) => x.failed(t, kind, now),
+        Ok(Err(kind)) => stream::unanswered(&lane, &*x, &[t], kind),
         Err(_) => {}
     }
 }

@@ -66,19 +66,99 @@ pub fn conn_kind(e: &ConnectionError) -> ErrorKind {
     };
     match e {
         ConnectionError::TimedOut => ErrorKind::IdleTimeout,
+        ConnectionError::Reset => ErrorKind::StatelessReset,
         ConnectionError::TransportError(t) => crypto(u64::from(t.code)).unwrap_or(ErrorKind::QuicClosed),
         ConnectionError::ConnectionClosed(c) => crypto(u64::from(c.error_code)).unwrap_or(ErrorKind::QuicClosed),
         _ => ErrorKind::QuicClosed,
     }
 }
 
-/// Who closed a QUIC connection, and how.
+/// Who closed a QUIC connection, and how. A stateless reset is the server's reset of a
+/// connection it no longer knows, as a TCP RST is.
 pub fn close_of(e: &ConnectionError) -> Close {
     match e {
         ConnectionError::ConnectionClosed(_) | ConnectionError::ApplicationClosed(_) => Close::ServerQuicClose,
+        ConnectionError::Reset => Close::ServerReset,
         ConnectionError::TimedOut => Close::IdleTimeout,
         ConnectionError::LocallyClosed => Close::ClientEnd,
         _ => Close::Error,
+    }
+}
+
+/// The prefix of the event that tells the code of a CONNECTION_CLOSE the server ended a
+/// connection (or a connection attempt) with: `server_quic_close_DOQ_NO_ERROR`.
+pub const SERVER_CLOSE_EVENT: &str = "server_quic_close_";
+
+/// The name of the code of a CONNECTION_CLOSE the peer sent, if it sent one: a transport error
+/// by its RFC 9000 name (`CONNECTION_REFUSED`; TLS alerts as `CRYPTO_ERROR_0x178`), an
+/// application error by its DoQ (RFC 9250) or HTTP/3 (RFC 9114, RFC 9204) name
+/// (`DOQ_NO_ERROR`, `H3_NO_ERROR`), other codes in hex (`0x1f`).
+pub fn close_code(e: &ConnectionError, h3: bool) -> Option<String> {
+    Some(match e {
+        ConnectionError::ConnectionClosed(c) => {
+            let code = u64::from(c.error_code);
+            match code {
+                0x100..=0x1ff => format!("CRYPTO_ERROR_{code:#x}"),
+                // quinn names the codes of RFC 9000 section 20.1 as the RFC does.
+                0..=0x10 => format!("{:?}", c.error_code),
+                _ => format!("{code:#x}"),
+            }
+        }
+        ConnectionError::ApplicationClosed(c) => {
+            let code = c.error_code.into_inner();
+            let name = if h3 { h3_code_name(code) } else { doq_code_name(code) };
+            name.map_or_else(|| format!("{code:#x}"), str::to_string)
+        }
+        _ => return None,
+    })
+}
+
+/// DoQ error codes (RFC 9250 section 8.4).
+fn doq_code_name(code: u64) -> Option<&'static str> {
+    Some(match code {
+        0x0 => "DOQ_NO_ERROR",
+        0x1 => "DOQ_INTERNAL_ERROR",
+        0x2 => "DOQ_PROTOCOL_ERROR",
+        0x3 => "DOQ_REQUEST_CANCELLED",
+        0x4 => "DOQ_EXCESSIVE_LOAD",
+        0x5 => "DOQ_UNSPECIFIED_ERROR",
+        0xd098_ea5e => "DOQ_ERROR_RESERVED",
+        _ => return None,
+    })
+}
+
+/// HTTP/3 error codes (RFC 9114 section 8.1) and QPACK's (RFC 9204 section 6).
+fn h3_code_name(code: u64) -> Option<&'static str> {
+    Some(match code {
+        0x100 => "H3_NO_ERROR",
+        0x101 => "H3_GENERAL_PROTOCOL_ERROR",
+        0x102 => "H3_INTERNAL_ERROR",
+        0x103 => "H3_STREAM_CREATION_ERROR",
+        0x104 => "H3_CLOSED_CRITICAL_STREAM",
+        0x105 => "H3_FRAME_UNEXPECTED",
+        0x106 => "H3_FRAME_ERROR",
+        0x107 => "H3_EXCESSIVE_LOAD",
+        0x108 => "H3_ID_ERROR",
+        0x109 => "H3_SETTINGS_ERROR",
+        0x10a => "H3_MISSING_SETTINGS",
+        0x10b => "H3_REQUEST_REJECTED",
+        0x10c => "H3_REQUEST_CANCELLED",
+        0x10d => "H3_REQUEST_INCOMPLETE",
+        0x10e => "H3_MESSAGE_ERROR",
+        0x10f => "H3_CONNECT_ERROR",
+        0x110 => "H3_VERSION_FALLBACK",
+        0x200 => "QPACK_DECOMPRESSION_FAILED",
+        0x201 => "QPACK_ENCODER_STREAM_ERROR",
+        0x202 => "QPACK_DECODER_STREAM_ERROR",
+        _ => return None,
+    })
+}
+
+/// Counts the code of the CONNECTION_CLOSE that ended a connection or an attempt, when the
+/// server sent one (event `server_quic_close_CODE`).
+fn note_close_code<X: Exchange + ?Sized>(x: &X, e: &ConnectionError, h3: bool) {
+    if let Some(code) = close_code(e, h3) {
+        x.event(&format!("{SERVER_CLOSE_EVENT}{code}"));
     }
 }
 
@@ -104,6 +184,16 @@ fn connection_config(
     Ok((cc, seen))
 }
 
+/// The client's QUIC idle timeout (max_idle_timeout; the connection's is the smaller of both
+/// sides'): 30 s, as quinn, quic-go and browsers use, or longer when the run needs it: never
+/// shorter than the query timeout (a query still waiting for its answer is not cut short by
+/// the client's own timer), and twice the client's `--idle-timeout`, so that this policy, not
+/// QUIC's timer, closes an idle connection (as `client_idle`).
+fn idle_timeout(opts: &LaneOptions) -> Duration {
+    let policy = opts.conn.idle.map_or(Duration::ZERO, |d| d.saturating_mul(2));
+    Duration::from_secs(30).max(opts.query_timeout).max(policy)
+}
+
 /// Opens a QUIC connection and reports it (`conn_opened` once the handshake is done; with
 /// 0-RTT, when the server has said whether it took the early data, while the connection is
 /// already usable).
@@ -115,13 +205,14 @@ pub(crate) async fn connect<X: Exchange + 'static>(
     x: &Rc<X>,
     h3: bool,
 ) -> Result<quinn::Connection, (ErrorKind, String)> {
-    let (cc, seen) = connection_config(cfg, h3, Duration::from_secs(30)).map_err(|e| (ErrorKind::Tls, e))?;
+    let (cc, seen) = connection_config(cfg, h3, idle_timeout(opts)).map_err(|e| (ErrorKind::Tls, e))?;
     let name = opts.tls.sni.as_deref().unwrap_or(&target.host);
     let began = x.now();
     let connecting = ep
         .connect_with(cc, target.addr, name)
         .map_err(|e| (ErrorKind::Connect, format!("QUIC connect to {target}: {e}")))?;
     let failed = |e: ConnectionError| {
+        note_close_code(&**x, &e, h3);
         let kind = conn_kind(&e);
         let what = if matches!(kind, ErrorKind::Tls | ErrorKind::Alpn) { "TLS handshake" } else { "QUIC handshake" };
         let why = match &e {
@@ -141,6 +232,8 @@ pub(crate) async fn connect<X: Exchange + 'static>(
             rtt_ns: Some(conn.rtt().as_nanos() as u64),
             resumed,
             early_data: early,
+            // QUIC v1 runs on TLS 1.3 only (RFC 9001 section 4.2). No cipher suite: quinn
+            // (0.11) does not tell which one the handshake agreed on.
             tls_version: Some("TLSv1.3"),
             alpn,
             ..Handshake::default()
@@ -229,7 +322,7 @@ pub(crate) enum Next {
 }
 
 /// Waits, between bursts, for more queries, the policy's turn or the connection's end; at the
-/// end of the run closes the connection with `code`.
+/// end of the run closes the connection with `code`, unless the server closed it first.
 pub(crate) async fn after_burst<X: Exchange + 'static>(
     conn: &quinn::Connection,
     code: u32,
@@ -237,13 +330,13 @@ pub(crate) async fn after_burst<X: Exchange + 'static>(
     x: &Rc<X>,
     end: &ConnEnd,
 ) -> Next {
+    if end.ended().is_some() || conn.close_reason().is_some() {
+        return Next::Ended;
+    }
     if lane.closing() {
         close_and_report(conn, code, lane, x);
         x.conn_closed(Close::ClientEnd, x.now());
         return Next::Closed;
-    }
-    if end.ended().is_some() {
-        return Next::Ended;
     }
     tokio::select! {
         turn = lane.wait_turn() => turn.map_or(Next::Serve, Next::Turn),
@@ -251,12 +344,20 @@ pub(crate) async fn after_burst<X: Exchange + 'static>(
     }
 }
 
-/// Watches a connection: tells `end` how it closed.
-pub(crate) fn watch(conn: &quinn::Connection) -> Rc<ConnEnd> {
+/// How a connection that ended did: as its watcher told, or from quinn when the watcher has
+/// not run yet.
+pub(crate) fn ended_as(conn: &quinn::Connection, end: &ConnEnd) -> Close {
+    end.ended().or_else(|| conn.close_reason().as_ref().map(close_of)).unwrap_or(Close::Error)
+}
+
+/// Watches a connection: tells `end` how it closed, and counts the code of the server's
+/// CONNECTION_CLOSE.
+pub(crate) fn watch<X: Exchange + 'static>(conn: &quinn::Connection, x: &Rc<X>, h3: bool) -> Rc<ConnEnd> {
     let end = Rc::new(ConnEnd::default());
-    let (c, e) = (conn.clone(), end.clone());
+    let (c, e, x) = (conn.clone(), end.clone(), x.clone());
     tokio::task::spawn_local(async move {
         let why = c.closed().await;
+        note_close_code(&*x, &why, h3);
         e.end(close_of(&why), conn_kind(&why));
     });
     end
@@ -296,7 +397,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
     let mut msg = Vec::with_capacity(512);
     loop {
         let Some(conn) = open(&ep, &target, &cfg, &opts, &lane, &x, false, &mut backoff).await else { return };
-        let end = watch(&conn);
+        let end = watch(&conn, &x, false);
         let mut turned = None;
         loop {
             while end.ended().is_none() {
@@ -307,7 +408,8 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 let mut framed = BytesMut::with_capacity(msg.len() + 2);
                 framed.put_u16(msg.len() as u16);
                 framed.put_slice(&msg);
-                let q = query(x.clone(), conn.clone(), rx.clone(), t, framed.freeze(), opts.query_timeout);
+                let q =
+                    query(x.clone(), lane.clone(), conn.clone(), rx.clone(), t, framed.freeze(), opts.query_timeout);
                 tokio::task::spawn_local(q);
             }
             match after_burst(&conn, DOQ_NO_ERROR, &lane, &x, &end).await {
@@ -330,7 +432,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
         }
         // Closed by the server (or lost): its statistics are final.
         close_and_report(&conn, DOQ_NO_ERROR, &lane, &x);
-        x.conn_closed(end.ended().unwrap_or(Close::Error), x.now());
+        x.conn_closed(ended_as(&conn, &end), x.now());
         if stream::after_server_close(&lane, &mut backoff).await {
             return;
         }
@@ -361,8 +463,17 @@ enum Fail {
     ZeroRttRejected,
 }
 
-/// One DoQ query on its own stream; reports its fate.
-async fn query<X: Exchange>(x: Rc<X>, conn: quinn::Connection, rx: RxStamp, t: Token, framed: Bytes, limit: Duration) {
+/// One DoQ query on its own stream; reports its fate. A query the connection's end left
+/// unanswered goes to the lane's next connection ([`stream::unanswered`]).
+async fn query<X: Exchange>(
+    x: Rc<X>,
+    lane: Rc<Lane>,
+    conn: quinn::Connection,
+    rx: RxStamp,
+    t: Token,
+    framed: Bytes,
+    limit: Duration,
+) {
     let once = |framed: Bytes| {
         let (x, conn) = (&x, &conn);
         async move {
@@ -399,7 +510,7 @@ async fn query<X: Exchange>(x: Rc<X>, conn: quinn::Connection, rx: RxStamp, t: T
             Some(m) => x.response(t, m, now),
             None => x.failed(t, ErrorKind::Malformed, now),
         },
-        Ok(Err(Fail::Kind(k))) => x.failed(t, k, now),
+        Ok(Err(Fail::Kind(k))) => stream::unanswered(&lane, &*x, &[t], k),
         Ok(Err(Fail::ZeroRttRejected)) => x.failed(t, ErrorKind::QuicClosed, now),
         // Timed out by the engine already; the streams were dropped (reset).
         Err(_) => {}
@@ -415,6 +526,62 @@ pub fn unframe(data: &[u8]) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn close_codes_by_name() {
+        let transport = |code| {
+            ConnectionError::ConnectionClosed(quinn::ConnectionClose {
+                error_code: code,
+                frame_type: None,
+                reason: Bytes::new(),
+            })
+        };
+        let app = |code: u32| {
+            ConnectionError::ApplicationClosed(quinn::ApplicationClose {
+                error_code: code.into(),
+                reason: Bytes::new(),
+            })
+        };
+        let refused = transport(quinn::TransportErrorCode::CONNECTION_REFUSED);
+        assert_eq!(close_code(&refused, false).as_deref(), Some("CONNECTION_REFUSED"));
+        assert_eq!(close_code(&transport(quinn::TransportErrorCode::NO_ERROR), true).as_deref(), Some("NO_ERROR"));
+        let alert = transport(quinn::TransportErrorCode::crypto(0x78));
+        assert_eq!(close_code(&alert, false).as_deref(), Some("CRYPTO_ERROR_0x178"));
+        assert_eq!(conn_kind(&alert), ErrorKind::Alpn);
+        assert_eq!(close_code(&app(0), false).as_deref(), Some("DOQ_NO_ERROR"));
+        assert_eq!(close_code(&app(0x100), true).as_deref(), Some("H3_NO_ERROR"));
+        assert_eq!(close_code(&app(0x10b), true).as_deref(), Some("H3_REQUEST_REJECTED"));
+        // A code the protocol does not name, or one of the other protocol's.
+        assert_eq!(close_code(&app(0x1f), false).as_deref(), Some("0x1f"));
+        assert_eq!(close_code(&app(0x100), false).as_deref(), Some("0x100"));
+        assert_eq!(close_code(&app(0), true).as_deref(), Some("0x0"));
+        for e in [&refused, &app(0)] {
+            assert_eq!(close_of(e), Close::ServerQuicClose);
+            assert_eq!(conn_kind(e), ErrorKind::QuicClosed);
+        }
+        // No CONNECTION_CLOSE came: no code.
+        for e in [ConnectionError::Reset, ConnectionError::TimedOut, ConnectionError::LocallyClosed] {
+            assert_eq!(close_code(&e, false), None);
+        }
+    }
+
+    #[test]
+    fn stateless_reset_is_the_servers_reset() {
+        assert_eq!(conn_kind(&ConnectionError::Reset), ErrorKind::StatelessReset);
+        assert_eq!(close_of(&ConnectionError::Reset), Close::ServerReset);
+        assert_eq!(conn_kind(&ConnectionError::TimedOut), ErrorKind::IdleTimeout);
+    }
+
+    #[test]
+    fn idle_timeout_outlasts_queries_and_the_idle_policy() {
+        let mut opts = LaneOptions::default();
+        assert_eq!(idle_timeout(&opts), Duration::from_secs(30));
+        opts.query_timeout = Duration::from_secs(45);
+        assert_eq!(idle_timeout(&opts), Duration::from_secs(45));
+        opts.query_timeout = Duration::from_secs(2);
+        opts.conn.idle = Some(Duration::from_secs(25));
+        assert_eq!(idle_timeout(&opts), Duration::from_secs(50));
+    }
 
     #[test]
     fn unframes() {

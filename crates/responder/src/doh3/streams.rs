@@ -1,0 +1,287 @@
+//! h3's QUIC interface on quinn, as h3-quinn has it, but with the request streams in hand:
+//! h3-quinn keeps quinn's streams to itself, and a graceful close needs to know when each
+//! response was acknowledged (quinn's `SendStream::stopped`), and to refuse the requests at
+//! or beyond its GOAWAY. The control and QPACK streams stay h3-quinn's.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes};
+use h3::error::Code;
+use h3::quic::{self, ConnectionErrorIncoming, StreamErrorIncoming, StreamId, WriteBuf};
+use quinn::{ConnectionError, ReadError, VarInt, WriteError};
+
+use crate::quic::Unacked;
+
+type Accept = Pin<Box<dyn Future<Output = Result<(quinn::SendStream, quinn::RecvStream), ConnectionError>>>>;
+
+/// What the connection's task and its transport share.
+#[derive(Default)]
+pub(crate) struct Shared {
+    /// The last request stream handed to h3.
+    last: Cell<Option<u64>>,
+    /// Request streams from this ID on are refused unprocessed (H3_REQUEST_REJECTED): the
+    /// ID a GOAWAY announced.
+    refuse_from: Cell<Option<u64>>,
+}
+
+impl Shared {
+    /// A GOAWAY goes out: requests from the stream after the last one taken (the ID the
+    /// GOAWAY carries, RFC 9114 section 5.2), or from the first when none was, are refused.
+    pub(crate) fn goaway(&self) {
+        self.refuse_from.set(Some(self.last.get().map_or(0, |l| l + 4)));
+    }
+}
+
+/// One QUIC connection under h3.
+pub(crate) struct Conn {
+    quic: quinn::Connection,
+    inner: h3_quinn::Connection,
+    accepting: Option<Accept>,
+    shared: Rc<Shared>,
+    /// Counts each request stream until its response is acknowledged (when the connection
+    /// may be closed gracefully).
+    unacked: Option<Rc<Unacked>>,
+}
+
+impl Conn {
+    pub(crate) fn new(quic: quinn::Connection, shared: Rc<Shared>, unacked: Option<Rc<Unacked>>) -> Conn {
+        let inner = h3_quinn::Connection::new(quic.clone());
+        Conn { quic, inner, accepting: None, shared, unacked }
+    }
+}
+
+impl<B: Buf> quic::Connection<B> for Conn {
+    type RecvStream = h3_quinn::RecvStream;
+    type OpenStreams = Opener;
+
+    fn poll_accept_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<Self::RecvStream, ConnectionErrorIncoming>> {
+        quic::Connection::<B>::poll_accept_recv(&mut self.inner, cx)
+    }
+
+    fn poll_accept_bidi(&mut self, cx: &mut Context<'_>) -> Poll<Result<Self::BidiStream, ConnectionErrorIncoming>> {
+        loop {
+            let accepting = self.accepting.get_or_insert_with(|| {
+                let c = self.quic.clone();
+                Box::pin(async move { c.accept_bi().await })
+            });
+            let r = ready!(accepting.as_mut().poll(cx));
+            self.accepting = None;
+            let (mut send, mut recv) = r.map_err(connection_error)?;
+            let id = u64::from(send.id());
+            let sid = StreamId::try_from(id).ok();
+            match (sid, self.shared.refuse_from.get()) {
+                (Some(sid), refuse) if refuse.is_none_or(|r| id < r) => {
+                    self.shared.last.set(Some(id));
+                    if let Some(u) = &self.unacked {
+                        u.track(&send);
+                    }
+                    let (send, recv) = (Send { stream: send, writing: None, id: sid }, Recv { stream: recv, id: sid });
+                    return Poll::Ready(Ok(Bidi { send, recv }));
+                }
+                _ => {
+                    let code = VarInt::from_u64(Code::H3_REQUEST_REJECTED.value()).unwrap_or(VarInt::MAX);
+                    let _ = recv.stop(code);
+                    let _ = send.reset(code);
+                }
+            }
+        }
+    }
+
+    fn opener(&self) -> Self::OpenStreams {
+        Opener(quic::Connection::<B>::opener(&self.inner))
+    }
+}
+
+impl<B: Buf> quic::OpenStreams<B> for Conn {
+    type BidiStream = Bidi<B>;
+    type SendStream = h3_quinn::SendStream<B>;
+
+    fn poll_open_bidi(&mut self, _cx: &mut Context<'_>) -> Poll<Result<Self::BidiStream, StreamErrorIncoming>> {
+        Poll::Ready(Err(no_bidi()))
+    }
+
+    fn poll_open_send(&mut self, cx: &mut Context<'_>) -> Poll<Result<Self::SendStream, StreamErrorIncoming>> {
+        quic::OpenStreams::<B>::poll_open_send(&mut self.inner, cx)
+    }
+
+    fn close(&mut self, code: Code, reason: &[u8]) {
+        quic::OpenStreams::<B>::close(&mut self.inner, code, reason)
+    }
+}
+
+/// Opens the server's streams (control, QPACK): h3-quinn's.
+pub(crate) struct Opener(h3_quinn::OpenStreams);
+
+impl<B: Buf> quic::OpenStreams<B> for Opener {
+    type BidiStream = Bidi<B>;
+    type SendStream = h3_quinn::SendStream<B>;
+
+    fn poll_open_bidi(&mut self, _cx: &mut Context<'_>) -> Poll<Result<Self::BidiStream, StreamErrorIncoming>> {
+        Poll::Ready(Err(no_bidi()))
+    }
+
+    fn poll_open_send(&mut self, cx: &mut Context<'_>) -> Poll<Result<Self::SendStream, StreamErrorIncoming>> {
+        quic::OpenStreams::<B>::poll_open_send(&mut self.0, cx)
+    }
+
+    fn close(&mut self, code: Code, reason: &[u8]) {
+        quic::OpenStreams::<B>::close(&mut self.0, code, reason)
+    }
+}
+
+/// An HTTP/3 server opens no request streams (RFC 9114 section 6.1).
+fn no_bidi() -> StreamErrorIncoming {
+    StreamErrorIncoming::Unknown("an HTTP/3 server opens no bidirectional stream".into())
+}
+
+/// A request stream.
+pub(crate) struct Bidi<B: Buf> {
+    send: Send<B>,
+    recv: Recv,
+}
+
+impl<B: Buf> quic::BidiStream<B> for Bidi<B> {
+    type SendStream = Send<B>;
+    type RecvStream = Recv;
+
+    fn split(self) -> (Send<B>, Recv) {
+        (self.send, self.recv)
+    }
+}
+
+impl<B: Buf> quic::RecvStream for Bidi<B> {
+    type Buf = Bytes;
+
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, StreamErrorIncoming>> {
+        self.recv.poll_data(cx)
+    }
+
+    fn stop_sending(&mut self, error_code: u64) {
+        self.recv.stop_sending(error_code)
+    }
+
+    fn recv_id(&self) -> StreamId {
+        self.send.id
+    }
+}
+
+impl<B: Buf> quic::SendStream<B> for Bidi<B> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
+        self.send.poll_ready(cx)
+    }
+
+    fn send_data<T: Into<WriteBuf<B>>>(&mut self, data: T) -> Result<(), StreamErrorIncoming> {
+        self.send.send_data(data)
+    }
+
+    fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
+        self.send.poll_finish(cx)
+    }
+
+    fn reset(&mut self, reset_code: u64) {
+        self.send.reset(reset_code)
+    }
+
+    fn send_id(&self) -> StreamId {
+        self.send.id
+    }
+}
+
+/// The receiving half of a request stream.
+pub(crate) struct Recv {
+    stream: quinn::RecvStream,
+    id: StreamId,
+}
+
+impl quic::RecvStream for Recv {
+    type Buf = Bytes;
+
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, StreamErrorIncoming>> {
+        // quinn's read is cancel-safe: a read polled once and dropped loses nothing.
+        let r = ready!(pin!(self.stream.read_chunk(usize::MAX, true)).poll(cx));
+        Poll::Ready(r.map(|c| c.map(|c| c.bytes)).map_err(read_error))
+    }
+
+    fn stop_sending(&mut self, error_code: u64) {
+        let _ = self.stream.stop(VarInt::from_u64(error_code).unwrap_or(VarInt::MAX));
+    }
+
+    fn recv_id(&self) -> StreamId {
+        self.id
+    }
+}
+
+/// The sending half of a request stream.
+pub(crate) struct Send<B: Buf> {
+    stream: quinn::SendStream,
+    writing: Option<WriteBuf<B>>,
+    id: StreamId,
+}
+
+impl<B: Buf> quic::SendStream<B> for Send<B> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
+        if let Some(data) = &mut self.writing {
+            while data.has_remaining() {
+                let n = ready!(Pin::new(&mut self.stream).poll_write(cx, data.chunk())).map_err(write_error)?;
+                data.advance(n);
+            }
+        }
+        self.writing = None;
+        Poll::Ready(Ok(()))
+    }
+
+    fn send_data<T: Into<WriteBuf<B>>>(&mut self, data: T) -> Result<(), StreamErrorIncoming> {
+        if self.writing.is_some() {
+            return Err(StreamErrorIncoming::Unknown("send_data while a write is pending".into()));
+        }
+        self.writing = Some(data.into());
+        Ok(())
+    }
+
+    fn poll_finish(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
+        Poll::Ready(self.stream.finish().map_err(|e| StreamErrorIncoming::Unknown(Box::new(e))))
+    }
+
+    fn reset(&mut self, reset_code: u64) {
+        let _ = self.stream.reset(VarInt::from_u64(reset_code).unwrap_or(VarInt::MAX));
+    }
+
+    fn send_id(&self) -> StreamId {
+        self.id
+    }
+}
+
+fn connection_error(e: ConnectionError) -> ConnectionErrorIncoming {
+    match e {
+        ConnectionError::ApplicationClosed(c) => {
+            ConnectionErrorIncoming::ApplicationClose { error_code: c.error_code.into_inner() }
+        }
+        ConnectionError::TimedOut => ConnectionErrorIncoming::Timeout,
+        e => ConnectionErrorIncoming::Undefined(Arc::new(e)),
+    }
+}
+
+fn read_error(e: ReadError) -> StreamErrorIncoming {
+    match e {
+        ReadError::Reset(code) => StreamErrorIncoming::StreamTerminated { error_code: code.into_inner() },
+        ReadError::ConnectionLost(e) => {
+            StreamErrorIncoming::ConnectionErrorIncoming { connection_error: connection_error(e) }
+        }
+        e => StreamErrorIncoming::Unknown(Box::new(e)),
+    }
+}
+
+fn write_error(e: WriteError) -> StreamErrorIncoming {
+    match e {
+        WriteError::Stopped(code) => StreamErrorIncoming::StreamTerminated { error_code: code.into_inner() },
+        WriteError::ConnectionLost(e) => {
+            StreamErrorIncoming::ConnectionErrorIncoming { connection_error: connection_error(e) }
+        }
+        e => StreamErrorIncoming::Unknown(Box::new(e)),
+    }
+}
