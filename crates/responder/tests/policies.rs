@@ -397,6 +397,15 @@ fn quic_asks_for_immediate_acknowledgements() {
         assert!(asked >= 1, "{asked} ACK_FREQUENCY frames from the server");
         conn.close(0u32.into(), b"");
     });
+    // Under the default limit (100 streams) a window of answers spans packets: clients keep
+    // their own acknowledgement pace.
+    let r = start(encrypted(ResponderConfig { doq_port: Some(0), ..Default::default() })).unwrap();
+    rt().block_on(async {
+        let conn = quic_connect(&r, Transport::Doq, b"doq").await.unwrap();
+        assert!(doq_query(&conn, "a.test").await.is_ok());
+        assert_eq!(conn.stats().frame_rx.ack_frequency, 0, "no ACK_FREQUENCY under the default limit");
+        conn.close(0u32.into(), b"");
+    });
 }
 
 /// QUIC idle timeout: the client sees the connection time out (its own idle timer, at the

@@ -25,6 +25,9 @@ pub(crate) struct Config {
     server: quinn::ServerConfig,
 }
 
+/// Stream limits at or below which clients are asked to acknowledge every packet at once.
+const SMALL_STREAM_LIMIT: u32 = 32;
+
 /// The quinn configuration: TLS 1.3 from `tls`, idle timeout, stream limits, and the keys of
 /// [`endpoint_config`] from the certificate's private key `key`.
 pub(crate) fn config(
@@ -46,10 +49,15 @@ pub(crate) fn config(
     // late: under a small --max-streams that delay, not the server, set the pace (2 streams:
     // 80 queries a second). So clients that support the ACK frequency extension (quinn does)
     // are asked to acknowledge every packet at once; reordering is acknowledged at once as
-    // without the extension.
-    let mut ack = quinn::AckFrequencyConfig::default();
-    ack.ack_eliciting_threshold(0u32.into()).reordering_threshold(1u32.into());
-    t.ack_frequency_config(Some(ack));
+    // without the extension. That costs such a client an ACK packet per answer, so it is asked
+    // only under a limit whose answers can fit in one packet (about 20 small answers do); with
+    // more streams a window of answers spans packets and the client's ACK of every second
+    // packet returns the credit.
+    if max_streams <= SMALL_STREAM_LIMIT {
+        let mut ack = quinn::AckFrequencyConfig::default();
+        ack.ack_eliciting_threshold(0u32.into()).reordering_threshold(1u32.into());
+        t.ack_frequency_config(Some(ack));
+    }
     sc.transport_config(Arc::new(t));
     Ok(Config { endpoint: endpoint_config(key), server: sc })
 }
