@@ -409,6 +409,12 @@ pub fn run(
     if let Some(n) = events.get("udp_icmp_refused") {
         warnings.push(format!("{n} ICMP port-unreachable errors: the target stopped listening during the run"));
     }
+    if let Some(n) = events.get(worker::END_UNREPORTED_EVENT) {
+        warnings.push(format!(
+            "{n} connections had not reported their end when the run stopped waiting for them: they count as \
+             closed (client_end), but their bytes and packets are missing from the wire counts"
+        ));
+    }
     let mut got = got;
     for (second, cpu_s) in &target.seconds {
         if let Some(row) = got.series.iter_mut().find(|r| r.second == *second) {

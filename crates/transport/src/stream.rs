@@ -230,16 +230,29 @@ where
 }
 
 /// Before each connection attempt of a lane: waits for its slot under `--conn-rate` (the
-/// run-wide gate), then false when the lane is closing; otherwise the attempt begins.
+/// run-wide gate), then false when the lane is closing (or closes while it waits); otherwise
+/// the attempt begins.
 pub(crate) async fn may_connect(lane: &Lane, opts: &crate::LaneOptions) -> bool {
     if let Some(gate) = &opts.conn_gate {
-        gate.admit().await;
+        tokio::select! {
+            () = gate.admit() => {}
+            () = closed(lane) => return false,
+        }
     }
     if lane.closing() {
         return false;
     }
     lane.begin_connection();
     true
+}
+
+/// A connection attempt, given up when the lane closes first (the run ended): None then. The
+/// attempt stays in progress ([`Lane::attempting`]): that is its fate at the end of the run.
+pub(crate) async fn attempt<T>(lane: &Lane, f: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        r = f => Some(r),
+        () = closed(lane) => None,
+    }
 }
 
 /// How a connection ended, from the error its queries got.
