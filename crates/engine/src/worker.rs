@@ -117,7 +117,20 @@ struct Inner {
     finished: bool,
     rr: usize,
     events: BTreeMap<String, u64>,
+    late: Late,
 }
+
+/// Queries that left later than [`LATE_NS`] after their schedule, and of those the ones
+/// whose lane had been waiting for a `--conn-rate` slot since they were due.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Late {
+    pub sends: u64,
+    pub behind_cap: u64,
+}
+
+/// How late a send must be to count in [`Late`] (and the p99 send lateness above which a run
+/// warns).
+pub(crate) const LATE_NS: u64 = 1_000_000;
 
 impl Inner {
     fn rec(&mut self) -> &mut Recorder {
@@ -126,8 +139,10 @@ impl Inner {
 }
 
 /// What a worker thread returns when it ends.
+#[derive(Default)]
 pub(crate) struct WorkerEnd {
     pub events: BTreeMap<String, u64>,
+    pub late: Late,
 }
 
 /// A query to issue: which query of the set (and seed), or the next one.
@@ -242,13 +257,25 @@ impl Worker {
     fn sent(&self, token: Token, bytes: usize, now: u64, g: u16) {
         let mut inn = self.inner.borrow_mut();
         // A resent query's lateness was counted when it first left.
-        let scheduled = inn.slab.get_mut(token).filter(|e| !e.resent).map(|e| e.scheduled);
+        let scheduled = inn.slab.get_mut(token).filter(|e| !e.resent).map(|e| (e.scheduled, e.lane));
         let closed = self.closed_loop;
         let rec = inn.rec();
         rec.wrote(bytes, g);
-        if let (false, Some(s)) = (closed, scheduled) {
-            rec.lateness(now.saturating_sub(s));
+        if let (false, Some((s, lane))) = (closed, scheduled) {
+            let late = now.saturating_sub(s);
+            rec.lateness(late);
+            if late > LATE_NS {
+                inn.late.sends += 1;
+                inn.late.behind_cap += self.behind_cap(lane as usize, s, now) as u64;
+            }
         }
+    }
+
+    /// Whether a query due at `scheduled` and sent at `now` on `lane` waited for the
+    /// `--conn-rate` cap: its connection got its slot only after the query was due.
+    fn behind_cap(&self, lane: usize, scheduled: u64, now: u64) -> bool {
+        let slot = self.lanes.get(lane).and_then(|s| s.lane.slot_waited());
+        slot.is_some_and(|t| now.saturating_sub(t.elapsed().as_nanos() as u64) > scheduled)
     }
 
     /// A connection ended without `token`'s answer: the query goes out again once (its
@@ -484,7 +511,8 @@ pub(crate) fn run_worker(share: Share, common: Common) -> WorkerEnd {
             // Without a runtime the worker cannot run: report an empty end so the collector completes.
             let rec = Recorder::new(share.index, common.start_ns, common.out.clone());
             rec.finish(now_ns(), 0, &[], thread_cpu_ns());
-            return WorkerEnd { events: BTreeMap::from([("worker_runtime_failed".to_string(), 1)]) };
+            let events = BTreeMap::from([("worker_runtime_failed".to_string(), 1)]);
+            return WorkerEnd { events, ..WorkerEnd::default() };
         }
     };
     let local = tokio::task::LocalSet::new();
@@ -572,6 +600,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
             finished: false,
             rr: 0,
             events: BTreeMap::new(),
+            late: Late::default(),
         }),
         lanes,
         specs,
@@ -657,15 +686,15 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         slot.lane.close();
     }
     settle(&w).await;
-    let (rec, events) = {
+    let (rec, events, late) = {
         let mut inn = w.inner.borrow_mut();
         w.account_unended(&mut inn, now_ns());
-        (inn.rec.take(), std::mem::take(&mut inn.events))
+        (inn.rec.take(), std::mem::take(&mut inn.events), inn.late)
     };
     if let Some(rec) = rec {
         rec.finish(now, in_flight, &by_group, thread_cpu_ns());
     }
-    WorkerEnd { events }
+    WorkerEnd { events, late }
 }
 
 /// How long the end of a run waits while nothing moves (no driver reports or finishes, and the
@@ -937,6 +966,7 @@ mod tests {
                 finished: true,
                 rr: 0,
                 events: BTreeMap::new(),
+                late: Late::default(),
             }),
             lanes,
             specs: Vec::new(),

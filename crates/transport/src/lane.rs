@@ -49,6 +49,8 @@ pub struct Lane {
     backing_off: Cell<bool>,
     /// A connection attempt began and has neither come up nor failed yet.
     attempting: Cell<bool>,
+    /// When the current connection's attempt got its `--conn-rate` slot, if it had to wait.
+    slot_waited: Cell<Option<Instant>>,
 }
 
 impl Lane {
@@ -230,6 +232,16 @@ impl Lane {
     /// Whether a connection attempt is in progress: begun, neither up nor failed yet.
     pub fn attempting(&self) -> bool {
         self.attempting.get()
+    }
+
+    /// When the current connection's attempt got its `--conn-rate` slot, None when it did not
+    /// wait for one: queries in the lane before then were held back by the cap.
+    pub fn slot_waited(&self) -> Option<Instant> {
+        self.slot_waited.get()
+    }
+
+    pub(crate) fn set_slot_waited(&self, at: Option<Instant>) {
+        self.slot_waited.set(at);
     }
 
     /// Whether the lane can send soon: not waiting out a backoff (the engine prefers such lanes).

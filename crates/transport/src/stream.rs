@@ -231,18 +231,24 @@ where
 
 /// Before each connection attempt of a lane: waits for its slot under `--conn-rate` (the
 /// run-wide gate), then false when the lane is closing (or closes while it waits); otherwise
-/// the attempt begins.
+/// the attempt begins, noting when its wait for a slot ended (the queries waiting in the lane
+/// until then were held back by the cap).
 pub(crate) async fn may_connect(lane: &Lane, opts: &crate::LaneOptions) -> bool {
+    let mut slot = None;
     if let Some(gate) = &opts.conn_gate {
-        tokio::select! {
-            () = gate.admit() => {}
-            () = closed(lane) => return false,
+        let wait = gate.reserve();
+        if !wait.is_zero() {
+            tokio::select! {
+                () = tokio::time::sleep(wait) => slot = Some(std::time::Instant::now()),
+                () = closed(lane) => return false,
+            }
         }
     }
     if lane.closing() {
         return false;
     }
     lane.begin_connection();
+    lane.set_slot_waited(slot);
     true
 }
 
