@@ -214,6 +214,20 @@ fn conn_rate_caps_new_connections() {
     assert!(total(&v, "answered") <= opened, "{}", show(&v));
 }
 
+/// Queries that leave late because the cap lets their connections open only later: the
+/// warning names the cap, not the generator's threads.
+#[test]
+fn conn_rate_named_when_it_holds_queries_back() {
+    let s = Server::start_with(&["-T", "1"]);
+    let r = run_volley(&[&s.tcp_url(), "--conn-queries", "1", "--conn-rate", "50", "--rate", "200", "-l", "1s"]);
+    let v = r.ok();
+    check_accounting(v);
+    let warnings: Vec<&str> = v["warnings"].as_array().expect("warnings").iter().filter_map(|w| w.as_str()).collect();
+    let late = warnings.iter().find(|w| w.contains("send lateness")).unwrap_or_else(|| panic!("{warnings:?}"));
+    assert!(late.contains("held back by the cap on new connections (--conn-rate 50)"), "{late}");
+    assert!(!late.contains("-T"), "not the threads: {late}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Server policies, seen by the client
 // ---------------------------------------------------------------------------------------------

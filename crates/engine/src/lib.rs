@@ -96,6 +96,26 @@ fn busy_warning(cpu_s: f64, elapsed_s: f64, threads: usize) -> Option<String> {
     })
 }
 
+/// The warning of a run whose queries left late (p99 send lateness over 1 ms), naming what held
+/// them back: the `--conn-rate` cap (`cap`, new connections per second) when at least half of
+/// the queries that left over 1 ms late had waited for a connection's slot under it, otherwise
+/// the generator itself.
+fn lateness_warning(p99_ns: u64, late: worker::Late, cap: Option<f64>) -> String {
+    let p99 = p99_ns as f64 / 1e6;
+    match cap {
+        Some(rate) if late.behind_cap > 0 && late.behind_cap * 2 >= late.sends => format!(
+            "queries left behind their schedule, held back by the cap on new connections (--conn-rate {rate}): \
+             p99 send lateness {p99:.1} ms (latency includes it); {} of the {} queries that left over 1 ms \
+             late waited for a connection's slot: raise --conn-rate, or let connections carry more queries",
+            late.behind_cap, late.sends
+        ),
+        _ => format!(
+            "the generator fell behind its schedule: p99 send lateness {p99:.1} ms (latency includes it): give it \
+             more threads (-T) or less load"
+        ),
+    }
+}
+
 /// Whether a group's connections run over TCP (and so leave TIME_WAIT behind when the client
 /// closes them).
 fn over_tcp(spec: &worker::LaneSpec) -> bool {
@@ -359,11 +379,14 @@ pub fn run(
         }
     }
     let mut events: BTreeMap<String, u64> = BTreeMap::new();
+    let mut late = worker::Late::default();
     for h in handles {
         if let Ok(end) = h.join() {
             for (k, v) in end.events {
                 *events.entry(k).or_insert(0) += v;
             }
+            late.sends += end.late.sends;
+            late.behind_cap += end.late.behind_cap;
         }
     }
     let elapsed_ns = clock::now_ns() - start_ns;
@@ -392,13 +415,9 @@ pub fn run(
         Load::Clients(_) => "clients",
     };
     let lateness = scheduled.then(|| LatencySummary::of(&got.lateness));
-    if let Some(l) = &lateness {
-        if l.p99_ns > 1_000_000 {
-            warnings.push(format!(
-                "the generator fell behind its schedule: p99 send lateness {:.1} ms (latency includes it)",
-                l.p99_ns as f64 / 1e6
-            ));
-        }
+    if let Some(l) = lateness.as_ref().filter(|l| l.p99_ns > worker::LATE_NS) {
+        let cap = groups.iter().find_map(|g| g.spec.lane.conn_gate.as_ref()).map(|g| g.per_second());
+        warnings.push(lateness_warning(l.p99_ns, late, cap));
     }
     warnings.extend(busy_warning(cpu_s, elapsed_ns as f64 / 1e9, threads));
     if groups.iter().all(|g| over_tcp(&g.spec)) {
@@ -408,6 +427,12 @@ pub fn run(
     warnings.extend(unexpected_warnings(&got.totals, plan.timeout));
     if let Some(n) = events.get("udp_icmp_refused") {
         warnings.push(format!("{n} ICMP port-unreachable errors: the target stopped listening during the run"));
+    }
+    if let Some(n) = events.get(worker::END_UNREPORTED_EVENT) {
+        warnings.push(format!(
+            "{n} connections had not reported their end when the run stopped waiting for them: they count as \
+             closed (client_end), but their bytes and packets are missing from the wire counts"
+        ));
     }
     let mut got = got;
     for (second, cpu_s) in &target.seconds {
@@ -582,7 +607,8 @@ fn group_summaries(
 
 #[cfg(test)]
 mod tests {
-    use super::{busy_warning, time_wait_warning, unexpected_warnings};
+    use super::{busy_warning, lateness_warning, time_wait_warning, unexpected_warnings};
+    use crate::worker::Late;
     use std::time::Duration;
     use volley_metrics::{Close, ConnCounters, Counters, SecondConnections, SecondRow, Unexpected};
 
@@ -620,6 +646,23 @@ mod tests {
         assert!(time_wait_warning(&by_server, &closing(&[20_000, 20_000, 20_000]), 28_232)
             .unwrap()
             .contains("up to 30000 connections"));
+    }
+
+    #[test]
+    fn late_queries_are_blamed_on_what_held_them_back() {
+        let late = |sends, behind_cap| Late { sends, behind_cap };
+        // No cap: the generator.
+        let w = lateness_warning(40_400_000, late(500, 0), None);
+        assert!(w.starts_with("the generator fell behind its schedule: p99 send lateness 40.4 ms"), "{w}");
+        assert!(w.contains("-T") && !w.contains("--conn-rate"), "{w}");
+        // Most late queries waited for a connection's slot: the cap, not the threads.
+        let w = lateness_warning(980_000_000, late(300, 290), Some(50.0));
+        assert!(w.contains("held back by the cap on new connections (--conn-rate 50)"), "{w}");
+        assert!(w.contains("p99 send lateness 980.0 ms") && w.contains("290 of the 300 queries"), "{w}");
+        assert!(!w.contains("-T") && !w.contains("generator"), "{w}");
+        // A cap that held back few of the late queries: the generator.
+        let w = lateness_warning(40_000_000, late(300, 20), Some(500.0));
+        assert!(w.starts_with("the generator fell behind") && w.contains("-T"), "{w}");
     }
 
     #[test]

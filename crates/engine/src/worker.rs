@@ -2,8 +2,9 @@
 //! hands them to its lanes, ends them by timeout, and records every fate.
 //!
 //! Lanes belong to groups (one group for a plain run; one per profile and transport in a
-//! mixture of simulated clients). Each group reaches the lanes' drivers through its own
-//! [`GroupView`], so connection events are counted per group without the transports knowing.
+//! mixture of simulated clients). Each lane's driver reaches the worker through a [`LaneView`]
+//! of its own, so connection events are counted per group, and followed per lane for the end
+//! of the run, without the transports knowing.
 
 use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
@@ -82,6 +83,8 @@ struct LaneSlot {
     started: Cell<bool>,
     /// Lanes that take truncated answers' retries (stub): a range in `lanes`.
     fallback: Option<(u32, u32)>,
+    /// Connections of the lane that came up and whose close is not reported yet.
+    open: Cell<u32>,
 }
 
 /// A simulated client: its lanes, and how fast it has been sending (for profiles whose
@@ -146,6 +149,9 @@ pub(crate) struct Worker {
     groups_rt: Vec<GroupRt>,
     /// The worker itself, for the drivers spawned lazily.
     this: RefCell<std::rc::Weak<Worker>>,
+    /// Connection reports so far (attempts, closes, wire counts): the end of the run waits
+    /// while they come.
+    reports: Cell<u64>,
 }
 
 struct Inner {
@@ -160,7 +166,20 @@ struct Inner {
     finished: bool,
     rr: usize,
     events: BTreeMap<String, u64>,
+    late: Late,
 }
+
+/// Queries that left later than [`LATE_NS`] after their schedule, and of those the ones
+/// whose lane had been waiting for a `--conn-rate` slot since they were due.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Late {
+    pub sends: u64,
+    pub behind_cap: u64,
+}
+
+/// How late a send must be to count in [`Late`] (and the p99 send lateness above which a run
+/// warns).
+pub(crate) const LATE_NS: u64 = 1_000_000;
 
 impl Inner {
     fn rec(&mut self) -> &mut Recorder {
@@ -169,8 +188,10 @@ impl Inner {
 }
 
 /// What a worker thread returns when it ends.
+#[derive(Default)]
 pub(crate) struct WorkerEnd {
     pub events: BTreeMap<String, u64>,
+    pub late: Late,
 }
 
 /// A query to issue: which query of the set (and seed), or the next one.
@@ -190,7 +211,7 @@ impl Worker {
         }
         if let Some(w) = self.this.borrow().upgrade() {
             let spec = &self.specs[slot.spec as usize];
-            let view = Rc::new(GroupView { w, g: slot.group });
+            let view = Rc::new(LaneView { w, g: slot.group, lane: i });
             spawn_lane(&spec.target, slot.lane.clone(), view, &spec.lane);
         }
     }
@@ -295,13 +316,25 @@ impl Worker {
     fn sent(&self, token: Token, bytes: usize, now: u64, g: u16) {
         let mut inn = self.inner.borrow_mut();
         // A resent query's lateness was counted when it first left.
-        let scheduled = inn.slab.get_mut(token).filter(|e| !e.resent).map(|e| e.scheduled);
+        let scheduled = inn.slab.get_mut(token).filter(|e| !e.resent).map(|e| (e.scheduled, e.lane));
         let closed = self.closed_loop;
         let rec = inn.rec();
         rec.wrote(bytes, g);
-        if let (false, Some(s)) = (closed, scheduled) {
-            rec.lateness(now.saturating_sub(s));
+        if let (false, Some((s, lane))) = (closed, scheduled) {
+            let late = now.saturating_sub(s);
+            rec.lateness(late);
+            if late > LATE_NS {
+                inn.late.sends += 1;
+                inn.late.behind_cap += self.behind_cap(lane as usize, s, now) as u64;
+            }
         }
+    }
+
+    /// Whether a query due at `scheduled` and sent at `now` on `lane` waited for the
+    /// `--conn-rate` cap: its connection got its slot only after the query was due.
+    fn behind_cap(&self, lane: usize, scheduled: u64, now: u64) -> bool {
+        let slot = self.lanes.get(lane).and_then(|s| s.lane.slot_waited());
+        slot.is_some_and(|t| now.saturating_sub(t.elapsed().as_nanos() as u64) > scheduled)
     }
 
     /// A connection ended without `token`'s answer: the query goes out again once (its
@@ -402,14 +435,24 @@ impl Worker {
     }
 }
 
-/// What the lanes of one group see of the worker: the engine's [`Exchange`], with the group
-/// attached to what they report.
-pub(crate) struct GroupView {
+/// What one lane sees of the worker: the engine's [`Exchange`], with the lane's group attached
+/// to what it reports. It also follows the lane's connections (attempts in progress, connections
+/// open), for the end of the run.
+pub(crate) struct LaneView {
     w: Rc<Worker>,
     g: u16,
+    lane: usize,
 }
 
-impl Exchange for GroupView {
+impl LaneView {
+    /// The lane's slot, as a connection report comes.
+    fn slot(&self) -> &LaneSlot {
+        self.w.reports.set(self.w.reports.get() + 1);
+        &self.w.lanes[self.lane]
+    }
+}
+
+impl Exchange for LaneView {
     #[inline]
     fn now(&self) -> u64 {
         now_ns()
@@ -453,18 +496,25 @@ impl Exchange for GroupView {
     }
 
     fn conn_opened(&self, h: &Handshake, now: u64) {
+        let s = self.slot();
+        s.lane.settle_attempt();
+        s.open.set(s.open.get() + 1);
         self.w.with_rec(|r| r.conn_opened(now, h, self.g));
     }
 
     fn conn_failed(&self, kind: ErrorKind, now: u64) {
+        self.slot().lane.settle_attempt();
         self.w.with_rec(|r| r.conn_failed(now, kind, self.g));
     }
 
     fn conn_closed(&self, how: Close, now: u64) {
+        let s = self.slot();
+        s.open.set(s.open.get().saturating_sub(1));
         self.w.with_rec(|r| r.conn_closed(now, how, self.g));
     }
 
     fn wire(&self, w: &volley_metrics::WireStats) {
+        self.slot();
         self.w.with_rec(|r| r.wire(w, self.g));
     }
 
@@ -520,7 +570,8 @@ pub(crate) fn run_worker(share: Share, common: Common) -> WorkerEnd {
             // Without a runtime the worker cannot run: report an empty end so the collector completes.
             let rec = Recorder::new(share.index, common.start_ns, common.out.clone());
             rec.finish(now_ns(), 0, &[], thread_cpu_ns());
-            return WorkerEnd { events: BTreeMap::from([("worker_runtime_failed".to_string(), 1)]) };
+            let events = BTreeMap::from([("worker_runtime_failed".to_string(), 1)]);
+            return WorkerEnd { events, ..WorkerEnd::default() };
         }
     };
     let local = tokio::task::LocalSet::new();
@@ -548,6 +599,7 @@ fn layout(share: &Share, c: &Common) -> (Vec<LaneSlot>, Vec<LaneSpec>, Vec<Clien
         spec: spec as u16,
         started: Cell::new(false),
         fallback: None,
+        open: Cell::new(0),
     };
     if share.clients.is_empty() {
         let policy = c.groups[0].spec.lane.conn;
@@ -622,6 +674,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
             finished: false,
             rr: 0,
             events: BTreeMap::new(),
+            late: Late::default(),
         }),
         lanes,
         specs,
@@ -632,6 +685,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         groups,
         groups_rt: c.groups.clone(),
         this: RefCell::new(std::rc::Weak::new()),
+        reports: Cell::new(0),
     });
     *w.this.borrow_mut() = Rc::downgrade(&w);
 
@@ -701,23 +755,97 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         inn.issuing = false;
         (inn.slab.live() as u64, w.in_flight_by_group(&inn))
     };
-    // Close every connection, and give the drivers a moment to report how (and what crossed
-    // the wire): a driver holds its lane until it ends.
+    // Close every connection: each driver reports how its connection ended, and what crossed
+    // the wire, as it closes it.
     for slot in &w.lanes {
         slot.lane.close();
     }
-    let give_up = now_ns() + 300_000_000;
-    while w.lanes.iter().any(|s| Rc::strong_count(&s.lane) > 1) && now_ns() < give_up {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    let (rec, events) = {
+    settle(&w).await;
+    let (rec, events, late) = {
         let mut inn = w.inner.borrow_mut();
-        (inn.rec.take(), std::mem::take(&mut inn.events))
+        w.account_unended(&mut inn, now_ns());
+        (inn.rec.take(), std::mem::take(&mut inn.events), inn.late)
     };
     if let Some(rec) = rec {
         rec.finish(now, in_flight, &by_group, thread_cpu_ns());
     }
-    WorkerEnd { events }
+    WorkerEnd { events, late }
+}
+
+/// How long the end of a run waits while nothing moves (no driver reports or finishes, and the
+/// thread has nothing to do) before it stops waiting for the rest. Of each pause between two
+/// looks at most [`END_LOOK_NS`] counts, so that a thread kept off the CPU by others does not
+/// give up; whatever moves, the end waits at most [`END_MAX_NS`].
+const END_STALL_NS: u64 = 500_000_000;
+const END_LOOK_NS: u64 = 50_000_000;
+const END_MAX_NS: u64 = 15_000_000_000;
+/// CPU time the thread spends between two looks above which it is at work (closing
+/// connections: a look itself takes microseconds).
+const END_BUSY_NS: u64 = 1_000_000;
+
+/// Whether the end of the run waits for a lane's driver: it holds its lane until it has
+/// reported its connection's close and bytes (or its own end); one that is still in a
+/// connection attempt is not waited for (the attempt is in progress at the end).
+fn closing(s: &LaneSlot) -> bool {
+    Rc::strong_count(&s.lane) > 1 && !s.lane.attempting()
+}
+
+/// Waits, after the lanes were told to close, until every driver with a connection to close
+/// has reported it, for as long as they make progress (a report, a driver done, or work on
+/// the thread: closing many connections takes a while before the first reports): however many
+/// connections a worker holds, the wait ends once nothing has moved for [`END_STALL_NS`].
+async fn settle(w: &Worker) {
+    let began = now_ns();
+    let (mut fewest, mut reports) = (usize::MAX, u64::MAX);
+    let (mut still, mut last, mut cpu) = (0, began, thread_cpu_ns());
+    loop {
+        let n = w.lanes.iter().filter(|s| closing(s)).count();
+        if n == 0 {
+            return;
+        }
+        let (now, used) = (now_ns(), thread_cpu_ns());
+        if n < fewest || w.reports.get() != reports || used - cpu >= END_BUSY_NS {
+            (fewest, reports, still) = (fewest.min(n), w.reports.get(), 0);
+        } else {
+            still += (now - last).min(END_LOOK_NS);
+        }
+        if still >= END_STALL_NS || now - began >= END_MAX_NS {
+            return;
+        }
+        (last, cpu) = (now, used);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The event that counts connections whose end their driver had not reported when the worker
+/// stopped waiting: recorded closed (`client_end`: the worker's end closes them), their bytes
+/// and packets missing from the wire counts.
+pub const END_UNREPORTED_EVENT: &str = "conn_end_unreported";
+
+impl Worker {
+    /// At the very end: attempts still in progress get that fate; connections whose driver has
+    /// not reported their close are recorded closed by the client's end, and counted as
+    /// unreported ([`END_UNREPORTED_EVENT`]).
+    fn account_unended(&self, inn: &mut Inner, now: u64) {
+        let mut in_progress = vec![0u64; self.groups];
+        let mut unreported = 0u64;
+        for s in &self.lanes {
+            let attempting = s.lane.attempting();
+            in_progress[s.group as usize] += attempting as u64;
+            let open = s.open.replace(0);
+            for _ in 0..open {
+                inn.rec().conn_closed(now, Close::ClientEnd, s.group);
+            }
+            // A driver still closing without a connection left open holds a report of bytes.
+            unreported += if closing(s) { open.max(1) } else { open } as u64;
+        }
+        for (g, n) in in_progress.into_iter().enumerate().filter(|(_, n)| *n > 0) {
+            inn.rec().conns_in_progress(now, n, g as u16);
+        }
+        if unreported > 0 {
+            *inn.events.entry(END_UNREPORTED_EVENT.to_string()).or_insert(0) += unreported;
+        }
+    }
 }
 
 /// Sleeps until `at` on the precise timer, or tokio's when there is none.
@@ -886,6 +1014,8 @@ async fn replay_schedule(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use volley_metrics::{Collector, WireStats};
+    use volley_wire::{QType, QueryOptions};
 
     /// A client of a browser-like group (light: idle 10 s; busy: 4 queries a connection above
     /// 1 qps) with two lanes.
@@ -908,6 +1038,7 @@ mod tests {
                 spec: 0,
                 started: Cell::new(false),
                 fallback: None,
+                open: Cell::new(0),
             })
             .collect();
         let c = ClientRt { lanes: 0..2, group: 0, last: Cell::new(0), gap: Cell::new(0.0), busy: Cell::new(false) };
@@ -963,5 +1094,107 @@ mod tests {
         for i in 1..50u64 {
             assert_eq!(c.note_query(i * S / 100, &g, &lanes), None);
         }
+    }
+
+    /// A worker whose lanes are in the groups `groups` (two groups), its run over.
+    fn worker(groups: &[u16]) -> (Rc<Worker>, std::sync::mpsc::Receiver<volley_metrics::WorkerMessage>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let queries = QuerySet::single("example.test", QType::A, QueryOptions::default()).unwrap();
+        let lanes = groups
+            .iter()
+            .map(|&g| LaneSlot {
+                lane: Rc::new(Lane::new()),
+                group: g,
+                spec: 0,
+                started: Cell::new(true),
+                fallback: None,
+                open: Cell::new(0),
+            })
+            .collect();
+        let w = Rc::new(Worker {
+            inner: RefCell::new(Inner {
+                slab: Slab::default(),
+                deadlines: VecDeque::new(),
+                rec: Some(Recorder::with_groups(0, 0, tx, 2)),
+                cursor: Cursor::new(&queries, 0, 1),
+                issued: 0,
+                quota: 0,
+                issuing: false,
+                finished: true,
+                rr: 0,
+                events: BTreeMap::new(),
+                late: Late::default(),
+            }),
+            lanes,
+            specs: Vec::new(),
+            clients: Vec::new(),
+            queries,
+            timeout_ns: 0,
+            closed_loop: false,
+            groups: 2,
+            groups_rt: Vec::new(),
+            this: RefCell::new(std::rc::Weak::new()),
+            reports: Cell::new(0),
+        });
+        (w, rx)
+    }
+
+    fn view(w: &Rc<Worker>, lane: usize) -> Rc<LaneView> {
+        Rc::new(LaneView { w: w.clone(), g: w.lanes[lane].group, lane })
+    }
+
+    /// The end of a run: an attempt still going is in progress; a connection whose driver
+    /// reports its close is counted so; one whose driver never does is closed by the worker
+    /// and counted unreported. Every attempt and every connection has its fate, per group.
+    #[test]
+    fn the_end_gives_every_attempt_and_connection_a_fate() {
+        let (w, rx) = worker(&[0, 1, 1]);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let local = tokio::task::LocalSet::new();
+        let held = local.block_on(&rt, async {
+            // Lane 0: an attempt that never ends (its driver holds the lane).
+            w.lanes[0].lane.begin_connection();
+            // Lanes 1 and 2: connections up.
+            for i in [1, 2] {
+                w.lanes[i].lane.begin_connection();
+                view(&w, i).conn_opened(&Handshake::default(), now_ns());
+            }
+            let held = [w.lanes[0].lane.clone(), w.lanes[1].lane.clone()];
+            // Lane 2's driver closes its connection when the lane closes, and reports it.
+            let (lane, x) = (w.lanes[2].lane.clone(), view(&w, 2));
+            tokio::task::spawn_local(async move {
+                while !lane.closing() {
+                    lane.wait().await;
+                }
+                x.conn_closed(Close::ClientEnd, x.now());
+                x.wire(&WireStats { bytes_out: 100, bytes_in: 50, packets_out: 3, packets_in: 2 });
+            });
+            for s in &w.lanes {
+                s.lane.close();
+            }
+            settle(&w).await;
+            let mut inn = w.inner.borrow_mut();
+            w.account_unended(&mut inn, now_ns());
+            held
+        });
+        assert_eq!(Rc::strong_count(&w.lanes[2].lane), 1, "lane 2's driver finished");
+        drop(held);
+        let events = std::mem::take(&mut w.inner.borrow_mut().events);
+        assert_eq!(events.get(END_UNREPORTED_EVENT), Some(&1), "{events:?}");
+        let rec = w.inner.borrow_mut().rec.take().unwrap();
+        rec.finish(now_ns(), 0, &[0, 0], 0);
+        let mut c = Collector::new(1);
+        for m in rx.try_iter() {
+            c.absorb(m);
+        }
+        let got = c.finish();
+        let t = &got.totals.conns;
+        assert_eq!((t.opened, t.failed, t.in_progress), (2, 0, 1));
+        assert_eq!(t.closed[Close::ClientEnd as usize], 2, "both connections closed at the end");
+        assert_eq!(t.closed_total(), 2);
+        assert_eq!(got.totals.wire.packets_out, 3, "the reported connection's wire counts only");
+        let g = &got.groups;
+        assert_eq!((g[0].counters.conns.in_progress, g[1].counters.conns.in_progress), (1, 0));
+        assert_eq!((g[0].counters.conns.closed_total(), g[1].counters.conns.closed_total()), (0, 2));
     }
 }

@@ -73,11 +73,14 @@ impl Handshake {
     }
 }
 
-/// Connection event counts, per second and in total.
+/// Connection event counts, per second and in total. Every attempt is counted once: opened,
+/// failed, or in progress when the run ended (counted in the run's last second).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ConnCounters {
     pub opened: u64,
     pub failed: u64,
+    /// Attempts still in progress (handshake not done) when the run ended.
+    pub in_progress: u64,
     pub resumed: u64,
     pub early_offered: u64,
     pub early_accepted: u64,
@@ -89,6 +92,7 @@ impl ConnCounters {
     pub fn merge(&mut self, o: &ConnCounters) {
         self.opened += o.opened;
         self.failed += o.failed;
+        self.in_progress += o.in_progress;
         self.resumed += o.resumed;
         self.early_offered += o.early_offered;
         self.early_accepted += o.early_accepted;
@@ -191,6 +195,10 @@ pub struct ConnectionSummary {
     pub opened: u64,
     /// Attempts that did not come up, by error kind in `errors`.
     pub failed: u64,
+    /// Attempts still in progress (handshake not done) when the run ended: with `opened` and
+    /// `failed`, every attempt has one fate. Absent from files written before it existed (0).
+    #[serde(default)]
+    pub in_progress: u64,
     pub errors: BTreeMap<String, u64>,
     /// Closed connections by who closed them and how.
     pub closed: BTreeMap<String, u64>,
@@ -228,6 +236,7 @@ impl ConnectionSummary {
         ConnectionSummary {
             opened: c.opened,
             failed: c.failed,
+            in_progress: c.in_progress,
             errors: c.error_map(),
             closed: c.close_map(),
             resumed: c.resumed,

@@ -240,6 +240,13 @@ impl Recorder {
         });
     }
 
+    /// `n` connection attempts of group `g` were still in progress (no handshake done, none
+    /// failed) when the run ended: their fate.
+    pub fn conns_in_progress(&mut self, now_ns: u64, n: u64, g: u16) {
+        self.tick(now_ns);
+        self.count(g, |c| c.conns.in_progress += n);
+    }
+
     /// A connection ended.
     pub fn conn_closed(&mut self, now_ns: u64, how: Close, g: u16) {
         self.tick(now_ns);

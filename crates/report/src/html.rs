@@ -336,6 +336,7 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
         for (k, v) in [
             ("opened".to_string(), c.opened),
             ("failed".to_string(), c.failed),
+            ("in progress at the end".to_string(), c.in_progress),
             ("closed".to_string(), closed),
             ("resumed".to_string(), c.resumed),
             ("0-RTT offered".to_string(), c.early_data_offered),

@@ -473,6 +473,7 @@ impl ConnAcc {
         let s = &mut self.sum;
         s.opened += c.opened;
         s.failed += c.failed;
+        s.in_progress += c.in_progress;
         s.resumed += c.resumed;
         s.early_data_offered += c.early_data_offered;
         s.early_data_accepted += c.early_data_accepted;

@@ -112,7 +112,8 @@ pub fn cumulative_buckets(h: &SparseHistogram) -> Vec<(u64, u64)> {
 /// `volley_unexpected` (by `kind`), `volley_bytes` (by `direction`: out, in),
 /// `volley_wire_bytes` and `volley_wire_packets` (by `direction`; when the run has `totals.wire`),
 /// `volley_latency_seconds` (histogram), `volley_connections` (by `event`: opened, failed,
-/// resumed) and `volley_connections_closed` (by `how`) for connection-based transports,
+/// resumed), `volley_connections_in_progress` (gauge) and `volley_connections_closed` (by
+/// `how`) for connection-based transports,
 /// `volley_generator_cpu_seconds`, `volley_elapsed_seconds` (gauge).
 pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
     let mut om = Om { w };
@@ -173,6 +174,8 @@ pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
         for (ev, n) in [("opened", c.opened), ("failed", c.failed), ("resumed", c.resumed)] {
             om.sample("volley_connections_total", &[("event", ev)], n)?;
         }
+        om.family("volley_connections_in_progress", "gauge", None, "Connection attempts without a fate yet.")?;
+        om.sample("volley_connections_in_progress", &[], c.in_progress)?;
         om.counter_map(
             "volley_connections_closed",
             "how",

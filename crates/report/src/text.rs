@@ -146,6 +146,9 @@ fn text_lines(r: &RunResult) -> Vec<String> {
             let kinds: Vec<String> = c.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
             parts.push(format!("{} failed ({})", c.failed, kinds.join(", ")));
         }
+        if c.in_progress > 0 {
+            parts.push(format!("{} in progress at the end", c.in_progress));
+        }
         let closed: u64 = c.closed.values().sum();
         if closed > 0 {
             let how: Vec<String> = c.closed.iter().map(|(k, v)| format!("{k} {v}")).collect();

@@ -102,12 +102,19 @@ fn series_align_by_wall_clock_second() {
 
 #[test]
 fn connections_merge_exactly() {
-    let a = named("a", &tcp_spec());
-    let b = named("b", &Spec { handshakes: (0..10).map(|k| (90_000 + k * 3_000, 0)).collect(), ..tcp_spec() });
+    let mut a = named("a", &tcp_spec());
+    let mut b = named("b", &Spec { handshakes: (0..10).map(|k| (90_000 + k * 3_000, 0)).collect(), ..tcp_spec() });
+    a.result.connections.as_mut().unwrap().in_progress = 2;
+    b.result.connections.as_mut().unwrap().in_progress = 3;
     let m = merge_runs(&[a.clone(), b.clone()], vec![]).unwrap();
     let c = m.result.connections.as_ref().unwrap();
     assert_eq!(c.opened, 30);
+    assert_eq!(c.in_progress, 5, "attempts in progress at the end add up");
     assert_eq!(c.resumed, 15);
+    let mut text = Vec::new();
+    write_text(&m.result, &mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(text.contains("conns      30 opened, 5 in progress at the end"), "{text}");
     let mut all = Histogram::new(3);
     for (hs, _) in tcp_spec().handshakes.iter().chain(b_handshakes().iter()) {
         all.record(*hs);

@@ -77,6 +77,18 @@ fn wire_bytes_and_packets() {
 }
 
 #[test]
+fn connection_attempts_in_progress_at_the_end() {
+    let mut run = named("tcp", &tcp_spec());
+    run.result.connections.as_mut().unwrap().in_progress = 7;
+    let mut out = Vec::new();
+    write_openmetrics(&run.result, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    check_format(&text);
+    assert_eq!(sample_value(&text, "volley_connections_total{event=\"opened\"}"), 20.0);
+    assert_eq!(sample_value(&text, "volley_connections_in_progress"), 7.0);
+}
+
+#[test]
 fn a_run_in_progress_and_its_file() {
     let run = named("tcp", &Spec { timed_out: 4, ..tcp_spec() });
     let dir = tempfile::tempdir().unwrap();

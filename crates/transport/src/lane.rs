@@ -47,6 +47,10 @@ pub struct Lane {
     drained: Notify,
     /// The driver is waiting out a backoff after a failure: new queries would wait too.
     backing_off: Cell<bool>,
+    /// A connection attempt began and has neither come up nor failed yet.
+    attempting: Cell<bool>,
+    /// When the current connection's attempt got its `--conn-rate` slot, if it had to wait.
+    slot_waited: Cell<Option<Instant>>,
 }
 
 impl Lane {
@@ -206,8 +210,10 @@ impl Lane {
         self.closing.get()
     }
 
-    /// A new connection attempt starts: its budget is fresh.
+    /// A new connection attempt starts: its budget is fresh, and it is in progress until
+    /// [`Lane::settle_attempt`].
     pub fn begin_connection(&self) {
+        self.attempting.set(true);
         self.conn_sent.set(0);
         self.conn_answers.set(0);
         let now = Instant::now();
@@ -215,6 +221,27 @@ impl Lane {
         if self.policy.get().idle.is_some() {
             self.last_activity.set(Some(now));
         }
+    }
+
+    /// The attempt begun last came up or failed (the engine calls this when the driver
+    /// reports either).
+    pub fn settle_attempt(&self) {
+        self.attempting.set(false);
+    }
+
+    /// Whether a connection attempt is in progress: begun, neither up nor failed yet.
+    pub fn attempting(&self) -> bool {
+        self.attempting.get()
+    }
+
+    /// When the current connection's attempt got its `--conn-rate` slot, None when it did not
+    /// wait for one: queries in the lane before then were held back by the cap.
+    pub fn slot_waited(&self) -> Option<Instant> {
+        self.slot_waited.get()
+    }
+
+    pub(crate) fn set_slot_waited(&self, at: Option<Instant>) {
+        self.slot_waited.set(at);
     }
 
     /// Whether the lane can send soon: not waiting out a backoff (the engine prefers such lanes).

@@ -43,8 +43,7 @@ const TCP_CLOSE: u8 = 7;
 const TCP_CLOSE_WAIT: u8 = 8;
 const TCP_LAST_ACK: u8 = 9;
 const TCP_CLOSING: u8 = 11;
-/// How long [`TcpMeter::finish`] waits for the close handshake. The engine gives drivers
-/// 300 ms at the end of a run to report; this stays within it.
+/// How long [`TcpMeter::finish`] waits for the close handshake.
 const CLOSE_WAIT: Duration = Duration::from_millis(200);
 /// How long [`close_quic`] waits for the CONNECTION_CLOSE datagram to leave.
 const QUIC_CLOSE_WAIT: Duration = Duration::from_millis(100);
@@ -304,7 +303,9 @@ impl TcpMeter {
 
     /// The connection is over: sends FIN if it was not sent, waits in a task of its own (at
     /// most 200 ms, holding the lane so that the end of a run waits for it) until the close
-    /// handshake is complete, then reports the connection's bytes and packets to `x`.
+    /// handshake is complete, then reports the connection's bytes and packets to `x`. It looks
+    /// at the connection 1, 2, 4 ... ms apart: a few looks each, however many connections
+    /// close together (at the end of a run, all of them).
     pub(crate) fn finish<X: Exchange + 'static>(mut self, lane: &Rc<Lane>, x: &Rc<X>) {
         let Some(fd) = self.raw_fd() else { return };
         // SAFETY: shutdown on a descriptor that is open (ours, or still owned by the stream's
@@ -314,16 +315,19 @@ impl TcpMeter {
         tokio::task::spawn_local(async move {
             let until = Instant::now() + CLOSE_WAIT;
             let mut last = None;
+            let mut pause = Duration::from_millis(1);
             loop {
                 let c = self.counts();
                 if c.is_some() {
                     last = c;
                 }
                 let done = last.is_none_or(|c| c.state == TCP_CLOSE || c.state == TCP_TIME_WAIT);
-                if done || Instant::now() >= until {
+                let now = Instant::now();
+                if done || now >= until {
                     break;
                 }
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                tokio::time::sleep(pause.min(until - now)).await;
+                pause *= 2;
             }
             if let Some(c) = last {
                 x.wire(&tcp_wire(&c, self.v6));

@@ -183,12 +183,9 @@ impl ConnGate {
         }
     }
 
-    /// Waits for the next slot.
-    pub async fn admit(&self) {
-        let wait = self.reserve();
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
+    /// The cap, in new connections per second.
+    pub fn per_second(&self) -> f64 {
+        1e9 / self.interval_ns as f64
     }
 }
 
@@ -240,5 +237,6 @@ mod tests {
             let d = w[1].saturating_sub(w[0]);
             assert!(d > Duration::from_micros(900) && d <= Duration::from_micros(1000), "{waits:?}");
         }
+        assert_eq!(g.per_second(), 1000.0);
     }
 }

@@ -230,16 +230,35 @@ where
 }
 
 /// Before each connection attempt of a lane: waits for its slot under `--conn-rate` (the
-/// run-wide gate), then false when the lane is closing; otherwise the attempt begins.
+/// run-wide gate), then false when the lane is closing (or closes while it waits); otherwise
+/// the attempt begins, noting when its wait for a slot ended (the queries waiting in the lane
+/// until then were held back by the cap).
 pub(crate) async fn may_connect(lane: &Lane, opts: &crate::LaneOptions) -> bool {
+    let mut slot = None;
     if let Some(gate) = &opts.conn_gate {
-        gate.admit().await;
+        let wait = gate.reserve();
+        if !wait.is_zero() {
+            tokio::select! {
+                () = tokio::time::sleep(wait) => slot = Some(std::time::Instant::now()),
+                () = closed(lane) => return false,
+            }
+        }
     }
     if lane.closing() {
         return false;
     }
     lane.begin_connection();
+    lane.set_slot_waited(slot);
     true
+}
+
+/// A connection attempt, given up when the lane closes first (the run ended): None then. The
+/// attempt stays in progress ([`Lane::attempting`]): that is its fate at the end of the run.
+pub(crate) async fn attempt<T>(lane: &Lane, f: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        r = f => Some(r),
+        () = closed(lane) => None,
+    }
 }
 
 /// How a connection ended, from the error its queries got.

@@ -40,26 +40,27 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
             return;
         }
         let mut meter = None;
-        let mut tls =
-            match connect(&target, &cfg, &name, &opts, &lane, &*x, &mut ids, &mut bufs, None, &mut meter).await {
-                Ok(s) => s,
-                Err((kind, why)) => {
-                    if let Some(m) = meter {
-                        m.finish(&lane, &x);
-                    }
-                    x.conn_failed_why(kind, &why, x.now());
-                    // Queries sent as early data on the failed attempt fail with it.
-                    let now = x.now();
-                    for t in ids.drain() {
-                        x.failed(t, kind, now);
-                    }
-                    bufs.clear();
-                    if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
-                        return;
-                    }
-                    continue;
+        let connecting = connect(&target, &cfg, &name, &opts, &lane, &*x, &mut ids, &mut bufs, None, &mut meter);
+        let Some(r) = stream::attempt(&lane, connecting).await else { return };
+        let mut tls = match r {
+            Ok(s) => s,
+            Err((kind, why)) => {
+                if let Some(m) = meter {
+                    m.finish(&lane, &x);
                 }
-            };
+                x.conn_failed_why(kind, &why, x.now());
+                // Queries sent as early data on the failed attempt fail with it.
+                let now = x.now();
+                for t in ids.drain() {
+                    x.failed(t, kind, now);
+                }
+                bufs.clear();
+                if stream::after_failure(&lane, &*x, kind, &mut backoff).await {
+                    return;
+                }
+                continue;
+            }
+        };
         backoff = stream::BACKOFF;
         if let Some(m) = meter.as_mut() {
             m.release();

@@ -500,6 +500,8 @@ fn ended<X: Exchange + ?Sized>(hs: &Cell<Hs>, x: &X, target: &Target, how: Close
             None
         }
         Hs::Failed(k) => Some(k),
+        // The run ended during the handshake: the attempt is in progress at the end.
+        Hs::Pending if how == Close::ClientEnd => None,
         Hs::Pending => {
             let why = format!("TLS handshake with {target} did not finish before the connection ended");
             x.conn_failed_why(ErrorKind::Tls, &why, x.now());
@@ -528,7 +530,8 @@ async fn open<X: Exchange + 'static>(
             return None;
         }
         let mut meter = None;
-        match connect(target, cfg, name, opts, lane, x, alpn, &mut meter).await {
+        // None: the lane closed during the attempt (in progress at the end).
+        match stream::attempt(lane, connect(target, cfg, name, opts, lane, x, alpn, &mut meter)).await? {
             Ok((mut s, hs)) => {
                 if hs.get() == Hs::Open {
                     *backoff = stream::BACKOFF;

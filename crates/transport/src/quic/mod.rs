@@ -288,7 +288,8 @@ pub(crate) async fn open<X: Exchange + 'static>(
         if !crate::stream::may_connect(lane, opts).await {
             return None;
         }
-        match connect(ep, target, cfg, opts, x, h3).await {
+        // None: the lane closed during the attempt (in progress at the end).
+        match stream::attempt(lane, connect(ep, target, cfg, opts, x, h3)).await? {
             Ok(c) => {
                 *backoff = stream::BACKOFF;
                 return Some(c);
@@ -335,7 +336,10 @@ pub(crate) async fn after_burst<X: Exchange + 'static>(
     }
     if lane.closing() {
         close_and_report(conn, code, lane, x);
-        x.conn_closed(Close::ClientEnd, x.now());
+        // A 0-RTT connection not reported opened yet: its attempt is in progress at the end.
+        if !lane.attempting() {
+            x.conn_closed(Close::ClientEnd, x.now());
+        }
         return Next::Closed;
     }
     tokio::select! {

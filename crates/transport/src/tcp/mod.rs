@@ -75,7 +75,9 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
         }
         let began = x.now();
         let mut meter = None;
-        let s = match connect_metered(addr, opts.connect_timeout, opts.local, &mut meter).await {
+        let connecting = connect_metered(addr, opts.connect_timeout, opts.local, &mut meter);
+        let Some(r) = stream::attempt(&lane, connecting).await else { return };
+        let s = match r {
             Ok(s) => s,
             Err(e) => {
                 if let Some(m) = meter {
