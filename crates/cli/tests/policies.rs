@@ -43,9 +43,22 @@ fn complete(r: &RunResult) -> Value {
         let count = |h: &Value| -> u64 {
             h["buckets"].as_array().map_or(0, |b| b.iter().map(|p| p[1].as_u64().unwrap_or(0)).sum())
         };
-        let per_second: u64 = series.iter().map(|r| count(&r["connections"]["handshake"]["histogram"])).sum();
-        let total = v["connections"]["handshake_total"]["count"].as_u64().unwrap_or(0);
-        assert_eq!(per_second, total, "handshake times: the series against the run:\n{}", show(&v));
+        for (second, run) in [
+            ("handshake", "handshake_total"),
+            ("handshake_tcp", "handshake_tcp"),
+            ("handshake_tls", "handshake_tls"),
+            ("handshake_quic", "handshake_quic"),
+        ] {
+            let per_second: u64 = series.iter().map(|r| count(&r["connections"][second]["histogram"])).sum();
+            let total = v["connections"][run]["count"].as_u64().unwrap_or(0);
+            assert_eq!(per_second, total, "{run}: the series against the run:\n{}", show(&v));
+        }
+        for (second, run) in
+            [("early_data_offered", "early_data_offered"), ("early_data_accepted", "early_data_accepted")]
+        {
+            let per_second: u64 = series.iter().map(|r| r["connections"][second].as_u64().unwrap_or(0)).sum();
+            assert_eq!(per_second, v["connections"][run].as_u64().unwrap_or(0), "{run}:\n{}", show(&v));
+        }
     }
     v
 }

@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use crate::connections::ConnHistograms;
+use crate::connections::{ConnHistograms, SecondHandshakes};
 use crate::recorder::GroupAcc;
 use crate::recorder::WorkerMessage;
 use crate::{Counters, Histogram, SecondRow};
@@ -12,15 +12,15 @@ pub struct Progress {
 }
 
 /// A second with nothing in it yet: counters, answers' latency, handshake times.
-fn empty_second() -> (Counters, Histogram, Histogram) {
-    (Counters::default(), Histogram::new(2), Histogram::new(2))
+fn empty_second() -> (Counters, Histogram, SecondHandshakes) {
+    (Counters::default(), Histogram::new(2), SecondHandshakes::default())
 }
 
 /// Merges the workers' per-second samples into the series and the totals, on one thread.
 /// A second is final once every worker has moved past it.
 pub struct Collector {
     watermarks: Vec<u32>,
-    pending: BTreeMap<u32, (Counters, Histogram, Histogram)>,
+    pending: BTreeMap<u32, (Counters, Histogram, SecondHandshakes)>,
     next: u32,
     series: SeriesStore,
     totals: Counters,
@@ -68,10 +68,10 @@ impl Collector {
     }
 
     /// The row of one second, with the connections open at its end.
-    fn row(&mut self, second: u32, (c, h, hs): &(Counters, Histogram, Histogram)) -> SecondRow {
+    fn row(&mut self, second: u32, (c, h, hs): &(Counters, Histogram, SecondHandshakes)) -> SecondRow {
         let mut row = SecondRow::of(second, c, h);
-        if let Some(conns) = row.connections.as_mut().filter(|_| !hs.is_empty()) {
-            conns.handshake = Some(crate::SecondLatency::of(hs));
+        if let Some(conns) = row.connections.as_mut() {
+            hs.fill(conns);
         }
         self.active += c.conns.opened as i64 - c.conns.closed_total() as i64;
         if let Some(conns) = row.connections.as_mut() {

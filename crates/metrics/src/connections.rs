@@ -266,10 +266,85 @@ pub struct SecondConnections {
     pub closed_by: BTreeMap<String, u64>,
     pub failed: u64,
     pub resumed: u64,
+    /// 0-RTT early data offered and accepted on the connections opened in this second.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub early_data_offered: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub early_data_accepted: u64,
     /// Handshake times (TCP + TLS, or QUIC) of the connections opened in this second, when
     /// any were (2 significant figures).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handshake: Option<crate::SecondLatency>,
+    /// The same split: TCP connect, TLS handshake after it, QUIC handshake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handshake_tcp: Option<crate::SecondLatency>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handshake_tls: Option<crate::SecondLatency>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handshake_quic: Option<crate::SecondLatency>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The handshake times of one second's new connections, whole and by part (2 significant
+/// figures each): what a worker records and the collector merges.
+#[derive(Debug, Clone)]
+pub struct SecondHandshakes {
+    pub total: Histogram,
+    pub tcp: Histogram,
+    pub tls: Histogram,
+    pub quic: Histogram,
+}
+
+impl Default for SecondHandshakes {
+    fn default() -> Self {
+        SecondHandshakes {
+            total: Histogram::new(2),
+            tcp: Histogram::new(2),
+            tls: Histogram::new(2),
+            quic: Histogram::new(2),
+        }
+    }
+}
+
+impl SecondHandshakes {
+    pub fn record(&mut self, h: &Handshake) {
+        for (hist, v) in [
+            (&mut self.total, h.total_ns()),
+            (&mut self.tcp, h.tcp_ns),
+            (&mut self.tls, h.tls_ns),
+            (&mut self.quic, h.quic_ns),
+        ] {
+            if let Some(v) = v {
+                hist.record(v);
+            }
+        }
+    }
+
+    pub fn merge(&mut self, o: &SecondHandshakes) {
+        self.total.merge(&o.total);
+        self.tcp.merge(&o.tcp);
+        self.tls.merge(&o.tls);
+        self.quic.merge(&o.quic);
+    }
+
+    pub fn reset(&mut self) {
+        self.total.reset();
+        self.tcp.reset();
+        self.tls.reset();
+        self.quic.reset();
+    }
+
+    /// Puts the second's handshake summaries into its connections row.
+    pub fn fill(&self, c: &mut SecondConnections) {
+        let of = |h: &Histogram| (!h.is_empty()).then(|| crate::SecondLatency::of(h));
+        c.handshake = of(&self.total);
+        c.handshake_tcp = of(&self.tcp);
+        c.handshake_tls = of(&self.tls);
+        c.handshake_quic = of(&self.quic);
+    }
 }
 
 impl SecondConnections {
@@ -281,7 +356,9 @@ impl SecondConnections {
             closed_by: Close::map(&c.closed),
             failed: c.failed,
             resumed: c.resumed,
-            handshake: None,
+            early_data_offered: c.early_offered,
+            early_data_accepted: c.early_accepted,
+            ..SecondConnections::default()
         })
     }
 
@@ -295,11 +372,19 @@ impl SecondConnections {
         }
         self.failed += o.failed;
         self.resumed += o.resumed;
-        if let Some(b) = &o.handshake {
-            let mut h =
-                self.handshake.as_ref().map_or_else(|| Histogram::new(2), |a| Histogram::from_sparse(&a.histogram));
-            h.merge(&Histogram::from_sparse(&b.histogram));
-            self.handshake = Some(crate::SecondLatency::of(&h));
+        self.early_data_offered += o.early_data_offered;
+        self.early_data_accepted += o.early_data_accepted;
+        for (mine, theirs) in [
+            (&mut self.handshake, &o.handshake),
+            (&mut self.handshake_tcp, &o.handshake_tcp),
+            (&mut self.handshake_tls, &o.handshake_tls),
+            (&mut self.handshake_quic, &o.handshake_quic),
+        ] {
+            if let Some(b) = theirs {
+                let mut h = mine.as_ref().map_or_else(|| Histogram::new(2), |a| Histogram::from_sparse(&a.histogram));
+                h.merge(&Histogram::from_sparse(&b.histogram));
+                *mine = Some(crate::SecondLatency::of(&h));
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
 use std::sync::mpsc::Sender;
 
-use crate::connections::ConnHistograms;
+use crate::connections::{ConnHistograms, SecondHandshakes};
 use crate::{Close, Counters, EarlyData, ErrorKind, Handshake, Histogram, Unexpected, WireStats};
 
 const NS: u64 = 1_000_000_000;
@@ -15,8 +15,9 @@ pub struct SecondSample {
     pub counters: Counters,
     /// Latency of the answers of this second (2 significant figures).
     pub latency: Histogram,
-    /// Handshake times of the connections opened in this second (2 significant figures).
-    pub handshake: Histogram,
+    /// Handshake times of the connections opened in this second, whole and by part (boxed:
+    /// four histograms, sent once a second).
+    pub handshake: Box<SecondHandshakes>,
 }
 
 /// What a worker knows only at its end.
@@ -81,7 +82,7 @@ pub struct Recorder {
     second: u32,
     cur: Counters,
     cur_latency: Histogram,
-    cur_handshake: Histogram,
+    cur_handshake: SecondHandshakes,
     latency: Histogram,
     lateness: Histogram,
     conns: ConnHistograms,
@@ -103,7 +104,7 @@ impl Recorder {
             second: 0,
             cur: Counters::default(),
             cur_latency: Histogram::new(2),
-            cur_handshake: Histogram::new(2),
+            cur_handshake: SecondHandshakes::default(),
             latency: Histogram::new(3),
             lateness: Histogram::new(3),
             conns: ConnHistograms::default(),
@@ -129,7 +130,7 @@ impl Recorder {
             watermark: next,
             counters: std::mem::take(&mut self.cur),
             latency: self.cur_latency.clone(),
-            handshake: self.cur_handshake.clone(),
+            handshake: Box::new(self.cur_handshake.clone()),
         };
         self.cur_latency.reset();
         self.cur_handshake.reset();
@@ -223,9 +224,7 @@ impl Recorder {
             c.early_accepted += (h.early_data == EarlyData::Accepted) as u64;
         });
         self.conns.record(h);
-        if let Some(v) = h.total_ns() {
-            self.cur_handshake.record(v);
-        }
+        self.cur_handshake.record(h);
         if let Some(acc) = self.groups.get_mut(g as usize) {
             acc.conns.record(h);
         }

@@ -12,9 +12,11 @@ use crate::text::rcode_rank;
 /// RCODE seen in the run (its name, e.g. `NOERROR`, in registry order), one per error kind seen
 /// (`error_KIND`, e.g. `error_reset`) and one per kind of unexpected response seen
 /// (`unexpected_KIND`); for connection-based transports `conns_active` (open at the end of
-/// the second), `conns_opened`, `conns_closed`, `conns_failed`, `conns_resumed`, the median
-/// and p99 handshake time of the connections opened in that second (`hs_p50_ns`,
-/// `hs_p99_ns`; empty without any) and one column per way connections were closed (`closed_HOW`, e.g. `closed_server_fin`); with
+/// the second), `conns_opened`, `conns_closed`, `conns_failed`, `conns_resumed`,
+/// `conns_early_offered`, `conns_early_accepted` (0-RTT), the median and p99 handshake time of
+/// the connections opened in that second (`hs_p50_ns`, `hs_p99_ns`; empty without any) and the
+/// medians of its parts (`hs_tcp_p50_ns`, `hs_tls_p50_ns`, `hs_quic_p50_ns`), and one column per
+/// way connections were closed (`closed_HOW`, e.g. `closed_server_fin`); with
 /// `--target-pid`, `target_cpu_s`. Counts are of events in that second; latency cells are
 /// empty for a second without answers. Each count column sums to the matching total of the run.
 pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
@@ -59,8 +61,21 @@ pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
         });
     if conns {
         header.extend(
-            ["conns_active", "conns_opened", "conns_closed", "conns_failed", "conns_resumed", "hs_p50_ns", "hs_p99_ns"]
-                .map(String::from),
+            [
+                "conns_active",
+                "conns_opened",
+                "conns_closed",
+                "conns_failed",
+                "conns_resumed",
+                "conns_early_offered",
+                "conns_early_accepted",
+                "hs_p50_ns",
+                "hs_p99_ns",
+                "hs_tcp_p50_ns",
+                "hs_tls_p50_ns",
+                "hs_quic_p50_ns",
+            ]
+            .map(String::from),
         );
         header.extend(closed_by.iter().map(|k| format!("closed_{k}")));
     }
@@ -75,10 +90,21 @@ pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
         let mut cells = row_cells(s, &rcodes, &errors, &unexpected);
         if conns {
             let c = s.connections.clone().unwrap_or_default();
-            cells.extend([c.active, c.opened, c.closed, c.failed, c.resumed].iter().map(u64::to_string));
-            let hs = c.handshake.as_ref();
             cells.extend(
-                [hs.map(|h| h.p50_ns), hs.map(|h| h.p99_ns)].map(|v| v.map_or(String::new(), |v| v.to_string())),
+                [c.active, c.opened, c.closed, c.failed, c.resumed, c.early_data_offered, c.early_data_accepted]
+                    .iter()
+                    .map(u64::to_string),
+            );
+            let p50 = |h: &Option<volley_metrics::SecondLatency>| h.as_ref().map(|h| h.p50_ns);
+            cells.extend(
+                [
+                    p50(&c.handshake),
+                    c.handshake.as_ref().map(|h| h.p99_ns),
+                    p50(&c.handshake_tcp),
+                    p50(&c.handshake_tls),
+                    p50(&c.handshake_quic),
+                ]
+                .map(|v| v.map_or(String::new(), |v| v.to_string())),
             );
             cells.extend(closed_by.iter().map(|k| c.closed_by.get(k).copied().unwrap_or(0).to_string()));
         }

@@ -478,7 +478,11 @@ fn csv_has_the_connection_series_with_closes_by_how() {
             closed_by,
             failed: 0,
             resumed: 1,
+            early_data_offered: opened,
+            early_data_accepted: opened / 2,
+            handshake_tcp: handshake.clone(),
             handshake,
+            ..Default::default()
         });
     }
     let mut out = Vec::new();
@@ -503,6 +507,8 @@ fn csv_has_the_connection_series_with_closes_by_how() {
     assert_eq!(col("conns_opened"), [4, 3, 0]);
     assert_eq!(col("conns_closed"), [0, 3, 3]);
     assert_eq!(col("conns_resumed"), [1, 1, 1]);
+    assert_eq!(col("conns_early_offered"), [4, 3, 0]);
+    assert_eq!(col("conns_early_accepted"), [2, 1, 0]);
     assert_eq!(col("closed_server_fin"), [0, 1, 0]);
     assert_eq!(col("closed_client_lifetime"), [0, 2, 0]);
     assert_eq!(col("closed_idle_timeout"), [0, 0, 3]);
@@ -511,6 +517,9 @@ fn csv_has_the_connection_series_with_closes_by_how() {
     let (p50, p99) = (hs("hs_p50_ns"), hs("hs_p99_ns"));
     assert!(p50[0].parse::<u64>().unwrap() < 110_000 && p99[0].parse::<u64>().unwrap() > 1_900_000, "{s}");
     assert!(p50[2].is_empty() && p99[2].is_empty(), "{s}");
+    // The parts: TCP as recorded, no TLS or QUIC part.
+    assert_eq!(hs("hs_tcp_p50_ns")[..2], p50[..2], "{s}");
+    assert!(hs("hs_tls_p50_ns").iter().chain(hs("hs_quic_p50_ns").iter()).all(|c| c.is_empty()), "{s}");
 }
 
 #[test]
