@@ -74,6 +74,12 @@ fn conn_queries_zero_rtt(t: &str) {
     assert!(accepted > 0, "{t}: early data accepted:\n{:#}", v["connections"]);
     assert!(conn_total(&v, "early_data_offered") >= accepted, "{t}:\n{:#}", v["connections"]);
     assert!(serve_stat(&err, "early_data") >= 1, "{t}: the server took early data: {err}");
+    // Per second too: the seconds' 0-RTT counts add up to the run's.
+    for key in ["early_data_offered", "early_data_accepted"] {
+        let rows = v["series"].as_array().cloned().unwrap_or_default();
+        let per_second: u64 = rows.iter().map(|r| r["connections"][key].as_u64().unwrap_or(0)).sum();
+        assert_eq!(per_second, conn_total(&v, key), "{t}: series {key}");
+    }
 }
 
 #[test]
