@@ -29,6 +29,9 @@ pub struct BenchRow {
     pub connections: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handshake_p50_ns: Option<u64>,
+    /// The median of each connection's handshake time over its RTT (1.0: one round trip).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handshake_rtts: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed: Option<u64>,
     /// Bytes on the wire per answered query, both directions together, IP and transport
@@ -118,6 +121,12 @@ const COLUMNS: &[Column] = &[
         cell: |r, _| r.handshake_p50_ns.map_or("-".into(), fmt_ns),
     },
     Column {
+        header: "hs/rtt",
+        align: Align::Right,
+        shown: |rows| rows.iter().any(|r| r.handshake_rtts.is_some()),
+        cell: |r, _| r.handshake_rtts.map_or("-".into(), |x| format!("{x:.1}")),
+    },
+    Column {
         header: "resumed",
         align: Align::Right,
         shown: |rows| rows.iter().any(|r| r.resumed.is_some()),
@@ -198,6 +207,7 @@ mod tests {
             cpu_us_per_answer: 1.0,
             connections: None,
             handshake_p50_ns: None,
+            handshake_rtts: None,
             resumed: None,
             bytes_per_query: bytes,
             packets_per_query: packets,
@@ -216,6 +226,16 @@ mod tests {
         assert!(lines[0].contains("srv CPU/query") && lines[0].contains("srv vs udp"), "{lines:?}");
         assert!(lines[2].contains("6.80µs") && lines[2].contains("3.40x"), "{lines:?}");
         assert!(!bench_table(&[row("udp", None, None)]).lines()[0].contains("srv CPU"));
+    }
+
+    #[test]
+    fn handshake_round_trips_column() {
+        let mut dot = row("dot", None, None);
+        (dot.connections, dot.handshake_p50_ns, dot.handshake_rtts) = (Some(1), Some(700_000), Some(2.04));
+        let lines = bench_table(&[row("udp", None, None), dot]).lines();
+        assert!(lines[0].contains("hs/rtt"), "{lines:?}");
+        assert!(lines[2].ends_with(" 2.0"), "{lines:?}");
+        assert!(!bench_table(&[row("udp", None, None)]).lines()[0].contains("hs/rtt"));
     }
 
     #[test]

@@ -219,6 +219,24 @@ fn text_lines(r: &RunResult) -> Vec<String> {
     }
     if !lat.is_empty() {
         out.extend(lat.lines());
+        if let Some(x) =
+            r.connections.as_ref().and_then(|c| c.handshake_rtt_ratio_milli.as_ref()).filter(|x| x.count > 0)
+        {
+            let f = |milli: u64| format!("{:.1}", milli as f64 / 1000.0);
+            push_labeled(
+                &mut out,
+                "hs/rtt",
+                &format!(
+                    "handshake over RTT: min {} p50 {} p90 {} p99 {} max {} ({} connections)",
+                    f(x.min_ns),
+                    f(x.p50_ns),
+                    f(x.p90_ns),
+                    f(x.p99_ns),
+                    f(x.max_ns),
+                    x.count
+                ),
+            );
+        }
         if r.send_lateness.as_ref().is_some_and(|l| l.count > 0) {
             push_labeled(
                 &mut out,

@@ -206,6 +206,29 @@ fn text_open_loop_shows_rate_and_lateness() {
     assert_narrow(&s);
 }
 
+/// Connections: each part of the handshake on its own line, and the handshake over the RTT as
+/// plain ratios (2.0: two round trips).
+#[test]
+fn text_shows_handshakes_and_their_round_trips() {
+    let mut r = sample(Plan::default());
+    let mut h = volley_metrics::ConnHistograms::default();
+    for i in 0..10u64 {
+        h.record(&volley_metrics::Handshake {
+            tcp_ns: Some(100_000),
+            tls_ns: Some(100_000 + i * 1_000),
+            rtt_ns: Some(100_000),
+            ..Default::default()
+        });
+    }
+    let counts = volley_metrics::ConnCounters { opened: 10, ..Default::default() };
+    r.connections = Some(volley_metrics::ConnectionSummary::of(&counts, &h));
+    let t = text(&r);
+    assert!(s_line(&t, "hs tcp").contains("(10 connections)"), "{t}");
+    assert!(s_line(&t, "hs tls").contains("(10 connections)"), "{t}");
+    let ratio = s_line(&t, "hs/rtt");
+    assert!(ratio.contains("min 2.0 p50 2.0") && ratio.contains("max 2.1 (10 connections)"), "{ratio}");
+}
+
 #[test]
 fn text_of_a_run_without_answers() {
     let r = sample(Plan { answered: 0, timed_out: 50, failed: 0, ..Plan::default() });
@@ -578,6 +601,7 @@ fn bench_row(transport: &str, qps: f64, note: Option<&str>) -> BenchRow {
         cpu_us_per_answer: 4.25,
         connections: None,
         handshake_p50_ns: None,
+        handshake_rtts: None,
         resumed: None,
         bytes_per_query: None,
         packets_per_query: None,

@@ -279,6 +279,7 @@ pub fn run(a: BenchArgs) -> CliResult {
             cpu_us_per_answer: result.generator.cpu_us_per_answer,
             connections: conns.map(|c| c.opened),
             handshake_p50_ns: conns.and_then(|c| c.handshake_total.as_ref()).map(|h| h.p50_ns),
+            handshake_rtts: conns.and_then(|c| c.handshake_rtt_ratio_milli.as_ref()).map(|h| h.p50_ns as f64 / 1000.0),
             resumed: conns.filter(|c| c.handshake_tls.is_some() || c.handshake_quic.is_some()).map(|c| c.resumed),
             bytes_per_query: per_query(t.wire.bytes_out + t.wire.bytes_in),
             packets_per_query: per_query(t.wire.packets_out + t.wire.packets_in),
