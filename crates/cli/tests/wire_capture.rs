@@ -283,3 +283,58 @@ fn doh11_requests_pipelined_on_the_wire() {
     let frames = response_frames.values().nth(1).copied().unwrap_or(0);
     assert!(frames * 2 <= 40, "40 responses in {frames} frames:\n{text}");
 }
+
+/// The same over DoH/1.1, fresh DoH/2 connections (one query each), and QUIC (DoQ, persistent
+/// and fresh, and DoH/3), whose counts come from quinn's statistics: every UDP datagram's
+/// payload plus IP and UDP headers. Both sides send QUIC packets one by one (`--udp-gso off`):
+/// tcpdump on `lo` sees a segmentation-offload train as one packet.
+#[test]
+fn wire_counts_match_a_capture_doh_and_quic() {
+    require("tcpdump");
+    require("tshark");
+    let dir = tempfile::tempdir().expect("temp dir for captures");
+    let server = Server::start_encrypted(&["--udp-gso", "off"]);
+    let ca = server.ca_str().to_string();
+    let (doh, doh3, doq) = (server.listener("doh"), server.listener("doh3"), server.listener("doq"));
+    let doh_url = format!("https://localhost:{}/dns-query", doh.port());
+    let doh3_url = format!("h3://localhost:{}/dns-query", doh3.port());
+    let doq_url = format!("quic://localhost:{}", doq.port());
+    let d = dir.path();
+    let with = |url: &str, more: &[&'static str]| -> Vec<String> {
+        // QUIC packets one by one, as the capture sees them (not segmentation-offload trains).
+        let mut v =
+            vec![url.to_string(), "--ca".into(), ca.clone(), "-T".into(), "1".into(), "--udp-gso".into(), "off".into()];
+        v.extend(more.iter().map(|s| s.to_string()));
+        v
+    };
+    let cases: Vec<(&str, u16, Vec<String>, u64)> = vec![
+        ("doh1.1", doh.port(), with(&doh_url, &["--http", "1.1", "-n", "100"]), 100),
+        ("doh fresh", doh.port(), with(&doh_url, &["-n", "40", "--conn-queries", "1"]), 40),
+        ("doq", doq.port(), with(&doq_url, &["-n", "200"]), 200),
+        ("doq fresh", doq.port(), with(&doq_url, &["-n", "40", "--conn-queries", "1"]), 40),
+        ("doh3", doh3.port(), with(&doh3_url, &["-n", "200"]), 200),
+    ];
+    let mut rows = Vec::new();
+    for (what, port, args, n) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        rows.push((*what, check(what, d, *port, &args, *n)));
+    }
+    // Fresh connections cost many times the packets of persistent ones (handshakes, and for
+    // QUIC padded Initial packets).
+    let per = |c: &Counts, n: u64| (c.packets() as f64 / n as f64, (c.bytes_out + c.bytes_in) as f64 / n as f64);
+    let (doq_v, _) = rows[2].1;
+    let (fresh_v, _) = rows[3].1;
+    assert!(
+        per(&fresh_v, 40).1 > 5.0 * per(&doq_v, 200).1,
+        "fresh DoQ costs more bytes per query: {fresh_v:?} vs {doq_v:?}"
+    );
+    for (what, (got, seen)) in &rows {
+        eprintln!(
+            "{what:>10}: packets {}/{} (volley/capture), bytes {}/{}",
+            got.packets(),
+            seen.packets(),
+            got.bytes_out + got.bytes_in,
+            seen.bytes_out + seen.bytes_in
+        );
+    }
+}

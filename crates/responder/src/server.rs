@@ -432,8 +432,15 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
             crate::tls::server_config(&m, tls, alpn, quic.then_some(&tls_counters)).map_err(ResponderError::Config)
         };
         let quic = |alpn: &[u8], h3: bool| -> Result<crate::quic::Config, ResponderError> {
-            crate::quic::config(cfg(&[alpn], true)?, &m.key, config.idle_timeout, config.max_streams, h3)
-                .map_err(ResponderError::Config)
+            crate::quic::config(
+                cfg(&[alpn], true)?,
+                &m.key,
+                config.idle_timeout,
+                config.max_streams,
+                h3,
+                config.udp_gso,
+            )
+            .map_err(ResponderError::Config)
         };
         if config.dot_port.is_some() {
             shared.dot_tls = Some(cfg(&[crate::dot::ALPN], false)?);

@@ -88,6 +88,8 @@ pub struct LaneOptions {
     pub local: Option<std::net::IpAddr>,
     /// A run-wide cap on new connections per second (`--conn-rate`).
     pub conn_gate: Option<ConnGate>,
+    /// QUIC: send packets in segmentation-offload trains (UDP_SEGMENT), or one by one.
+    pub udp_gso: bool,
     /// TLS: each lane keeps its own session store (simulated clients, each resuming only its
     /// own sessions) instead of the thread's shared one.
     pub own_sessions: bool,
@@ -109,6 +111,7 @@ impl Default for LaneOptions {
             sources: None,
             local: None,
             conn_gate: None,
+            udp_gso: true,
             own_sessions: false,
         }
     }

@@ -125,6 +125,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", value_parser = parse_conn_rate, help_heading = "Connections")]
     pub conn_rate: Option<ConnGate>,
 
+    /// QUIC (DoQ, DoH/3): send packets in segmentation-offload trains (UDP_SEGMENT) [on], or
+    /// one by one [off]. A packet capture on this host sees a train as one large packet (as
+    /// with offloads on a real interface); use off when a capture must show each packet.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = crate::args::parse_on_off, action = clap::ArgAction::Set, help_heading = "Connections")]
+    pub udp_gso: bool,
+
     /// Spread sockets over these source addresses: ADDR or ADDR/PREFIX (e.g. 127.0.1.0/24),
     /// each socket or connection slot taking the next address in turn. One address has about
     /// 28,000 ports towards one server; a range lifts that limit. Addresses must be on this
@@ -423,6 +429,7 @@ fn lane_options_with(a: &RunArgs, target: &Target, policy: ConnPolicy) -> CliRes
         conn: policy,
         sources: a.bind.clone(),
         conn_gate: a.conn_rate.clone(),
+        udp_gso: a.udp_gso,
         ..LaneOptions::default()
     };
     let opts = a.tls.apply(base, target)?;

@@ -123,8 +123,9 @@ pub struct ServeArgs {
 
     /// UDP: send the same-size answers of a batch to one address as one segmented train
     /// (UDP_SEGMENT: one pass through the kernel's send path) [on], or one message per answer
-    /// [off]. A packet capture on this host sees a train as one large packet (as with offloads
-    /// on a real interface); use off when a capture must show each answer.
+    /// [off]; QUIC (DoQ, DoH/3) likewise for its packets. A packet capture on this host sees a
+    /// train as one large packet (as with offloads on a real interface); use off when a
+    /// capture must show each packet.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     pub udp_gso: bool,
 

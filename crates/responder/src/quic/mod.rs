@@ -36,12 +36,14 @@ pub(crate) fn config(
     ctx_idle: std::time::Duration,
     max_streams: u32,
     h3: bool,
+    gso: bool,
 ) -> Result<Config, String> {
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|e| format!("QUIC TLS: {e}"))?;
     let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut t = quinn::TransportConfig::default();
     t.max_idle_timeout(quinn::IdleTimeout::try_from(ctx_idle).ok());
     t.max_concurrent_bidi_streams(max_streams.into());
+    t.enable_segmentation_offload(gso);
     // HTTP/3 needs the client's control and QPACK streams; DoQ uses none.
     t.max_concurrent_uni_streams(if h3 { 8u32.into() } else { 0u32.into() });
     // A stream's credit (MAX_STREAMS) comes back only once the client has acknowledged the

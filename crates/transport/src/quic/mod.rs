@@ -168,6 +168,7 @@ fn connection_config(
     cfg: &Arc<rustls::ClientConfig>,
     h3: bool,
     idle: Duration,
+    gso: bool,
 ) -> Result<(quinn::ClientConfig, Arc<std::sync::atomic::AtomicBool>), String> {
     let (c, seen) = SeenVerify::connection(cfg);
     let q =
@@ -180,6 +181,7 @@ fn connection_config(
         t.max_concurrent_uni_streams(0u32.into());
     }
     t.max_concurrent_bidi_streams(0u32.into());
+    t.enable_segmentation_offload(gso);
     cc.transport_config(Arc::new(t));
     Ok((cc, seen))
 }
@@ -205,7 +207,7 @@ pub(crate) async fn connect<X: Exchange + 'static>(
     x: &Rc<X>,
     h3: bool,
 ) -> Result<quinn::Connection, (ErrorKind, String)> {
-    let (cc, seen) = connection_config(cfg, h3, idle_timeout(opts)).map_err(|e| (ErrorKind::Tls, e))?;
+    let (cc, seen) = connection_config(cfg, h3, idle_timeout(opts), opts.udp_gso).map_err(|e| (ErrorKind::Tls, e))?;
     let name = opts.tls.sni.as_deref().unwrap_or(&target.host);
     let began = x.now();
     let connecting = ep
