@@ -435,6 +435,42 @@ fn server_max_streams_doh2_is_honoured() {
     assert_eq!(serve_stat(&stats, "answered"), 401, "{stats}");
 }
 
+/// 0-RTT connections a server turns away (`--max-conns`) are usable before their handshake
+/// ends: each such attempt is one failed connection, never a close of a connection that was
+/// not opened. Closes never outnumber connections opened (DoQ, DoH/3).
+#[test]
+fn refused_zero_rtt_connections_fail_once() {
+    let mut s = Server::start_encrypted(&["-T", "1", "--max-conns", "3", "--zero-rtt"]);
+    for t in ["quic", "h3"] {
+        let r = run_volley(&[
+            &s.url(t),
+            "--ca",
+            s.ca_str(),
+            "--connections",
+            "5",
+            "-c",
+            "10",
+            "-l",
+            "2s",
+            "-T",
+            "1",
+            "--zero-rtt",
+        ]);
+        let v = complete(&r);
+        let closed: u64 =
+            v["connections"]["closed"].as_object().map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
+        assert_eq!(
+            closed,
+            conn_total(&v, "opened"),
+            "{t}: every connection opened is closed once, no other:\n{}",
+            show(&v)
+        );
+        assert!(conn_total(&v, "failed") >= 2, "{t}: the turned-away attempts failed:\n{}", show(&v));
+    }
+    let stats = s.terminate();
+    assert!(serve_stat(&stats, "refused_max_conns") >= 4, "{stats}");
+}
+
 /// An open connection costs the generator one descriptor, whoever owns its stream (TCP and
 /// DoT: volley's own loop; DoH: hyper or h2, which hand the socket back to the byte counters
 /// when they drop it): 60 connections held open per transport, the run's descriptors counted

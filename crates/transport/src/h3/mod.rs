@@ -122,7 +122,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
             Ok(v) => v,
             Err(e) => {
                 quic::close_and_report(&conn, 0, &lane, &x);
-                x.conn_closed(Close::Error, x.now());
+                quic::report_end(&lane, &*x, &conn, Close::Error);
                 if stream::after_failure(&lane, &*x, conn_kind(&e), &mut backoff).await {
                     return;
                 }
@@ -185,7 +185,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
         }
         if let Some(how) = turned {
             quic::close_and_report(&conn, H3_NO_ERROR, &lane, &x);
-            x.conn_closed(how, x.now());
+            quic::report_end(&lane, &*x, &conn, how);
             if stream::after_turn(&lane, how).await {
                 return;
             }
@@ -199,7 +199,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
         }
         // Ended by the server: closes the QUIC connection if HTTP/3 alone ended.
         quic::close_and_report(&conn, H3_NO_ERROR, &lane, &x);
-        x.conn_closed(quic::ended_as(&conn, &end), x.now());
+        quic::report_end(&lane, &*x, &conn, quic::ended_as(&conn, &end));
         if stream::after_server_close(&lane, &mut backoff).await {
             return;
         }

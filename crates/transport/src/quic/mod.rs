@@ -430,7 +430,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
         }
         if let Some(how) = turned {
             close_and_report(&conn, DOQ_NO_ERROR, &lane, &x);
-            x.conn_closed(how, x.now());
+            report_end(&lane, &*x, &conn, how);
             if stream::after_turn(&lane, how).await {
                 return;
             }
@@ -438,10 +438,22 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
         }
         // Closed by the server (or lost): its statistics are final.
         close_and_report(&conn, DOQ_NO_ERROR, &lane, &x);
-        x.conn_closed(ended_as(&conn, &end), x.now());
+        report_end(&lane, &*x, &conn, ended_as(&conn, &end));
         if stream::after_server_close(&lane, &mut backoff).await {
             return;
         }
+    }
+}
+
+/// Reports how a connection ended: closed (`how`); or, for a 0-RTT connection whose handshake
+/// had not finished (the lane's attempt not yet reported opened: it was usable at once, but
+/// the server closed it first), a failed attempt, so that every attempt has one fate.
+pub(crate) fn report_end<X: Exchange + ?Sized>(lane: &Lane, x: &X, conn: &quinn::Connection, how: Close) {
+    if lane.attempting() {
+        let kind = conn.close_reason().map_or(ErrorKind::QuicClosed, |e| conn_kind(&e));
+        x.conn_failed_why(kind, "the QUIC handshake did not finish before the connection ended (0-RTT)", x.now());
+    } else {
+        x.conn_closed(how, x.now());
     }
 }
 
