@@ -299,6 +299,45 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
         if ok { "✓" } else { "✗ the fates do not add up: do not trust these figures" }
     );
 
+    if !r.groups.is_empty() {
+        out.push_str("<h3>Groups of clients</h3>\n");
+        table_open(
+            out,
+            "groups",
+            &[
+                "group",
+                "clients",
+                "qps per client",
+                "sent",
+                "answered",
+                "timed out",
+                "failed",
+                "p50",
+                "p99",
+                "connections",
+            ],
+        );
+        for g in &r.groups {
+            let t = &g.totals;
+            table_row(
+                out,
+                &[
+                    g.name.clone(),
+                    g.clients.to_string(),
+                    g.client_rate.map_or("-".into(), |q| format!("{q}")),
+                    t.sent.to_string(),
+                    fmt_pct(t.answered, t.sent),
+                    t.timed_out.to_string(),
+                    t.failed.to_string(),
+                    fmt_ns(g.latency.p50_ns),
+                    fmt_ns(g.latency.p99_ns),
+                    g.connections.as_ref().map_or("-".into(), |c| c.opened.to_string()),
+                ],
+            );
+        }
+        table_close(out);
+    }
+
     out.push_str("<h3>Latency</h3>\n");
     table_open(out, "latency", &["", "min", "mean", "p50", "p90", "p99", "p99.9", "max", "values"]);
     latency_rows(out, "response time", &r.latency, "answers");
@@ -352,6 +391,10 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
             for (v, n) in values {
                 table_row(out, &[format!("{what}: {v}"), n.to_string()]);
             }
+        }
+        if let Some(x) = c.handshake_rtt_ratio_milli.as_ref().filter(|x| x.count > 0) {
+            let f = |milli: u64| format!("{:.1}", milli as f64 / 1000.0);
+            table_row(out, &["handshake over RTT (p50, p99)".into(), format!("{} / {}", f(x.p50_ns), f(x.p99_ns))]);
         }
         table_close(out);
     }

@@ -140,6 +140,37 @@ fn report_is_self_contained_and_complete() {
     assert_eq!(html.matches("<svg").count(), 16);
 }
 
+/// A mixture's groups get a table of their own, each group on a row with its rate and counts.
+#[test]
+fn report_shows_the_groups_of_a_mixture() {
+    let mut run = named("mix", &tcp_spec());
+    let group = |name: &str, clients: u64, rate: Option<f64>| volley_metrics::GroupSummary {
+        name: name.into(),
+        profile: name.split(['@', ':']).next().unwrap_or_default().into(),
+        target: run.result.target.clone(),
+        clients,
+        client_rate: rate,
+        totals: run.result.totals.clone(),
+        latency: run.result.latency.clone(),
+        connections: None,
+    };
+    run.result.groups = vec![group("stub:1@udp", 80, Some(1.0)), group("browser:5@https", 20, Some(5.0))];
+    let mut out = Vec::new();
+    write_html_report(&[run], &mut out).unwrap();
+    let html = String::from_utf8(out).unwrap();
+    assert!(html.contains("<h3>Groups of clients</h3>"), "no groups section");
+    assert!(
+        html.contains("<td>stub:1@udp</td><td class=\"n\">80</td><td class=\"n\">1</td>"),
+        "{}",
+        html.lines().find(|l| l.contains("stub:1")).unwrap_or("")
+    );
+    assert!(html.contains("<td>browser:5@https</td><td class=\"n\">20</td><td class=\"n\">5</td>"));
+    // Runs without groups have none.
+    let mut out = Vec::new();
+    write_html_report(&runs(), &mut out).unwrap();
+    assert!(!String::from_utf8(out).unwrap().contains("Groups of clients"));
+}
+
 #[test]
 fn report_renders_in_headless_chromium() {
     let dir = tempfile::tempdir().unwrap();
