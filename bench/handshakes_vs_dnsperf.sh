@@ -45,19 +45,6 @@ v_row() {
         "$(div "$(calc 's * 100' s="$(cat "$WORK/$1.srv")")" "$secs" %.0f)"
 }
 
-# dnsperf binds its sockets to a fresh ephemeral port, which a port in TIME_WAIT (left by
-# every connection of the runs before: the client closes first) cannot be: wait until most
-# have expired (60 s at most) so that it is not starved of ports.
-wait_time_wait() {
-    local i n
-    for i in $(seq 1 75); do
-        n="$(ss -Htan state time-wait | wc -l)"
-        [ "$n" -lt 2000 ] && return 0
-        sleep 1
-    done
-    log "warning: $n sockets still in TIME_WAIT"
-}
-
 declare -A R
 ROWS=()
 run_pair() { # $1 = row key, $2 = url, $3 = dnsperf mode ("" for none), rest: extra volley args

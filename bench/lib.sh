@@ -63,6 +63,19 @@ volley_bin() {
     echo "$bin"
 }
 
+# dnsperf binds its sockets to a fresh ephemeral port, which a port in TIME_WAIT (left by
+# every connection of the runs before: the client closes first) cannot be: wait until most
+# have expired (60 s at most) so that it is not starved of ports.
+wait_time_wait() {
+    local i n
+    for i in $(seq 1 75); do
+        n="$(ss -Htan state time-wait | wc -l)"
+        [ "$n" -lt 2000 ] && return 0
+        sleep 1
+    done
+    log "warning: $n sockets still in TIME_WAIT"
+}
+
 # Polls (bounded) until a DNS server answers NAME over UDP (and TCP if $3 = tcp).
 wait_answers() {
     local port="$1" name="$2" transport="${3:-udp}" i flag

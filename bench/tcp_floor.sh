@@ -27,17 +27,6 @@ FLOOR="$WORK/tcp_floor"
 start_responder "$VOLLEY_BIN"
 log "responder pid $SERVE_PID on core $SERVER_CORE (tcp $SERVE_TCP); clients on core $CLIENT_CORE"
 
-# Waits until most TIME_WAIT sockets of the runs before have expired (dnsperf binds fresh ports).
-wait_time_wait() {
-    local i n
-    for i in $(seq 1 75); do
-        n="$(ss -Htan state time-wait | wc -l)"
-        [ "$n" -lt 2000 ] && return 0
-        sleep 1
-    done
-    log "warning: $n sockets still in TIME_WAIT"
-}
-
 # CPU µs per connection of a finished side, from its CPU time and its answered count.
 per_conn() { div "$(calc 'c * 1e6' c="$(cat "$WORK/$1.cpu")")" "$2" %.1f; }
 

@@ -157,6 +157,19 @@ fn check(what: &str, dir: &Path, port: u16, args: &[&str], answered: u64) -> (Co
     (got, seen)
 }
 
+/// Prints each case's packets and bytes, volley's against the capture's.
+fn print_rows(rows: &[(&str, (Counts, Counts))]) {
+    for (what, (got, seen)) in rows {
+        eprintln!(
+            "{what:>10}: packets {}/{} (volley/capture), bytes {}/{}",
+            got.packets(),
+            seen.packets(),
+            got.bytes_out + got.bytes_in,
+            seen.bytes_out + seen.bytes_in
+        );
+    }
+}
+
 #[test]
 fn wire_counts_match_a_capture() {
     // Fail early, with the fix, when a tool is missing.
@@ -202,15 +215,7 @@ fn wire_counts_match_a_capture() {
         per(&fresh_v, 50) > 3.0 * per(&tcp_v, 200),
         "a fresh TCP query costs more packets than a persistent one: {fresh_v:?} vs {tcp_v:?}"
     );
-    for (what, (got, seen)) in &rows {
-        eprintln!(
-            "{what:>10}: packets {}/{} (volley/capture), bytes {}/{}",
-            got.packets(),
-            seen.packets(),
-            got.bytes_out + got.bytes_in,
-            seen.bytes_out + seen.bytes_in
-        );
-    }
+    print_rows(&rows);
 }
 
 /// `--h1-pipeline 4`: on one HTTP/1.1 connection, requests leave back to back before their
@@ -328,13 +333,5 @@ fn wire_counts_match_a_capture_doh_and_quic() {
         per(&fresh_v, 40).1 > 5.0 * per(&doq_v, 200).1,
         "fresh DoQ costs more bytes per query: {fresh_v:?} vs {doq_v:?}"
     );
-    for (what, (got, seen)) in &rows {
-        eprintln!(
-            "{what:>10}: packets {}/{} (volley/capture), bytes {}/{}",
-            got.packets(),
-            seen.packets(),
-            got.bytes_out + got.bytes_in,
-            seen.bytes_out + seen.bytes_in
-        );
-    }
+    print_rows(&rows);
 }

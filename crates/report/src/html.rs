@@ -301,39 +301,9 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
 
     if !r.groups.is_empty() {
         out.push_str("<h3>Groups of clients</h3>\n");
-        table_open(
-            out,
-            "groups",
-            &[
-                "group",
-                "clients",
-                "qps per client",
-                "sent",
-                "answered",
-                "timed out",
-                "failed",
-                "p50",
-                "p99",
-                "connections",
-            ],
-        );
+        table_open(out, "groups", &crate::text::GROUP_COLUMNS);
         for g in &r.groups {
-            let t = &g.totals;
-            table_row(
-                out,
-                &[
-                    g.name.clone(),
-                    g.clients.to_string(),
-                    g.client_rate.map_or("-".into(), |q| format!("{q}")),
-                    t.sent.to_string(),
-                    fmt_pct(t.answered, t.sent),
-                    t.timed_out.to_string(),
-                    t.failed.to_string(),
-                    fmt_ns(g.latency.p50_ns),
-                    fmt_ns(g.latency.p99_ns),
-                    g.connections.as_ref().map_or("-".into(), |c| c.opened.to_string()),
-                ],
-            );
+            table_row(out, &crate::text::group_cells(g));
         }
         table_close(out);
     }

@@ -73,29 +73,12 @@ fn text_lines(r: &RunResult) -> Vec<String> {
 
     // Simulated clients in a mixture: one line per group.
     if !r.groups.is_empty() {
-        let mut g = Table::new()
-            .column("group", Align::Left)
-            .column("clients", Align::Right)
-            .column("sent", Align::Right)
-            .column("answered", Align::Right)
-            .column("timed out", Align::Right)
-            .column("failed", Align::Right)
-            .column("p50", Align::Right)
-            .column("p99", Align::Right)
-            .column("conns", Align::Right);
+        let mut g = GROUP_COLUMNS
+            .iter()
+            .enumerate()
+            .fold(Table::new(), |t, (i, h)| t.column(*h, if i == 0 { Align::Left } else { Align::Right }));
         for grp in &r.groups {
-            let t = &grp.totals;
-            g.row([
-                grp.name.clone(),
-                grp.clients.to_string(),
-                t.sent.to_string(),
-                fmt_pct(t.answered, t.sent),
-                t.timed_out.to_string(),
-                t.failed.to_string(),
-                fmt_ns(grp.latency.p50_ns),
-                fmt_ns(grp.latency.p99_ns),
-                grp.connections.as_ref().map_or("-".into(), |c| c.opened.to_string()),
-            ]);
+            g.row(group_cells(grp));
         }
         for (i, line) in g.lines().into_iter().enumerate() {
             let label = if i == 0 { "groups" } else { "" };
@@ -297,6 +280,27 @@ fn wire_line(t: &Totals) -> String {
         w.packets_out,
         w.packets_in
     )
+}
+
+/// The columns of the table of a mixture's groups, in the text summary and the HTML report.
+pub(crate) const GROUP_COLUMNS: [&str; 10] =
+    ["group", "clients", "qps/client", "sent", "answered", "timed out", "failed", "p50", "p99", "conns"];
+
+/// One group's cells, in the order of [`GROUP_COLUMNS`].
+pub(crate) fn group_cells(grp: &volley_metrics::GroupSummary) -> Vec<String> {
+    let t = &grp.totals;
+    vec![
+        grp.name.clone(),
+        grp.clients.to_string(),
+        grp.client_rate.map_or("-".into(), |q| format!("{q}")),
+        t.sent.to_string(),
+        fmt_pct(t.answered, t.sent),
+        t.timed_out.to_string(),
+        t.failed.to_string(),
+        fmt_ns(grp.latency.p50_ns),
+        fmt_ns(grp.latency.p99_ns),
+        grp.connections.as_ref().map_or("-".into(), |c| c.opened.to_string()),
+    ]
 }
 
 /// Pushes `label` padded to the label column followed by `text`, wrapped at word boundaries so
