@@ -703,7 +703,9 @@ fn check_sockets(sockets: u64, threads: usize, lane: &LaneOptions, what: &str) -
         // An estimate (clients that close idle connections): close to the limit, say so.
         eprintln!(
             "volley: warning: {what} may need about {each} sockets, close to the {limit} {whose} \
-             may open; connections beyond it fail as local_limit"
+             may open (and a TCP connection being opened holds two until it is up: opened all at \
+             once, fewer fit); connections beyond it fail as local_limit: add --threads, or \
+             spread the opening with --conn-rate"
         );
     }
     let ports = volley_engine::local_ports();
