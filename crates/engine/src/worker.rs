@@ -144,9 +144,8 @@ pub(crate) struct Worker {
     queries: QuerySet,
     timeout_ns: u64,
     closed_loop: bool,
-    groups: usize,
     /// The groups' settings (clients mode: rates and profile policies).
-    groups_rt: Vec<GroupRt>,
+    groups: Vec<GroupRt>,
     /// The worker itself, for the drivers spawned lazily.
     this: RefCell<std::rc::Weak<Worker>>,
     /// Connection reports so far (attempts, closes, wire counts): the end of the run waits
@@ -267,7 +266,7 @@ impl Worker {
     /// (see [`ClientRt::note_query`]); returns its lanes.
     fn client_query(&self, inn: &mut Inner, c: u32, due: u64) -> Range<u32> {
         let client = &self.clients[c as usize];
-        if let Some(event) = client.note_query(due, &self.groups_rt[client.group as usize], &self.lanes) {
+        if let Some(event) = client.note_query(due, &self.groups[client.group as usize], &self.lanes) {
             count_event(&mut inn.events, event);
         }
         client.lanes.clone()
@@ -425,7 +424,7 @@ impl Worker {
 
     /// The group of every live query, counted (for queries in flight at the end).
     fn in_flight_by_group(&self, inn: &Inner) -> Vec<u64> {
-        let mut v = vec![0u64; self.groups];
+        let mut v = vec![0u64; self.groups.len()];
         for e in inn.slab.iter_live() {
             if let Some(s) = self.lanes.get(e.lane as usize) {
                 v[s.group as usize] += 1;
@@ -682,8 +681,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         queries: c.queries.clone(),
         timeout_ns: c.timeout.as_nanos() as u64,
         closed_loop: share.concurrency.is_some(),
-        groups,
-        groups_rt: c.groups.clone(),
+        groups: c.groups.clone(),
         this: RefCell::new(std::rc::Weak::new()),
         reports: Cell::new(0),
     });
@@ -827,7 +825,7 @@ impl Worker {
     /// not reported their close are recorded closed by the client's end, and counted as
     /// unreported ([`END_UNREPORTED_EVENT`]).
     fn account_unended(&self, inn: &mut Inner, now: u64) {
-        let mut in_progress = vec![0u64; self.groups];
+        let mut in_progress = vec![0u64; self.groups.len()];
         let mut unreported = 0u64;
         for s in &self.lanes {
             let attempting = s.lane.attempting();
@@ -909,7 +907,7 @@ async fn clients_schedule(w: Rc<Worker>, share: Share, start: u64, end: Option<u
     let timer = precise_timer(&w);
     let mut rng = Rng::new(share.index as u64 + 1);
     // Each group's mean gap between a client's queries, ns.
-    let means: Vec<f64> = w.groups_rt.iter().map(|g| 1e9 / g.rate.max(1e-9)).collect();
+    let means: Vec<f64> = w.groups.iter().map(|g| 1e9 / g.rate.max(1e-9)).collect();
     let mean_of = |c: u32| means[w.clients[c as usize].group as usize];
     let gap = |rng: &mut Rng, mean: f64| match share.arrivals {
         Arrivals::Constant => mean as u64,
@@ -1096,6 +1094,19 @@ mod tests {
         }
     }
 
+    /// A group of a plain run (no profile).
+    fn plain_group() -> GroupRt {
+        let target: Target = "udp://127.0.0.1:53".parse().unwrap();
+        GroupRt {
+            spec: LaneSpec { target, lane: LaneOptions::default() },
+            fallback: None,
+            connections: 1,
+            connect_at_start: true,
+            rate: 0.0,
+            busy: None,
+        }
+    }
+
     /// A worker whose lanes are in the groups `groups` (two groups), its run over.
     fn worker(groups: &[u16]) -> (Rc<Worker>, std::sync::mpsc::Receiver<volley_metrics::WorkerMessage>) {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -1131,8 +1142,7 @@ mod tests {
             queries,
             timeout_ns: 0,
             closed_loop: false,
-            groups: 2,
-            groups_rt: Vec::new(),
+            groups: vec![plain_group(); 2],
             this: RefCell::new(std::rc::Weak::new()),
             reports: Cell::new(0),
         });

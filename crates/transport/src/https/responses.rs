@@ -228,8 +228,8 @@ impl Responses {
                 drop(inn);
                 match r {
                     Ok(msg) => x.response(w.token, &msg, now),
-                    Err(kind) if stream::resendable(kind) => stream::unanswered(&lane, &*x, &[w.token], kind),
-                    Err(kind) => x.failed(w.token, kind, now),
+                    // Sent again when the connection's end left it unanswered, else failed.
+                    Err(kind) => stream::unanswered(&lane, &*x, &[w.token], kind),
                 }
                 inn = self.inner.borrow_mut();
             }
