@@ -30,7 +30,8 @@ log "responder pid $SERVE_PID on core $SERVER_CORE (tcp $SERVE_TCP); clients on 
 # CPU µs per connection of a finished side, from its CPU time and its answered count.
 per_conn() { div "$(calc 'c * 1e6' c="$(cat "$WORK/$1.cpu")")" "$2" %.1f; }
 
-declare -A SUM
+# CPU per connection, and the mean latency each generator reports (the C client measures none).
+declare -A SUM LAT
 for r in $(seq 1 "$ROUNDS"); do
     for mode in blocking lazy; do
         wait_time_wait
@@ -43,10 +44,12 @@ for r in $(seq 1 "$ROUNDS"); do
         -c "$CONNECTIONS" -O num-queries-per-conn=1
     read -r done_n _ < <(dnsperf_stats "$WORK/dp_$r.out")
     SUM[dnsperf]+="$(per_conn "dp_$r" "$done_n") "
+    LAT[dnsperf]+="$(awk '/Average Latency \(s\):/ && !seen { printf "%.0f", $4 * 1e6; seen = 1 }' "$WORK/dp_$r.out") "
     wait_time_wait
     measure "v_$r" "$VOLLEY_BIN" run "tcp://127.0.0.1:$SERVE_TCP" -d "$QUERIES" --rate "$RATE" -l "${DURATION}s" \
         -T 1 --connections "$CONNECTIONS" --conn-queries 1 --progress never -q -o "$WORK/v_$r.json"
     SUM[volley]+="$(per_conn "v_$r" "$(jq -r '.connections.opened' "$WORK/v_$r.json")") "
+    LAT[volley]+="$(jq -r '.latency.mean_ns / 1000 | floor' "$WORK/v_$r.json") "
 done
 stop_pid "$SERVE_PID"
 
@@ -60,8 +63,8 @@ DP="$(mean "${SUM[dnsperf]}")"
     echo "$(machine_line). \`volley serve -T 1\` on core $SERVER_CORE; each client alone on core $CLIENT_CORE at $RATE new"
     echo "connections per second for $DURATION s, $ROUNDS rounds (figures per round, then their mean)."
     echo
-    echo "| client | CPU µs per connection | mean | vs dnsperf (CPU per connection) |"
-    echo "| --- | ---: | ---: | ---: |"
+    echo "| client | CPU µs per connection | mean | vs dnsperf (CPU per connection) | mean latency it reports, µs |"
+    echo "| --- | ---: | ---: | ---: | ---: |"
     for k in blocking lazy dnsperf volley; do
         case "$k" in
             blocking) name="tcp_floor.c blocking (sleeps until each answer)" ;;
@@ -69,7 +72,7 @@ DP="$(mean "${SUM[dnsperf]}")"
             dnsperf) name="dnsperf -O num-queries-per-conn=1 -c $CONNECTIONS" ;;
             volley) name="volley run --conn-queries 1 --connections $CONNECTIONS" ;;
         esac
-        echo "| $name | $(rounds "${SUM[$k]}") | $(mean "${SUM[$k]}") | $(div "$(mean "${SUM[$k]}")" "$DP") |"
+        echo "| $name | $(rounds "${SUM[$k]}") | $(mean "${SUM[$k]}") | $(div "$(mean "${SUM[$k]}")" "$DP") | $(rounds "${LAT[$k]:-n/a}") |"
     done
     echo
     echo "Issue 4's goal, 1.5x dnsperf's connections per CPU-second, is $(div "$DP" 1.5 %.1f) µs per connection here."
