@@ -496,7 +496,11 @@ pub fn run(
         connections: groups
             .iter()
             .any(|g| g.spec.target.scheme != volley_transport::Scheme::Udp || g.fallback.is_some())
-            .then(|| volley_metrics::ConnectionSummary::of(&got.totals.conns, &got.conns)),
+            .then(|| {
+                let mut c = volley_metrics::ConnectionSummary::of(&got.totals.conns, &got.conns);
+                c.draining = volley_metrics::DrainSummary::of(&got.totals.conns, Some(got.draining_peak));
+                c
+            }),
         groups: group_summaries(&plan.load, &assignment, &got.groups),
         totals,
         series: got.series,

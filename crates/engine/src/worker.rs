@@ -506,6 +506,16 @@ impl Exchange for LaneView {
         self.w.with_rec(|r| r.conn_failed(now, kind, self.g));
     }
 
+    fn conn_draining(&self, now: u64) {
+        self.slot();
+        self.w.with_rec(|r| r.conn_draining(now, self.g));
+    }
+
+    fn drain_ended(&self, how: volley_metrics::DrainEnd, now: u64) {
+        self.slot();
+        self.w.with_rec(|r| r.drain_ended(now, how, self.g));
+    }
+
     fn conn_closed(&self, how: Close, now: u64) {
         let s = self.slot();
         s.open.set(s.open.get().saturating_sub(1));

@@ -33,6 +33,9 @@ pub struct Collector {
     finals: usize,
     /// Connections open so far (opened minus closed), for the series' `active`.
     active: i64,
+    /// Connections draining so far (drains begun minus ended), for the series' `draining`.
+    draining: i64,
+    draining_peak: u64,
 }
 
 /// What the collector hands over at the end of a run.
@@ -46,6 +49,8 @@ pub struct Collected {
     pub conns: ConnHistograms,
     /// Per group of clients, when a mixture had several.
     pub groups: Vec<GroupAcc>,
+    /// The most connections draining at the end of any second.
+    pub draining_peak: u64,
 }
 
 impl Collector {
@@ -64,6 +69,8 @@ impl Collector {
             groups: Vec::new(),
             finals: 0,
             active: 0,
+            draining: 0,
+            draining_peak: 0,
         }
     }
 
@@ -74,10 +81,14 @@ impl Collector {
             hs.fill(conns);
         }
         self.active += c.conns.opened as i64 - c.conns.closed_total() as i64;
+        self.draining += c.conns.drains as i64 - c.conns.drains_ended() as i64;
+        let (active, draining) = (self.active.max(0) as u64, self.draining.max(0) as u64);
+        self.draining_peak = self.draining_peak.max(draining);
         if let Some(conns) = row.connections.as_mut() {
-            conns.active = self.active.max(0) as u64;
-        } else if self.active > 0 {
-            row.connections = Some(crate::SecondConnections { active: self.active as u64, ..Default::default() });
+            conns.active = active;
+            conns.draining = draining;
+        } else if active > 0 {
+            row.connections = Some(crate::SecondConnections { active, draining, ..Default::default() });
         }
         row
     }
@@ -155,6 +166,7 @@ impl Collector {
             cpu_ns: self.cpu_ns,
             conns: self.conns,
             groups: self.groups,
+            draining_peak: self.draining_peak,
         }
     }
 }

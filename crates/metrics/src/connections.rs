@@ -32,6 +32,23 @@ kinds! {
     }
 }
 
+kinds! {
+    /// How a connection that stopped taking queries (its lifetime or query count spent, or the
+    /// server's GOAWAY) ended while its outstanding queries drained; the lane's new queries went
+    /// on its next connection meanwhile.
+    DrainEnd {
+        /// Every query outstanding on it was answered.
+        Answered = "answered",
+        /// At least one of its queries ended without an answer on it (most often: it timed out
+        /// on its own deadline).
+        TimedOut = "timed_out",
+        /// The server closed or reset it first (its unanswered queries were sent again).
+        ServerClosed = "server_closed",
+        /// The run ended first.
+        RunEnd = "run_end",
+    }
+}
+
 /// Whether TLS 1.3 or QUIC early data (0-RTT) was used on a connection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum EarlyData {
@@ -86,6 +103,11 @@ pub struct ConnCounters {
     pub early_accepted: u64,
     pub closed: [u64; Close::COUNT],
     pub errors: [u64; ErrorKind::COUNT],
+    /// Connections that stopped taking queries with queries still outstanding, and began to
+    /// drain them while the lane went on on a new connection.
+    pub drains: u64,
+    /// How the drains ended.
+    pub drain_ends: [u64; DrainEnd::COUNT],
 }
 
 impl ConnCounters {
@@ -98,6 +120,12 @@ impl ConnCounters {
         self.early_accepted += o.early_accepted;
         crate::counters::add(&mut self.closed, &o.closed);
         crate::counters::add(&mut self.errors, &o.errors);
+        self.drains += o.drains;
+        crate::counters::add(&mut self.drain_ends, &o.drain_ends);
+    }
+
+    pub fn drains_ended(&self) -> u64 {
+        self.drain_ends.iter().sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -224,6 +252,35 @@ pub struct ConnectionSummary {
     pub handshake_rtt_ratio_milli: Option<LatencySummary>,
     /// What was negotiated: `tls_version`, `alpn`, `cipher` → value → connections.
     pub negotiated: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Connections that drained their outstanding queries after they stopped taking new ones
+    /// (absent when none did, and from files written before it existed).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub draining: Option<DrainSummary>,
+}
+
+/// Connections that drained: at a connection's end of life (its lifetime or query count
+/// spent, a client profile's switch, the server's GOAWAY) the lane sends its new queries on a
+/// new connection at once, and the old one takes no more and closes once its outstanding
+/// queries have their fates. Connections open at once may then exceed the configured count
+/// by the draining ones.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DrainSummary {
+    /// Connections that began to drain.
+    pub started: u64,
+    /// The most connections draining at the end of any second of the run (absent where the
+    /// series does not tell, e.g. per group of a mixture).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub peak: Option<u64>,
+    /// How the drains ended (`DrainEnd` names: answered, timed_out, server_closed, run_end);
+    /// zero entries left out.
+    pub ended: BTreeMap<String, u64>,
+}
+
+impl DrainSummary {
+    /// The drains of counters `c`, with the peak taken from the series (None when none began).
+    pub fn of(c: &ConnCounters, peak: Option<u64>) -> Option<DrainSummary> {
+        (c.drains > 0).then(|| DrainSummary { started: c.drains, peak, ended: DrainEnd::map(&c.drain_ends) })
+    }
 }
 
 impl ConnectionSummary {
@@ -249,6 +306,7 @@ impl ConnectionSummary {
             rtt: opt(&h.rtt),
             handshake_rtt_ratio_milli: opt(&h.ratio_milli),
             negotiated,
+            draining: DrainSummary::of(c, None),
         }
     }
 }
@@ -259,6 +317,10 @@ pub struct SecondConnections {
     /// Connections open at the end of the second (opened so far minus closed so far).
     #[serde(default)]
     pub active: u64,
+    /// Of `active`, the connections draining at the end of the second (taking no new queries,
+    /// waiting for the fates of their outstanding ones).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub draining: u64,
     pub opened: u64,
     pub closed: u64,
     /// `closed` by who closed and how (`Close` names), zero entries left out.
@@ -365,6 +427,7 @@ impl SecondConnections {
     /// Adds another run's second (runs made at the same time: their open connections add up).
     pub fn add(&mut self, o: &SecondConnections) {
         self.active += o.active;
+        self.draining += o.draining;
         self.opened += o.opened;
         self.closed += o.closed;
         for (k, n) in &o.closed_by {

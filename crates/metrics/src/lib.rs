@@ -19,7 +19,9 @@ mod result;
 
 pub use collector::{Collected, Collector, Progress};
 pub use connections::ConnHistograms;
-pub use connections::{Close, ConnCounters, ConnectionSummary, EarlyData, Handshake, SecondConnections};
+pub use connections::{
+    Close, ConnCounters, ConnectionSummary, DrainEnd, DrainSummary, EarlyData, Handshake, SecondConnections,
+};
 pub use counters::{Counters, ErrorKind, Unexpected, WireStats};
 pub use histogram::{Histogram, SparseHistogram};
 pub use recorder::{GroupAcc, Recorder, SecondSample, WorkerFinal, WorkerMessage};

@@ -246,6 +246,18 @@ impl Recorder {
         self.count(g, |c| c.conns.in_progress += n);
     }
 
+    /// A connection stopped taking queries with some still outstanding, and drains them.
+    pub fn conn_draining(&mut self, now_ns: u64, g: u16) {
+        self.tick(now_ns);
+        self.count(g, |c| c.conns.drains += 1);
+    }
+
+    /// A draining connection's drain ended (its close is reported apart).
+    pub fn drain_ended(&mut self, now_ns: u64, how: crate::DrainEnd, g: u16) {
+        self.tick(now_ns);
+        self.count(g, |c| c.conns.drain_ends[how as usize] += 1);
+    }
+
     /// A connection ended.
     pub fn conn_closed(&mut self, now_ns: u64, how: Close, g: u16) {
         self.tick(now_ns);

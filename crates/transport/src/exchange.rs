@@ -1,4 +1,4 @@
-use volley_metrics::{Close, ErrorKind, Handshake, Unexpected};
+use volley_metrics::{Close, DrainEnd, ErrorKind, Handshake, Unexpected};
 
 /// A query in flight, as the engine names it: never 0 (0 marks an empty slot in tables).
 pub type Token = u64;
@@ -43,6 +43,15 @@ pub trait Exchange {
     }
     /// A connection ended.
     fn conn_closed(&self, how: Close, now: u64);
+    /// A connection stopped taking queries with some still outstanding: it drains them while
+    /// the lane goes on on its next connection. Its close is reported when the drain ends.
+    fn conn_draining(&self, now: u64) {
+        let _ = now;
+    }
+    /// A draining connection's drain ended (before its close is reported).
+    fn drain_ended(&self, how: DrainEnd, now: u64) {
+        let _ = (how, now);
+    }
     /// Bytes and packets on the wire, headers included: a connection's totals when it closes
     /// (TCP_INFO, QUIC statistics), or a batch of datagrams (UDP).
     fn wire(&self, w: &volley_metrics::WireStats);

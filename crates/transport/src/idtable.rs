@@ -70,6 +70,11 @@ impl IdTable {
     pub fn is_empty(&self) -> bool {
         self.used == 0
     }
+
+    /// The tokens in the table (answered queries are not; ended ones may be).
+    pub fn tokens(&self) -> impl Iterator<Item = Token> + '_ {
+        self.slots.iter().copied().filter(|&s| s != 0)
+    }
 }
 
 #[cfg(test)]

@@ -43,8 +43,11 @@ pub struct Lane {
     conn_answers: Cell<u64>,
     /// Last push or release, for the idle policy.
     last_activity: Cell<Option<Instant>>,
-    /// Signalled when a spent connection has nothing outstanding any more.
+    /// Signalled when the lane has nothing outstanding any more (the idle policy's clock starts).
     drained: Notify,
+    /// Signalled to every waiter when the lane closes: the driver and the connections draining
+    /// in the background all end then (`wake` wakes the driver alone).
+    ended: Notify,
     /// The driver is waiting out a backoff after a failure: new queries would wait too.
     backing_off: Cell<bool>,
     /// A connection attempt began and has neither come up nor failed yet.
@@ -149,12 +152,9 @@ impl Lane {
         }
         if p.idle.is_some() {
             self.last_activity.set(Some(Instant::now()));
-        }
-        if self.in_flight() == 0 && self.spent() {
-            self.drained.notify_one();
-        }
-        if self.load.get() == 0 && p.idle.is_some() {
-            self.drained.notify_one();
+            if self.load.get() == 0 {
+                self.drained.notify_one();
+            }
         }
     }
 
@@ -204,10 +204,22 @@ impl Lane {
         self.closing.set(true);
         self.wake.notify_one();
         self.drained.notify_one();
+        self.ended.notify_waiters();
     }
 
     pub fn closing(&self) -> bool {
         self.closing.get()
+    }
+
+    /// Resolves when the lane is told to close (any number of tasks may wait).
+    pub async fn closed(&self) {
+        let ended = self.ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if self.closing() {
+            return;
+        }
+        ended.await
     }
 
     /// A new connection attempt starts: its budget is fresh, and it is in progress until
@@ -267,10 +279,13 @@ impl Lane {
         }
     }
 
-    /// Whether the client should close the current connection now, and how.
+    /// Whether the client should end the current connection now, and how. A spent connection
+    /// ends at once, whatever it still has outstanding: the driver lets it drain those queries
+    /// in the background (`stream::Drain`) while the lane's new queries go on its next
+    /// connection, so that no query waits for another's fate.
     pub fn turn(&self) -> Option<Close> {
         let p = self.policy.get();
-        if self.spent() && self.in_flight() == 0 {
+        if self.spent() {
             return Some(Close::ClientLifetime);
         }
         if let (Some(idle), Some(last)) = (p.idle, self.last_activity.get()) {
@@ -282,8 +297,9 @@ impl Lane {
     }
 
     /// What a driver awaits when it has nothing to send: a new query (None), or the moment
-    /// the policy ends the connection (Some: close it gracefully, report how, open another —
-    /// after [`Close::ClientIdle`], only when the next query comes: [`Lane::wait_for_work`]).
+    /// the policy ends the connection (Some: close it gracefully, or let it drain what it has
+    /// outstanding, report how, open another — after [`Close::ClientIdle`], only when the next
+    /// query comes: [`Lane::wait_for_work`]).
     pub async fn wait_turn(&self) -> Option<Close> {
         if let Some(c) = self.turn() {
             return Some(c);
@@ -340,7 +356,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn query_budget_spends_and_drains() {
+    fn query_budget_spent_ends_the_connection_at_once() {
         let l = Lane::with_policy(ConnPolicy { max_queries: Some(2), ..Default::default() });
         l.set_capacity(10);
         l.begin_connection();
@@ -351,12 +367,11 @@ mod tests {
         assert_eq!(l.pop(), Some(2));
         assert_eq!(l.pop(), None, "budget of 2 spent");
         assert!(!l.has_work());
-        assert_eq!(l.turn(), None, "two still in flight");
-        l.release();
-        l.release();
+        // Two still in flight: the connection ends now all the same (they drain on it).
         assert_eq!(l.turn(), Some(Close::ClientLifetime));
         l.begin_connection();
-        assert_eq!(l.pop(), Some(3));
+        assert_eq!(l.pop(), Some(3), "the next connection takes the waiting query at once");
+        assert_eq!(l.in_flight(), 3);
     }
 
     #[test]

@@ -5,11 +5,14 @@
 //! over the two halves of a stream: plain TCP passes `TcpStream::split()` halves (no
 //! locking), TLS passes `tokio::io::split` halves.
 
+use std::cell::Cell;
 use std::io;
+use std::rc::Rc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use volley_metrics::{Close, ErrorKind};
+use tokio::sync::Notify;
+use volley_metrics::{Close, DrainEnd, ErrorKind};
 
 use crate::{deliver, Exchange, IdTable, Lane, Token};
 
@@ -36,6 +39,10 @@ pub(crate) trait Framing {
     fn stalled<X: Exchange + ?Sized>(&mut self, _x: &X) -> bool {
         false
     }
+    /// Whether every query written on the connection has had its answer.
+    fn answered_all(&self) -> bool;
+    /// Whether a query written on the connection still waits for its fate in the engine.
+    fn any_live<X: Exchange + ?Sized>(&self, x: &X) -> bool;
 }
 
 /// RFC 7766: a 2-byte length before each message; answers in any order, matched by DNS ID.
@@ -59,6 +66,14 @@ impl Framing for IdTable {
 
     fn drain(&mut self) -> Vec<Token> {
         IdTable::drain(self)
+    }
+
+    fn answered_all(&self) -> bool {
+        self.is_empty()
+    }
+
+    fn any_live<X: Exchange + ?Sized>(&self, x: &X) -> bool {
+        self.tokens().any(|t| x.is_live(t))
     }
 }
 
@@ -104,6 +119,13 @@ impl Buffers {
     pub(crate) fn clear(&mut self) {
         self.wbuf.clear();
         self.rbuf.clear();
+    }
+
+    /// Hands over what was read and not yet parsed (a connection that goes on draining takes
+    /// it), leaving a fresh buffer for the next connection.
+    pub(crate) fn take_read(&mut self) -> Vec<u8> {
+        self.wbuf.clear();
+        std::mem::replace(&mut self.rbuf, Vec::with_capacity(READ_START))
     }
 }
 
@@ -229,6 +251,163 @@ where
     }
 }
 
+/// How long after its last query's deadline a draining connection looks again for queries
+/// still waiting (the engine ends timed-out queries every few milliseconds).
+const DRAIN_RECHECK: Duration = Duration::from_millis(10);
+
+/// Serves a connection that takes no more queries (its policy spent it) until every query
+/// outstanding on it has its fate: answers are read and handed on as before; the queries that
+/// get none end by their own deadlines in the engine, at most `timeout` from now (none was
+/// sent on it after now). Meanwhile the lane's driver goes on on a new connection: no query
+/// waits for another's fate. Reports the drain (`conn_draining`, `drain_ended`) and the
+/// connection's close; the caller then closes its socket. A server that closes the connection
+/// first leaves its unanswered queries to be sent again on the lane ([`unanswered`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn drain<R, X, F>(
+    mut rd: R,
+    lane: &Lane,
+    x: &X,
+    f: &mut F,
+    mut rbuf: Vec<u8>,
+    kind_of: fn(&io::Error) -> ErrorKind,
+    rx: &crate::stamp::RxStamp,
+    timeout: Duration,
+) where
+    R: AsyncRead + Unpin,
+    X: Exchange + ?Sized,
+    F: Framing,
+{
+    x.conn_draining(x.now());
+    let mut check = tokio::time::Instant::now() + timeout + DRAIN_RECHECK;
+    let ended = loop {
+        if !f.any_live(x) {
+            break if f.answered_all() { Ok(DrainEnd::Answered) } else { Ok(DrainEnd::TimedOut) };
+        }
+        if lane.closing() {
+            break Ok(DrainEnd::RunEnd);
+        }
+        if rbuf.capacity() - rbuf.len() < READ_START / 2 {
+            rbuf.reserve(rbuf.capacity().clamp(READ_START, READ_CHUNK));
+        }
+        tokio::select! {
+            biased;
+            r = rd.read_buf(&mut rbuf) => match r {
+                Ok(0) => break Err(ErrorKind::Closed),
+                Ok(_) => {
+                    let now = rx.arrival(x);
+                    match f.split(&rbuf, x, now) {
+                        Ok(used) => drop(rbuf.drain(..used)),
+                        Err(kind) => break Err(kind),
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(kind_of(&e)),
+            },
+            () = tokio::time::sleep_until(check) => check = tokio::time::Instant::now() + DRAIN_RECHECK,
+            () = closed(lane) => break Ok(DrainEnd::RunEnd),
+        }
+    };
+    let (how, close) = match ended {
+        Ok(DrainEnd::RunEnd) => {
+            unanswered(lane, x, &f.drain(), ErrorKind::Closed);
+            (DrainEnd::RunEnd, Close::ClientEnd)
+        }
+        Ok(how) => (how, Close::ClientLifetime),
+        // The framing ended it with every answer in (HTTP/1.1: `Connection: close` after the
+        // last one it owed).
+        Err(_) if !f.any_live(x) => (DrainEnd::Answered, Close::ClientLifetime),
+        Err(kind) => {
+            unanswered(lane, x, &f.drain(), kind);
+            (DrainEnd::ServerClosed, close_of(kind))
+        }
+    };
+    let now = x.now();
+    x.drain_ended(how, now);
+    x.conn_closed(close, now);
+}
+
+/// The queries outstanding on one connection whose queries are streams or tasks of their own
+/// (DoH/2, DoH/3, DoQ): how many, and whether any ended without its answer. A connection that
+/// takes no more queries drains until none is left ([`drain_streams`]).
+#[derive(Default)]
+pub(crate) struct Outstanding {
+    n: Cell<u32>,
+    unanswered: Cell<bool>,
+    done: Notify,
+}
+
+impl Outstanding {
+    /// A query goes out on the connection: outstanding until the guard is dropped.
+    pub(crate) fn enter(self: &Rc<Self>) -> OnConn {
+        self.n.set(self.n.get() + 1);
+        OnConn { on: self.clone(), answered: false }
+    }
+
+    /// Queries outstanding.
+    pub(crate) fn count(&self) -> u32 {
+        self.n.get()
+    }
+
+    /// Resolves when no query is outstanding.
+    pub(crate) async fn idle(&self) {
+        while self.n.get() > 0 {
+            self.done.notified().await;
+        }
+    }
+}
+
+/// One query outstanding on a connection (see [`Outstanding`]), until dropped.
+pub(crate) struct OnConn {
+    on: Rc<Outstanding>,
+    answered: bool,
+}
+
+impl OnConn {
+    /// Its answer came (on this connection).
+    pub(crate) fn answered(&mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for OnConn {
+    fn drop(&mut self) {
+        let o = &self.on;
+        o.n.set(o.n.get() - 1);
+        if !self.answered {
+            o.unanswered.set(true);
+        }
+        if o.n.get() == 0 {
+            o.done.notify_waiters();
+        }
+    }
+}
+
+/// Drains a connection whose queries are streams or tasks of their own (DoH/2, DoH/3, DoQ)
+/// and that takes no more queries (its policy spent it, or the server's GOAWAY): waits until
+/// none of its queries is outstanding (each ends on its own: answered, or given up at its
+/// deadline), the connection ends first (`ended`, with how), or the lane closes. The queries'
+/// own tasks report their fates (sent again when the server's close left them unanswered).
+/// Reports the drain; returns how to report the connection's close (`done`: how it ends
+/// when its queries are done), which the caller does once it has closed it.
+pub(crate) async fn drain_streams<X: Exchange + ?Sized>(
+    lane: &Lane,
+    x: &X,
+    on: &Outstanding,
+    done: Close,
+    ended: impl std::future::Future<Output = Close>,
+) -> Close {
+    x.conn_draining(x.now());
+    let (how, close) = tokio::select! {
+        // First: the connection may end because its last query did.
+        biased;
+        () = on.idle() => (if on.unanswered.get() { DrainEnd::TimedOut } else { DrainEnd::Answered }, done),
+        c = ended => (DrainEnd::ServerClosed, c),
+        () = closed(lane) => (DrainEnd::RunEnd, Close::ClientEnd),
+    };
+    x.drain_ended(how, x.now());
+    close
+}
+
 /// Before each connection attempt of a lane: waits for its slot under `--conn-rate` (the
 /// run-wide gate), then false when the lane is closing (or closes while it waits); otherwise
 /// the attempt begins, noting when its wait for a slot ended (the queries waiting in the lane
@@ -342,9 +521,7 @@ pub(crate) fn unanswered<X: Exchange + ?Sized>(lane: &Lane, x: &X, tokens: &[Tok
 
 /// Resolves when the lane is told to close.
 pub(crate) async fn closed(lane: &Lane) {
-    while !lane.closing() {
-        lane.wait().await;
-    }
+    lane.closed().await
 }
 
 /// After a failed connection attempt: fails what waits, then sleeps `backoff` (doubling it,

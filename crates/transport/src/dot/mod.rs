@@ -15,7 +15,7 @@ use volley_metrics::{EarlyData, ErrorKind, Handshake};
 
 use crate::meter::TcpMeter;
 use crate::stamp::StampedTcp;
-use crate::stream::{self, Buffers, Served};
+use crate::stream::{self, Buffers, Framing, Served};
 use crate::tls;
 use crate::{tcp, Exchange, IdTable, Lane, LaneOptions, Target};
 
@@ -65,25 +65,37 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
         if let Some(m) = meter.as_mut() {
             m.release();
         }
+        let rx = tls.get_ref().0.stamp();
         let served = {
-            let rx = tls.get_ref().0.stamp();
             let (rd, wr) = tokio::io::split(&mut tls);
             stream::serve(rd, wr, &lane, &*x, &mut ids, &mut bufs, tls::io_error_kind, &rx).await
         };
-        bufs.clear();
         match served {
-            Served::Turn(how) => {
-                // close_notify and FIN; nothing is outstanding.
-                let _ = tokio::time::timeout(Duration::from_millis(100), tls.shutdown()).await;
-                x.conn_closed(how, x.now());
-                if let Some(m) = meter {
-                    m.finish_with(tls.into_inner().0.into_inner(), &lane, &x);
+            Served::Turn(how) if ids.any_live(&*x) => {
+                // Queries are still outstanding: the connection drains them in the background
+                // while the lane goes on on a new one.
+                let (mut ids, rbuf) = (std::mem::take(&mut ids), bufs.take_read());
+                let (l, x2, timeout) = (lane.clone(), x.clone(), opts.query_timeout);
+                tokio::task::spawn_local(async move {
+                    let (lane, x) = (l, x2);
+                    stream::drain(&mut tls, &lane, &*x, &mut ids, rbuf, tls::io_error_kind, &rx, timeout).await;
+                    close(tls, meter, &lane, &x).await;
+                });
+                if stream::after_turn(&lane, how).await {
+                    return;
                 }
+            }
+            Served::Turn(how) => {
+                // Nothing outstanding.
+                bufs.clear();
+                x.conn_closed(how, x.now());
+                close(tls, meter, &lane, &x).await;
                 if stream::after_turn(&lane, how).await {
                     return;
                 }
             }
             Served::Failed(kind) => {
+                bufs.clear();
                 let closing = stream::end_connection(&lane, &*x, &mut ids, kind);
                 if closing {
                     // close_notify, without waiting for the peer.
@@ -97,6 +109,20 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 }
             }
         }
+    }
+}
+
+/// Ends a connection the client is done with: close_notify, then FIN (the meter sends it and
+/// reads the wire counts).
+async fn close<X: Exchange + 'static>(
+    mut tls: TlsStream<StampedTcp>,
+    meter: Option<TcpMeter>,
+    lane: &Rc<Lane>,
+    x: &Rc<X>,
+) {
+    let _ = tokio::time::timeout(Duration::from_millis(100), tls.shutdown()).await;
+    if let Some(m) = meter {
+        m.finish_with(tls.into_inner().0.into_inner(), lane, x);
     }
 }
 

@@ -2,14 +2,12 @@
 //! connection per lane, one request stream per query, awaited by its own local task.
 //! Requests are written as for HTTP/2 (`https::RequestTemplate`).
 
-use std::cell::Cell;
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use h3::ConnectionState;
-use tokio::sync::Notify;
 use volley_metrics::{Close, ErrorKind};
 
 use crate::https::{check_head, RequestTemplate};
@@ -53,52 +51,6 @@ fn conn_kind(e: &h3::error::ConnectionError) -> ErrorKind {
         }
         _ => ErrorKind::QuicClosed,
     }
-}
-
-/// Requests in flight on one connection: a connection the server sent GOAWAY on is closed
-/// once they are done.
-#[derive(Default)]
-struct InFlight {
-    n: Cell<usize>,
-    done: Notify,
-}
-
-impl InFlight {
-    fn enter(self: &Rc<Self>) -> Busy {
-        self.n.set(self.n.get() + 1);
-        Busy(self.clone())
-    }
-
-    async fn idle(&self) {
-        while self.n.get() > 0 {
-            self.done.notified().await;
-        }
-    }
-}
-
-/// One request in flight (until dropped).
-struct Busy(Rc<InFlight>);
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        let f = &self.0;
-        f.n.set(f.n.get() - 1);
-        if f.n.get() == 0 {
-            f.done.notify_waiters();
-        }
-    }
-}
-
-/// A connection the server sent GOAWAY on: takes no new request; closed (and reported) once
-/// the requests in flight on it are done, it closes, or the lane closes.
-async fn drain<X: Exchange + 'static>(conn: quinn::Connection, busy: Rc<InFlight>, lane: Rc<Lane>, x: Rc<X>) {
-    tokio::select! {
-        _ = busy.idle() => {}
-        _ = conn.closed() => {}
-        _ = stream::closed(&lane) => {}
-    }
-    quic::close_and_report(&conn, H3_NO_ERROR, &lane, &x);
-    x.conn_closed(Close::ServerGoaway, x.now());
 }
 
 /// The driver of one DoH lane over HTTP/3. Every connection reports its datagrams on the wire
@@ -147,7 +99,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 end.end(if e.is_h3_no_error() { Close::ServerGoaway } else { stream::close_of(kind) }, kind);
             });
         }
-        let busy = Rc::new(InFlight::default());
+        let on = Rc::new(stream::Outstanding::default());
         let mut turned = None;
         loop {
             while end.ended().is_none() {
@@ -156,22 +108,17 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                     continue;
                 }
                 let (req, body) = tpl.request(&msg);
-                let b = busy.enter();
                 let r = request(
                     x.clone(),
                     lane.clone(),
                     send.clone(),
                     rx.clone(),
                     t,
-                    req,
-                    body,
-                    msg.len(),
+                    (req, body, msg.len()),
                     opts.query_timeout,
+                    on.enter(),
                 );
-                tokio::task::spawn_local(async move {
-                    r.await;
-                    drop(b);
-                });
+                tokio::task::spawn_local(r);
             }
             match quic::after_burst(&conn, H3_NO_ERROR, &lane, &x, &end).await {
                 quic::Next::Serve => {}
@@ -184,8 +131,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
             }
         }
         if let Some(how) = turned {
-            quic::close_and_report(&conn, H3_NO_ERROR, &lane, &x);
-            quic::report_end(&lane, &*x, &conn, how);
+            quic::end_of_life(conn, end, on, H3_NO_ERROR, how, &lane, &x);
             if stream::after_turn(&lane, how).await {
                 return;
             }
@@ -194,7 +140,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
         if end.ended() == Some(Close::ServerGoaway) && conn.close_reason().is_none() {
             // GOAWAY on a live connection: it ends the requests it took while the lane goes on
             // on a new one.
-            tokio::task::spawn_local(drain(conn, busy, lane.clone(), x.clone()));
+            drain_goaway(conn, on, lane.clone(), x.clone());
             continue;
         }
         // Ended by the server: closes the QUIC connection if HTTP/3 alone ended.
@@ -206,9 +152,28 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
     }
 }
 
+/// A connection the server sent GOAWAY on takes no new request; it is closed (and reported)
+/// once the requests in flight on it are done, it closes, or the lane closes.
+fn drain_goaway<X: Exchange + 'static>(conn: quinn::Connection, on: Rc<stream::Outstanding>, lane: Rc<Lane>, x: Rc<X>) {
+    tokio::task::spawn_local(async move {
+        let closed = async {
+            let e = conn.closed().await;
+            quic::close_of(&e)
+        };
+        let close = if on.count() == 0 {
+            Close::ServerGoaway
+        } else {
+            stream::drain_streams(&lane, &*x, &on, Close::ServerGoaway, closed).await
+        };
+        quic::close_and_report(&conn, H3_NO_ERROR, &lane, &x);
+        x.conn_closed(close, x.now());
+    });
+}
+
 /// One DoH/3 request on its own stream; reports its fate. A request the server refused
 /// unprocessed (GOAWAY, H3_REQUEST_REJECTED) or the connection's end left unanswered goes to
-/// the lane's next connection ([`stream::unanswered`]).
+/// the lane's next connection ([`stream::unanswered`]). `on`: it is outstanding on the
+/// connection until the task ends.
 #[allow(clippy::too_many_arguments)]
 async fn request<X: Exchange>(
     x: Rc<X>,
@@ -216,10 +181,9 @@ async fn request<X: Exchange>(
     mut send: Sender,
     rx: RxStamp,
     t: Token,
-    req: http::Request<()>,
-    body: Option<Bytes>,
-    len: usize,
+    (req, body, len): (http::Request<()>, Option<Bytes>, usize),
     limit: Duration,
+    mut on: stream::OnConn,
 ) {
     let r = tokio::time::timeout(limit, async {
         let mut s = send.send_request(req).await.map_err(|e| stream_kind(&e))?;
@@ -268,7 +232,10 @@ async fn request<X: Exchange>(
     .await;
     let now = rx.arrival(&*x);
     match r {
-        Ok(Ok(msg)) => x.response(t, &msg, now),
+        Ok(Ok(msg)) => {
+            on.answered();
+            x.response(t, &msg, now)
+        }
         Ok(Err(kind)) => stream::unanswered(&lane, &*x, &[t], kind),
         Err(_) => {}
     }

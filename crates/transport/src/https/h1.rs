@@ -275,6 +275,14 @@ impl Framing for H1Framing {
         self.abandoned |= stalled;
         stalled
     }
+
+    fn answered_all(&self) -> bool {
+        self.fifo.is_empty()
+    }
+
+    fn any_live<X: Exchange + ?Sized>(&self, x: &X) -> bool {
+        self.fifo.iter().any(|&t| x.is_live(t))
+    }
 }
 
 /// The driver of one DoH lane over HTTP/1.1 with pipelining (`depth` > 1).
@@ -290,15 +298,31 @@ pub(super) async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>,
         };
         let meter = Metered(meter);
         let mut f = H1Framing::new(&target, opts.doh_method, opts.h1_pipeline, watch);
+        let rx = tls.stamp();
         let served = {
-            let rx = tls.stamp();
             let (rd, wr) = tokio::io::split(&mut tls);
             stream::serve(rd, wr, &lane, &*x, &mut f, &mut bufs, tls::io_error_kind, &rx).await
         };
-        bufs.clear();
         let failed = match served {
+            Served::Turn(how) if f.any_live(&*x) && hs.get() == super::Hs::Open => {
+                // Requests are still outstanding: the connection drains them (in order, as
+                // HTTP/1.1 answers) in the background while the lane goes on on a new one.
+                let rbuf = bufs.take_read();
+                let (l, x2, timeout) = (lane.clone(), x.clone(), opts.query_timeout);
+                tokio::task::spawn_local(async move {
+                    let (lane, x) = (l, x2);
+                    stream::drain(&mut tls, &lane, &*x, &mut f, rbuf, tls::io_error_kind, &rx, timeout).await;
+                    let _ = tokio::time::timeout(Duration::from_millis(100), tls.shutdown()).await;
+                    meter.finish(&lane, &x);
+                });
+                if stream::after_turn(&lane, how).await {
+                    return;
+                }
+                None
+            }
             Served::Turn(how) => {
                 // close_notify and FIN; nothing is outstanding.
+                bufs.clear();
                 let _ = tokio::time::timeout(Duration::from_millis(100), tls.shutdown()).await;
                 let failed = ended(&hs, &*x, &target, how);
                 meter.finish(&lane, &x);
@@ -308,6 +332,7 @@ pub(super) async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>,
                 failed
             }
             Served::Failed(kind) => {
+                bufs.clear();
                 stream::unanswered(&lane, &*x, &f.drain(), kind);
                 if lane.closing() {
                     ended(&hs, &*x, &target, Close::ClientEnd);

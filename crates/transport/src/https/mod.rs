@@ -595,7 +595,8 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         };
         let meter = Metered(meter);
         let cork = tls.cork.clone();
-        responses.receive_times(tls.stamp());
+        let rx = tls.stamp();
+        let on = Rc::new(stream::Outstanding::default());
         let mut b = h2::client::Builder::new();
         // Until the server's SETTINGS arrive, open one stream: the server's limit
         // (SETTINGS_MAX_CONCURRENT_STREAMS) is not known yet, and streams beyond it would be
@@ -676,7 +677,7 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                             posted = true;
                         }
                         x.sent(t, msg.len(), x.now());
-                        responses.push(t, resp);
+                        responses.push(t, resp, rx.clone(), on.enter());
                     }
                     Err(e) => {
                         // The connection ended between `poll_ready` and now.
@@ -707,8 +708,16 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             return;
         }
         if let Some(how) = turned {
-            // Nothing outstanding: dropping the last handle ends the connection cleanly.
+            // Dropping the last handle ends the connection cleanly once its streams are done;
+            // while some are outstanding it drains them in the background.
             drop(send);
+            if on.count() > 0 {
+                drain_h2(end, on, hs, meter, how, &target, &lane, &x);
+                if stream::after_turn(&lane, how).await {
+                    return;
+                }
+                continue;
+            }
             let _ = tokio::time::timeout(Duration::from_millis(100), end.wait()).await;
             let failed = ended(&hs, &*x, &target, how);
             meter.finish(&lane, &x);
@@ -729,6 +738,15 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         );
         // The connection task ends (and reports) once its streams are done or dead.
         drop(send);
+        if goaway && end.ended().is_none() && on.count() > 0 {
+            // GOAWAY on a live connection: it ends the requests it took in the background
+            // while the lane goes on on a new one.
+            drain_h2(end, on, hs, meter, Close::ServerGoaway, &target, &lane, &x);
+            if stream::after_server_close(&lane, &mut backoff).await {
+                return;
+            }
+            continue;
+        }
         end.wait().await;
         let how = match end.ended() {
             Some(Close::ServerFin) if goaway => Close::ServerGoaway,
@@ -744,6 +762,33 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             return;
         }
     }
+}
+
+/// An HTTP/2 connection that takes no more requests (its handle dropped: its policy spent it,
+/// or the server's GOAWAY) drains the streams outstanding on it in the background, then ends
+/// (h2 closes it once they are done) and is reported (`done`: how, when they all ended).
+#[allow(clippy::too_many_arguments)]
+fn drain_h2<X: Exchange + 'static>(
+    end: Rc<ConnEnd>,
+    on: Rc<stream::Outstanding>,
+    hs: Rc<Cell<Hs>>,
+    meter: Metered,
+    done: Close,
+    target: &Target,
+    lane: &Rc<Lane>,
+    x: &Rc<X>,
+) {
+    let (target, lane, x) = (target.clone(), lane.clone(), x.clone());
+    tokio::task::spawn_local(async move {
+        let server = async {
+            end.wait().await;
+            end.ended().unwrap_or(Close::Error)
+        };
+        let close = stream::drain_streams(&lane, &*x, &on, done, server).await;
+        let _ = tokio::time::timeout(END_GRACE, end.wait()).await;
+        ended(&hs, &*x, &target, close);
+        meter.finish(&lane, &x);
+    });
 }
 
 /// Runs `f` when dropped.

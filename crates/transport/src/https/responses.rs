@@ -77,6 +77,11 @@ enum State {
 struct Waiting {
     token: Token,
     state: State,
+    /// The receive time of its connection's socket: a response is complete when the read
+    /// that brought its end came in.
+    rx: RxStamp,
+    /// Outstanding on its connection until dropped.
+    on: stream::OnConn,
 }
 
 impl Waiting {
@@ -141,9 +146,6 @@ struct Inner {
 pub(crate) struct Responses {
     inner: Rc<RefCell<Inner>>,
     list: Arc<ReadyList>,
-    /// The receive time of the current connection's socket: a response is complete when the
-    /// read that brought its end came in.
-    rx: Rc<RefCell<RxStamp>>,
 }
 
 impl Responses {
@@ -159,22 +161,17 @@ impl Responses {
                 closed: false,
             })),
             list: Arc::default(),
-            rx: Rc::default(),
         };
         tokio::task::spawn_local(r.clone().run(x, lane, sweep));
         r
     }
 
-    /// Times the responses from here on by this socket's receive times (a new connection).
-    pub(crate) fn receive_times(&self, rx: RxStamp) {
-        *self.rx.borrow_mut() = rx;
-    }
-
-    /// Awaits the response to query `token`.
-    pub(crate) fn push(&self, token: Token, resp: ResponseFuture) {
+    /// Awaits the response to query `token`, timed by `rx` (its connection's socket's
+    /// receive times), outstanding on its connection (`on`) until it ends.
+    pub(crate) fn push(&self, token: Token, resp: ResponseFuture, rx: RxStamp, on: stream::OnConn) {
         let slot = {
             let mut inn = self.inner.borrow_mut();
-            let w = Waiting { token, state: State::Head(resp) };
+            let w = Waiting { token, state: State::Head(resp), rx, on };
             inn.open += 1;
             match inn.free.pop() {
                 Some(s) => {
@@ -220,14 +217,17 @@ impl Responses {
                 let Some(w) = inn_.waiting.get_mut(s as usize).and_then(Option::as_mut) else { continue };
                 let r = w.poll(&mut Context::from_waker(&inn_.wakers[s as usize]), &*x);
                 let Poll::Ready(r) = r else { continue };
-                let Some(w) = inn.waiting[s as usize].take() else { continue };
+                let Some(mut w) = inn.waiting[s as usize].take() else { continue };
                 inn.free.push(s);
                 inn.open -= 1;
-                let now = self.rx.borrow().arrival(&*x);
+                let now = w.rx.arrival(&*x);
                 // The engine is called with no borrow held: it may issue more queries.
                 drop(inn);
                 match r {
-                    Ok(msg) => x.response(w.token, &msg, now),
+                    Ok(msg) => {
+                        w.on.answered();
+                        x.response(w.token, &msg, now)
+                    }
                     // Sent again when the connection's end left it unanswered, else failed.
                     Err(kind) => stream::unanswered(&lane, &*x, &[w.token], kind),
                 }

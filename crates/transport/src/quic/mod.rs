@@ -404,6 +404,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
     loop {
         let Some(conn) = open(&ep, &target, &cfg, &opts, &lane, &x, false, &mut backoff).await else { return };
         let end = watch(&conn, &x, false);
+        let on = Rc::new(stream::Outstanding::default());
         let mut turned = None;
         loop {
             while end.ended().is_none() {
@@ -414,8 +415,16 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
                 let mut framed = BytesMut::with_capacity(msg.len() + 2);
                 framed.put_u16(msg.len() as u16);
                 framed.put_slice(&msg);
-                let q =
-                    query(x.clone(), lane.clone(), conn.clone(), rx.clone(), t, framed.freeze(), opts.query_timeout);
+                let q = query(
+                    x.clone(),
+                    lane.clone(),
+                    conn.clone(),
+                    rx.clone(),
+                    t,
+                    framed.freeze(),
+                    opts.query_timeout,
+                    on.enter(),
+                );
                 tokio::task::spawn_local(q);
             }
             match after_burst(&conn, DOQ_NO_ERROR, &lane, &x, &end).await {
@@ -429,8 +438,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
             }
         }
         if let Some(how) = turned {
-            close_and_report(&conn, DOQ_NO_ERROR, &lane, &x);
-            report_end(&lane, &*x, &conn, how);
+            end_of_life(conn, end, on, DOQ_NO_ERROR, how, &lane, &x);
             if stream::after_turn(&lane, how).await {
                 return;
             }
@@ -443,6 +451,36 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
             return;
         }
     }
+}
+
+/// Ends a connection the client's policy is done with (`how`): closes it with `code` at once
+/// when nothing is outstanding on it; otherwise it drains its queries in the background
+/// ([`stream::drain_streams`]) while the lane goes on on a new connection, then closes.
+pub(crate) fn end_of_life<X: Exchange + 'static>(
+    conn: quinn::Connection,
+    end: Rc<ConnEnd>,
+    on: Rc<stream::Outstanding>,
+    code: u32,
+    how: Close,
+    lane: &Rc<Lane>,
+    x: &Rc<X>,
+) {
+    if on.count() == 0 {
+        close_and_report(&conn, code, lane, x);
+        report_end(lane, &**x, &conn, how);
+        return;
+    }
+    let (lane, x) = (lane.clone(), x.clone());
+    tokio::task::spawn_local(async move {
+        let ended = async {
+            end.wait().await;
+            ended_as(&conn, &end)
+        };
+        let close = stream::drain_streams(&lane, &*x, &on, how, ended).await;
+        close_and_report(&conn, code, &lane, &x);
+        // Reported opened before it began to drain (the lane's attempt now is another's).
+        x.conn_closed(close, x.now());
+    });
 }
 
 /// Reports how a connection ended: closed (`how`); or, for a 0-RTT connection whose handshake
@@ -482,7 +520,9 @@ enum Fail {
 }
 
 /// One DoQ query on its own stream; reports its fate. A query the connection's end left
-/// unanswered goes to the lane's next connection ([`stream::unanswered`]).
+/// unanswered goes to the lane's next connection ([`stream::unanswered`]). `on`: it is
+/// outstanding on the connection until the task ends.
+#[allow(clippy::too_many_arguments)]
 async fn query<X: Exchange>(
     x: Rc<X>,
     lane: Rc<Lane>,
@@ -491,6 +531,7 @@ async fn query<X: Exchange>(
     t: Token,
     framed: Bytes,
     limit: Duration,
+    mut on: stream::OnConn,
 ) {
     let once = |framed: Bytes| {
         let (x, conn) = (&x, &conn);
@@ -525,7 +566,10 @@ async fn query<X: Exchange>(
     let now = rx.arrival(&*x);
     match r {
         Ok(Ok(data)) => match unframe(&data) {
-            Some(m) => x.response(t, m, now),
+            Some(m) => {
+                on.answered();
+                x.response(t, m, now)
+            }
             None => x.failed(t, ErrorKind::Malformed, now),
         },
         Ok(Err(Fail::Kind(k))) => stream::unanswered(&lane, &*x, &[t], k),

@@ -12,7 +12,7 @@ use volley_metrics::{ErrorKind, Handshake};
 
 use crate::meter::TcpMeter;
 use crate::stamp::StampedTcp;
-use crate::stream::{self, Buffers, Served};
+use crate::stream::{self, Buffers, Framing, Served};
 use crate::{error_kind, Exchange, IdTable, Lane, LaneOptions};
 
 /// Connects from `local` (any address when `None`) with TCP_NODELAY set (replies would
@@ -97,25 +97,35 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
         }
         let h = Handshake { tcp_ns: Some(x.now() - began), rtt_ns: rtt_ns(&s), ..Handshake::default() };
         x.conn_opened(&h, x.now());
-        let mut s = StampedTcp::new(s);
+        let s = StampedTcp::new(s);
         let served = stream::serve(&s, &s, &lane, &*x, &mut ids, &mut bufs, error_kind, &s.stamp()).await;
-        bufs.clear();
         match served {
-            Served::Turn(how) => {
-                // FIN (the meter sends it, or the stream when there is none); the connection
-                // has nothing outstanding.
-                x.conn_closed(how, x.now());
-                match meter {
-                    Some(m) => m.finish_with(s.into_inner(), &lane, &x),
-                    None => {
-                        let _ = s.shutdown().await;
-                    }
+            Served::Turn(how) if ids.any_live(&*x) => {
+                // Queries are still outstanding: the connection drains them in the background
+                // while the lane goes on on a new one.
+                let (mut ids, rbuf) = (std::mem::take(&mut ids), bufs.take_read());
+                let (l, x2, timeout) = (lane.clone(), x.clone(), opts.query_timeout);
+                tokio::task::spawn_local(async move {
+                    let (lane, x) = (l, x2);
+                    let rx = s.stamp();
+                    stream::drain(&s, &lane, &*x, &mut ids, rbuf, error_kind, &rx, timeout).await;
+                    close(s, meter, &lane, &x).await;
+                });
+                if stream::after_turn(&lane, how).await {
+                    return;
                 }
+            }
+            Served::Turn(how) => {
+                // Nothing outstanding.
+                bufs.clear();
+                x.conn_closed(how, x.now());
+                close(s, meter, &lane, &x).await;
                 if stream::after_turn(&lane, how).await {
                     return;
                 }
             }
             Served::Failed(kind) => {
+                bufs.clear();
                 let closing = stream::end_connection(&lane, &*x, &mut ids, kind);
                 // FIN (graceful at the end of a run: after the last query's fate).
                 if let Some(m) = meter {
@@ -125,6 +135,17 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
                     return;
                 }
             }
+        }
+    }
+}
+
+/// Ends a connection the client is done with: FIN (the meter sends it and reads the wire
+/// counts, or the stream when there is none).
+async fn close<X: Exchange + 'static>(mut s: StampedTcp, meter: Option<TcpMeter>, lane: &Rc<Lane>, x: &Rc<X>) {
+    match meter {
+        Some(m) => m.finish_with(s.into_inner(), lane, x),
+        None => {
+            let _ = s.shutdown().await;
         }
     }
 }
