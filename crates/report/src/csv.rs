@@ -63,6 +63,7 @@ pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
         header.extend(
             [
                 "conns_active",
+                "conns_draining",
                 "conns_opened",
                 "conns_closed",
                 "conns_failed",
@@ -91,9 +92,18 @@ pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
         if conns {
             let c = s.connections.clone().unwrap_or_default();
             cells.extend(
-                [c.active, c.opened, c.closed, c.failed, c.resumed, c.early_data_offered, c.early_data_accepted]
-                    .iter()
-                    .map(u64::to_string),
+                [
+                    c.active,
+                    c.draining,
+                    c.opened,
+                    c.closed,
+                    c.failed,
+                    c.resumed,
+                    c.early_data_offered,
+                    c.early_data_accepted,
+                ]
+                .iter()
+                .map(u64::to_string),
             );
             let p50 = |h: &Option<volley_metrics::SecondLatency>| h.as_ref().map(|h| h.p50_ns);
             cells.extend(

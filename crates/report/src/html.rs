@@ -354,7 +354,12 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
         .into_iter()
         .chain(c.closed.iter().map(|(k, v)| (format!("closed: {k}"), *v)))
         .chain(c.errors.iter().map(|(k, v)| (format!("failed: {k}"), *v)))
-        {
+        .chain(c.draining.iter().flat_map(|d| {
+            let peak = d.peak.map(|p| ("draining at most, at a second's end".to_string(), p));
+            std::iter::once(("drained (took no more queries, ended outstanding ones)".to_string(), d.started))
+                .chain(peak)
+                .chain(d.ended.iter().map(|(k, v)| (format!("drain ended: {k}"), *v)))
+        })) {
             table_row(out, &[k, v.to_string()]);
         }
         for (what, values) in &c.negotiated {

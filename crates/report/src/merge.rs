@@ -242,7 +242,7 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     }
 
     warnings.extend(not_simultaneous(runs, duration_s));
-    let series = rows.into_iter().enumerate().map(|(k, acc)| acc.row(k as u32)).collect();
+    let series: Vec<SecondRow> = rows.into_iter().enumerate().map(|(k, acc)| acc.row(k as u32)).collect();
     let latency = latency.summary().unwrap_or_default();
     let qps = if duration_s > 0.0 {
         Qps { sent: totals.sent as f64 / duration_s, answered: totals.answered as f64 / duration_s }
@@ -298,12 +298,21 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
         TargetCpu::new(pids, cpu_s, totals.answered)
     });
     result.connections = conns.map(ConnAcc::summary);
+    if let Some(d) = result.connections.as_mut().and_then(|c| c.draining.as_mut()) {
+        // The merged series adds the parts' draining connections second by second.
+        d.peak = series_peak(&series, |c| c.draining);
+    }
     result.groups = groups.into_iter().map(GroupSum::summary).collect();
     result.totals = totals;
     result.series = series;
     result.events = events;
     result.warnings = warnings;
     Ok(Merged { result, parts })
+}
+
+/// The largest value `f` takes over the connection rows of `series` (None without any).
+fn series_peak(series: &[SecondRow], f: impl Fn(&volley_metrics::SecondConnections) -> u64) -> Option<u64> {
+    series.iter().filter_map(|r| r.connections.as_ref()).map(f).max()
 }
 
 /// A warning for each part that started after every part that started before it had finished
@@ -479,6 +488,11 @@ impl ConnAcc {
         s.early_data_accepted += c.early_data_accepted;
         add_map(&mut s.errors, &c.errors);
         add_map(&mut s.closed, &c.closed);
+        if let Some(d) = &c.draining {
+            let sd = s.draining.get_or_insert_with(Default::default);
+            sd.started += d.started;
+            add_map(&mut sd.ended, &d.ended);
+        }
         for (k, m) in &c.negotiated {
             add_map(s.negotiated.entry(k.clone()).or_default(), m);
         }

@@ -176,6 +176,14 @@ pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
         }
         om.family("volley_connections_in_progress", "gauge", None, "Connection attempts without a fate yet.")?;
         om.sample("volley_connections_in_progress", &[], c.in_progress)?;
+        if let Some(d) = &c.draining {
+            om.counter_map(
+                "volley_connections_drained",
+                "how",
+                "Connections that drained their outstanding queries after taking no more, by how the drain ended.",
+                &d.ended,
+            )?;
+        }
         om.counter_map(
             "volley_connections_closed",
             "how",

@@ -37,7 +37,8 @@ pub fn progress_line(p: &Progress, elapsed_s: f64, total_s: Option<f64>) -> Stri
     // and failed attempts when there were any.
     let conns = row.connections.as_ref().map_or(String::new(), |c| {
         let failed = if c.failed > 0 { format!(" {} failed", c.failed) } else { String::new() };
-        format!("  conns {} (+{} -{}{failed})", c.active, c.opened, c.closed)
+        let draining = if c.draining > 0 { format!(" {} draining", c.draining) } else { String::new() };
+        format!("  conns {} (+{} -{}{failed}{draining})", c.active, c.opened, c.closed)
     });
     // With --target-pid: the target's CPU in that second, as a share of one core.
     let target = row.target_cpu_s.map_or(String::new(), |c| format!("  target cpu {:.0}%", c * 100.0));

@@ -137,6 +137,11 @@ fn text_lines(r: &RunResult) -> Vec<String> {
             let how: Vec<String> = c.closed.iter().map(|(k, v)| format!("{k} {v}")).collect();
             parts.push(format!("{closed} closed ({})", how.join(", ")));
         }
+        if let Some(d) = &c.draining {
+            let how: Vec<String> = d.ended.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let peak = d.peak.map_or(String::new(), |p| format!("; at most {p} at a second's end"));
+            parts.push(format!("{} drained ({}{peak})", d.started, how.join(", ")));
+        }
         if c.resumed > 0 || c.early_data_offered > 0 {
             parts.push(format!(
                 "{} resumed, 0-RTT {} offered / {} accepted",

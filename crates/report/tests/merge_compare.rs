@@ -342,6 +342,44 @@ fn compare_packets_with_repeated_runs() {
 }
 
 #[test]
+fn draining_connections_merge() {
+    let mut a = wire_run("a", 101_000, 90_000, 1010, 1000);
+    let mut b = wire_run("b", 151_500, 120_000, 2525, 1500);
+    // a drained 5 connections (2 draining at the end of its seconds), b 3 (1 at a time).
+    for (run, started, draining, ended) in
+        [(&mut a, 5, 2, [("answered", 4), ("timed_out", 1)]), (&mut b, 3, 1, [("answered", 2), ("run_end", 1)])]
+    {
+        let c = run.result.connections.get_or_insert_with(Default::default);
+        c.draining = Some(volley_metrics::DrainSummary {
+            started,
+            peak: Some(draining),
+            ended: ended.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        });
+        for row in run.result.series.iter_mut() {
+            row.connections = Some(volley_metrics::SecondConnections { active: 4, draining, ..Default::default() });
+        }
+    }
+    let m = merge_runs(&[a, b], vec![]).unwrap();
+    let d = m.result.connections.as_ref().unwrap().draining.as_ref().unwrap();
+    assert_eq!(d.started, 8);
+    assert_eq!(d.ended.get("answered"), Some(&6));
+    assert_eq!((d.ended.get("timed_out"), d.ended.get("run_end")), (Some(&1), Some(&1)));
+    // Runs made at the same time: their draining connections add up second by second.
+    assert_eq!(d.peak, Some(3));
+    let mut text = Vec::new();
+    write_text(&m.result, &mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(text.contains("8 drained (answered 6, run_end 1, timed_out 1; at most 3 at a second's end)"), "{text}");
+    let mut csv = Vec::new();
+    write_csv_series(&m.result, &mut csv).unwrap();
+    let csv = String::from_utf8(csv).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = header.iter().position(|h| *h == "conns_draining").expect("conns_draining column");
+    let second: Vec<&str> = csv.lines().nth(2).unwrap().split(',').collect();
+    assert_eq!(second[col], "3", "{csv}");
+}
+
+#[test]
 fn merge_adds_wire_counts_and_open_connections() {
     let mut a = wire_run("a", 101_000, 90_000, 1010, 1000);
     let mut b = wire_run("b", 151_500, 120_000, 2525, 1500);
