@@ -16,8 +16,8 @@ pub struct Entry {
     pub scheduled: u64,
     /// Question key to match the response against (0 until written, for random labels).
     pub key: u64,
-    /// Sent again after a connection ended without its answer (at most once).
-    pub resent: bool,
+    /// Times sent again after a connection ended without its answer.
+    pub resent: u16,
 }
 
 #[derive(Debug, Default)]

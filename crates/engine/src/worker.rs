@@ -315,7 +315,7 @@ impl Worker {
     fn sent(&self, token: Token, bytes: usize, now: u64, g: u16) {
         let mut inn = self.inner.borrow_mut();
         // A resent query's lateness was counted when it first left.
-        let scheduled = inn.slab.get_mut(token).filter(|e| !e.resent).map(|e| (e.scheduled, e.lane));
+        let scheduled = inn.slab.get_mut(token).filter(|e| e.resent == 0).map(|e| (e.scheduled, e.lane));
         let closed = self.closed_loop;
         let rec = inn.rec();
         rec.wrote(bytes, g);
@@ -329,6 +329,11 @@ impl Worker {
         }
     }
 
+    /// How many times a query of `lane` may be sent again (`--resend`).
+    fn resend_cap(&self, lane: u32) -> u32 {
+        self.lanes.get(lane as usize).and_then(|s| self.specs.get(s.spec as usize)).map_or(0, |s| s.lane.resend)
+    }
+
     /// Whether a query due at `scheduled` and sent at `now` on `lane` waited for the
     /// `--conn-rate` cap: its connection got its slot only after the query was due.
     fn behind_cap(&self, lane: usize, scheduled: u64, now: u64) -> bool {
@@ -336,22 +341,29 @@ impl Worker {
         slot.is_some_and(|t| now.saturating_sub(t.elapsed().as_nanos() as u64) > scheduled)
     }
 
-    /// A connection ended without `token`'s answer: the query goes out again once (its
-    /// latency still counts from its first schedule), then fails like any other.
+    /// A connection ended without `token`'s answer, which the server provably did not
+    /// process: the query goes out again, as often as its own deadline allows (it is still
+    /// live) and `--resend` permits (its latency still counts from its first schedule); past
+    /// the cap it fails like any other.
     fn resend(&self, token: Token, kind: ErrorKind, now: u64) -> bool {
         {
             let mut inn = self.inner.borrow_mut();
             if inn.finished {
                 return false;
             }
-            match inn.slab.get_mut(token) {
+            let (n, lane) = match inn.slab.get_mut(token) {
                 None => return false,
-                Some(e) if !e.resent => {
-                    e.resent = true;
-                    count_event(&mut inn.events, &format!("{RESENT_EVENT}{kind}"));
-                    return true;
+                Some(e) if u32::from(e.resent) < self.resend_cap(e.lane) => {
+                    e.resent = e.resent.saturating_add(1);
+                    (e.resent, e.lane)
                 }
-                Some(_) => {}
+                Some(_) => (0, 0),
+            };
+            if n > 0 {
+                count_event(&mut inn.events, &format!("{RESENT_EVENT}{kind}"));
+                let g = self.lanes[lane as usize].group;
+                inn.rec().resent(now, u32::from(n), g);
+                return true;
             }
         }
         self.failed(token, kind, now);

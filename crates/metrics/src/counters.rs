@@ -119,7 +119,13 @@ pub struct Counters {
     pub wire: WireStats,
     /// Connection events (connection-based transports).
     pub conns: crate::ConnCounters,
+    /// Queries sent again after a connection's end left them unanswered: `again[k]` counts
+    /// those sent again at least k + 1 times (the last place: that many or more).
+    pub again: [u64; AGAIN_MAX],
 }
+
+/// How many resends of one query [`Counters::again`] tells apart (more are counted with the last).
+pub const AGAIN_MAX: usize = 16;
 
 impl Counters {
     pub fn merge(&mut self, o: &Counters) {
@@ -135,6 +141,20 @@ impl Counters {
         self.bytes_in += o.bytes_in;
         self.wire.add(&o.wire);
         self.conns.merge(&o.conns);
+        add(&mut self.again, &o.again);
+    }
+
+    /// Queries by how many times they went out in all, for those sent more than once:
+    /// `"2"` (sent again once), `"3"`, ... and the last `"17+"`; empty when none was.
+    pub fn tries_map(&self) -> std::collections::BTreeMap<String, u64> {
+        (0..AGAIN_MAX)
+            .map(|k| {
+                let exactly = self.again[k].saturating_sub(self.again.get(k + 1).copied().unwrap_or(0));
+                let name = if k + 1 == AGAIN_MAX { format!("{}+", k + 2) } else { (k + 2).to_string() };
+                (name, if k + 1 == AGAIN_MAX { self.again[k] } else { exactly })
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
     }
 
     /// Fates so far; with `in_flight` it equals `sent` at the end of a run.

@@ -246,6 +246,17 @@ impl Recorder {
         self.count(g, |c| c.conns.in_progress += n);
     }
 
+    /// A query goes out again: the `n`th time it is sent again (1 for its first resend).
+    pub fn resent(&mut self, now_ns: u64, n: u32, g: u16) {
+        self.tick(now_ns);
+        // `again[k]` counts the queries sent again at least k + 1 times: each query once per
+        // place, the last place included (its further resends are not counted again).
+        let k = n.max(1) as usize - 1;
+        if k < crate::counters::AGAIN_MAX {
+            self.count(g, |c| c.again[k] += 1);
+        }
+    }
+
     /// A connection stopped taking queries with some still outstanding, and drains them.
     pub fn conn_draining(&mut self, now_ns: u64, g: u16) {
         self.tick(now_ns);

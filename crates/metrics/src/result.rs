@@ -108,6 +108,10 @@ pub struct Totals {
     /// On the wire, headers included (absent when the transport could not tell).
     #[serde(skip_serializing_if = "WireStats::is_empty", default)]
     pub wire: WireStats,
+    /// Queries sent more than once (a connection's end left them unanswered), by how many
+    /// times they went out in all: `{"2": n, "3": m, ...}`; absent when none was.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub tries: BTreeMap<String, u64>,
 }
 
 impl Totals {
@@ -125,6 +129,7 @@ impl Totals {
             bytes_out: c.bytes_out,
             bytes_in: c.bytes_in,
             wire: c.wire,
+            tries: c.tries_map(),
         }
     }
 

@@ -352,6 +352,7 @@ fn add_totals(into: &mut Totals, t: &Totals) {
     add_map(&mut into.rcodes, &t.rcodes);
     add_map(&mut into.errors, &t.errors);
     add_map(&mut into.unexpected, &t.unexpected);
+    add_map(&mut into.tries, &t.tries);
 }
 
 /// One group of clients (a profile on a transport) added up across parts, by name.

@@ -154,6 +154,15 @@ fn text_lines(r: &RunResult) -> Vec<String> {
             push_labeled(&mut out, "", &format!("{what}: {}", v.join(", ")));
         }
     }
+    if !t.tries.is_empty() {
+        let n: u64 = t.tries.values().sum();
+        let by: Vec<String> = t.tries.iter().map(|(k, v)| format!("{k} sends {v}")).collect();
+        push_labeled(
+            &mut out,
+            "resent",
+            &format!("{n} queries sent again after a connection ended without their answer ({})", by.join(", ")),
+        );
+    }
     if t.bytes_out > 0 || t.bytes_in > 0 {
         let per = |b: u64, n: u64| if n == 0 { "-".to_string() } else { fmt_bytes(b as f64 / n as f64) };
         push_labeled(

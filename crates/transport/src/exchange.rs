@@ -21,8 +21,9 @@ pub trait Exchange {
     /// it) before its answer came. True: send it again on the lane's next connection (the
     /// caller puts it back with [`crate::Lane::requeue`]), as RFC 7766 asks of clients
     /// ("SHOULD retry unanswered queries if the connection closes before receiving all
-    /// outstanding responses"). False: it has failed with `kind` (it was resent once already,
-    /// or it has ended). By default it fails.
+    /// outstanding responses"; it sets no count: the query's own deadline bounds it, and
+    /// `--resend` may). False: it has failed with `kind` (it was resent as often as allowed),
+    /// or it has ended. By default it fails.
     fn resend(&self, token: Token, kind: ErrorKind, now: u64) -> bool {
         self.failed(token, kind, now);
         false

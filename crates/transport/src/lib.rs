@@ -93,6 +93,10 @@ pub struct LaneOptions {
     /// TLS: each lane keeps its own session store (simulated clients, each resuming only its
     /// own sessions) instead of the thread's shared one.
     pub own_sessions: bool,
+    /// How many times a query that a connection's end left unprocessed is sent again
+    /// (`--resend`; the engine decides, in [`Exchange::resend`]): its own timeout bounds it
+    /// anyway. `u32::MAX`: no other bound.
+    pub resend: u32,
 }
 
 impl Default for LaneOptions {
@@ -113,6 +117,7 @@ impl Default for LaneOptions {
             conn_gate: None,
             udp_gso: true,
             own_sessions: false,
+            resend: u32::MAX,
         }
     }
 }

@@ -498,8 +498,9 @@ pub(crate) fn resendable(kind: ErrorKind) -> bool {
 }
 
 /// The queries a connection left unanswered when it ended with `kind`: those still live are
-/// sent again on the lane's next connection, once each ([`Exchange::resend`]), when `kind` is
-/// [`resendable`] and the lane is not closing; the others fail with `kind`.
+/// sent again on the lane's next connection when `kind` is [`resendable`], the lane is not
+/// closing and the engine agrees ([`Exchange::resend`]: as often as the query's own deadline
+/// and `--resend` allow); the others fail with `kind`.
 pub(crate) fn unanswered<X: Exchange + ?Sized>(lane: &Lane, x: &X, tokens: &[Token], kind: ErrorKind) {
     let now = x.now();
     let again = resendable(kind) && !lane.closing();

@@ -125,6 +125,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", value_parser = parse_conn_rate, help_heading = "Connections")]
     pub conn_rate: Option<ConnGate>,
 
+    /// How many times a query is sent again when a connection ends before its answer and the
+    /// server provably did not process it (closed or reset with no answer owed, GOAWAY,
+    /// REFUSED_STREAM, H3_REQUEST_REJECTED, a QUIC stateless reset): "any" (as often as the
+    /// query's own timeout allows; RFC 7766 6.2.1 sets no count) or N (0: never, as dnsperf).
+    #[arg(long, value_name = "any|N", default_value = "any", value_parser = parse_resend, help_heading = "Connections")]
+    pub resend: u32,
+
     /// QUIC (DoQ, DoH/3): send packets in segmentation-offload trains (UDP_SEGMENT) [on], or
     /// one by one [off]. A packet capture on this host sees a train as one large packet (as
     /// with offloads on a real interface); use off when a capture must show each packet.
@@ -430,6 +437,7 @@ fn lane_options_with(a: &RunArgs, target: &Target, policy: ConnPolicy) -> CliRes
         sources: a.bind.clone(),
         conn_gate: a.conn_rate.clone(),
         udp_gso: a.udp_gso,
+        resend: a.resend,
         ..LaneOptions::default()
     };
     let opts = a.tls.apply(base, target)?;
@@ -669,6 +677,14 @@ pub(crate) fn target_pids(pids: &[u32]) -> CliResult<Vec<u32>> {
 }
 
 /// `--conn-rate N`: a positive number of connections per second.
+/// `--resend`: `any` (bounded only by each query's timeout) or a count.
+fn parse_resend(s: &str) -> Result<u32, String> {
+    match s {
+        "any" => Ok(u32::MAX),
+        n => n.parse::<u32>().map_err(|_| format!("'{s}' is not a count of resends: any, or N (0: never)")),
+    }
+}
+
 fn parse_conn_rate(s: &str) -> Result<ConnGate, String> {
     match s.parse::<f64>() {
         Ok(r) if r > 0.0 && r.is_finite() => Ok(ConnGate::new(r)),

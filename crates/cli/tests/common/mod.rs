@@ -1147,13 +1147,18 @@ pub fn named() -> Peer {
 /// that came over DoT and DoH over TCP: the backend must serve UDP and TCP on one port, as
 /// [`Unbound`] does).
 pub fn dnsdist(backend: SocketAddr) -> Peer {
+    dnsdist_with(backend, "")
+}
+
+/// [`dnsdist`] with more configuration lines (`extra`, Lua, e.g. `setMaxTCPQueriesPerConnection(20)`).
+pub fn dnsdist_with(backend: SocketAddr, extra: &str) -> Peer {
     let p = Peer::start(
         "dnsdist",
         "dnsdist",
         &["udp", "dot", "doh"],
         &|dir, cert, port| {
             let conf = format!(
-                "setSecurityPollSuffix('')\nsetACL({{'127.0.0.0/8'}})\nsetLocal('127.0.0.1:{udp}')\naddTLSLocal('127.0.0.1:{dot}', '{cert}', '{key}', {{provider='openssl'}})\naddDOHLocal('127.0.0.1:{doh}', '{cert}', '{key}', '/dns-query')\naddAction(QNameRule('spoof.test.'), SpoofAction('192.0.2.5'))\nnewServer({{address='{backend}', checkName='www.example.test.'}})\n",
+                "setSecurityPollSuffix('')\nsetACL({{'127.0.0.0/8'}})\nsetLocal('127.0.0.1:{udp}')\naddTLSLocal('127.0.0.1:{dot}', '{cert}', '{key}', {{provider='openssl'}})\naddDOHLocal('127.0.0.1:{doh}', '{cert}', '{key}', '/dns-query')\naddAction(QNameRule('spoof.test.'), SpoofAction('192.0.2.5'))\nnewServer({{address='{backend}', checkName='www.example.test.'}})\n{extra}\n",
                 udp = port("udp"),
                 dot = port("dot"),
                 doh = port("doh"),
