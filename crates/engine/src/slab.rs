@@ -18,6 +18,9 @@ pub struct Entry {
     pub key: u64,
     /// Times sent again after a connection ended without its answer.
     pub resent: u16,
+    /// Waiting to be sent again after a connection ended without its answer with this error
+    /// kind (None once it has left again): if its deadline comes first, it fails with it.
+    pub again: Option<volley_metrics::ErrorKind>,
 }
 
 #[derive(Debug, Default)]

@@ -296,7 +296,12 @@ impl Worker {
             if let Some(e) = inn.slab.remove(t) {
                 let slot = &self.lanes[e.lane as usize];
                 slot.lane.release();
-                inn.rec().timed_out(now, slot.group);
+                match e.again {
+                    // Its last connection ended without its answer, and it had not left again:
+                    // the server's close is its fate, not a silence.
+                    Some(kind) => inn.rec().failed(now, kind, slot.group),
+                    None => inn.rec().timed_out(now, slot.group),
+                }
                 self.refill(&mut inn, now);
             }
         }
@@ -315,7 +320,11 @@ impl Worker {
     fn sent(&self, token: Token, bytes: usize, now: u64, g: u16) {
         let mut inn = self.inner.borrow_mut();
         // A resent query's lateness was counted when it first left.
-        let scheduled = inn.slab.get_mut(token).filter(|e| e.resent == 0).map(|e| (e.scheduled, e.lane));
+        let entry = inn.slab.get_mut(token);
+        let scheduled = entry.and_then(|e| {
+            e.again = None;
+            (e.resent == 0).then_some((e.scheduled, e.lane))
+        });
         let closed = self.closed_loop;
         let rec = inn.rec();
         rec.wrote(bytes, g);
@@ -355,6 +364,7 @@ impl Worker {
                 None => return false,
                 Some(e) if u32::from(e.resent) < self.resend_cap(e.lane) => {
                     e.resent = e.resent.saturating_add(1);
+                    e.again = Some(kind);
                     (e.resent, e.lane)
                 }
                 Some(_) => (0, 0),

@@ -1468,3 +1468,60 @@ impl Drop for BackgroundRun {
         let _ = self.child.wait();
     }
 }
+
+/// One TCP packet of a capture, as tshark reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpPacket {
+    /// Seconds from the capture's start.
+    pub t: f64,
+    /// tshark's number of its TCP connection.
+    pub stream: u64,
+    pub src_port: u16,
+    pub syn: bool,
+    pub fin: bool,
+    /// Payload bytes.
+    pub len: u64,
+}
+
+/// The TCP packets of capture `file`, in order.
+pub fn tcp_packets(file: &Path) -> Vec<TcpPacket> {
+    let out = run_cmd(
+        Command::new(require("tshark")).arg("-r").arg(file).args([
+            "-T",
+            "fields",
+            "-E",
+            "separator=/t",
+            "-e",
+            "frame.time_relative",
+            "-e",
+            "tcp.stream",
+            "-e",
+            "tcp.srcport",
+            "-e",
+            "tcp.flags.syn",
+            "-e",
+            "tcp.flags.fin",
+            "-e",
+            "tcp.len",
+        ]),
+        CAPTURE_WAIT,
+    );
+    assert!(out.status.success(), "tshark: {}", out.stderr);
+    let flag = |s: &str| s == "1" || s == "True";
+    out.stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            assert_eq!(f.len(), 6, "tshark line {line:?}");
+            TcpPacket {
+                t: f[0].parse().unwrap_or_else(|_| panic!("time in {line:?}")),
+                stream: f[1].parse().unwrap_or_else(|_| panic!("stream in {line:?}")),
+                src_port: f[2].parse().unwrap_or_else(|_| panic!("port in {line:?}")),
+                syn: flag(f[3]),
+                fin: flag(f[4]),
+                len: f[5].parse().unwrap_or(0),
+            }
+        })
+        .collect()
+}
