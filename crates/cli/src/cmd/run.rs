@@ -367,11 +367,11 @@ pub fn udp_sharing(plan: &Plan, asked: Option<usize>) -> Option<String> {
             open_files_limit()
         )
     };
+    let (fewest, most) = (clients / sockets, clients.div_ceil(sockets));
+    let per = if fewest == most { format!("{most}") } else { format!("{fewest} to {most}") };
     Some(format!(
-        "{clients} simulated UDP clients share {sockets} UDP sockets, {} to {} clients per socket ({why}): \
-         the clients of one socket send from one address and port, as one client to the server",
-        clients / sockets,
-        clients.div_ceil(sockets)
+        "{clients} simulated UDP clients share {sockets} UDP sockets, {per} clients per socket ({why}): \
+         the clients of one socket send from one address and port, as one client to the server"
     ))
 }
 
