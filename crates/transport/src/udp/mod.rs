@@ -180,8 +180,25 @@ fn receive_into<X: Exchange>(
     header: u64,
     stamped: bool,
 ) {
+    let registered = matches!(sock, Sock::Tokio(_));
     loop {
-        match sock.try_io(Interest::READABLE, || inb.recv(fd)) {
+        // A short batch most likely emptied the socket: the closure then says WouldBlock, so
+        // that the runtime clears the socket's readiness now (unless a datagram came since it
+        // was seen) rather than after one more system call that would find nothing.
+        let mut short = None;
+        let got = sock.try_io(Interest::READABLE, || {
+            let n = inb.recv(fd)?;
+            if registered && n < inb.capacity() {
+                short = Some(n);
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        });
+        let got = match (got, short) {
+            (Err(e), Some(n)) if e.kind() == io::ErrorKind::WouldBlock => Ok(n),
+            (got, _) => got,
+        };
+        match got {
             Ok(n) => {
                 let now = x.now();
                 // Kernel stamps are CLOCK_REALTIME; the run's clock is CLOCK_MONOTONIC.
@@ -200,7 +217,6 @@ fn receive_into<X: Exchange>(
                     x.wire(&WireStats { bytes_in: bytes + n * header, packets_in: n, ..WireStats::default() });
                 }
                 if n < inb.capacity() {
-                    // Probably empty now; tokio clears readiness on the next WouldBlock.
                     return;
                 }
             }
