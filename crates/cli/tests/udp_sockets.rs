@@ -159,6 +159,15 @@ fn simulated_udp_clients_send_from_their_own_sockets_and_addresses() {
     assert_eq!(seen.len(), 10, "{seen:?}");
     let (lo, hi) = (seen.values().min().unwrap(), seen.values().max().unwrap());
     assert!(hi - lo <= hi / 2 + 2, "the sockets carry even shares: {seen:?}");
+
+    // More sockets asked for than clients: one each, said rather than done silently.
+    let echo = Echo::start();
+    let r = run_volley(&[&echo.url(), "--clients", "5", "--connections", "20", "-l", "1s", "-T", "1"]);
+    r.ok();
+    assert!(r.stderr.contains("--connections 20: the 5 simulated UDP clients have one socket each"), "{}", r.stderr);
+    // Five client sockets and the probe's (whose port a client's may take after it closed).
+    let n = echo.seen.lock().unwrap().len();
+    assert!((5..=6).contains(&n), "{n} sources");
 }
 
 /// Fewer descriptors than clients: the clients share what the open-files limit allows, evenly,

@@ -356,6 +356,9 @@ pub fn udp_sharing(plan: &Plan, asked: Option<usize>) -> Option<String> {
     let Load::Clients(c) = &plan.load else { return None };
     let clients = udp_clients(c);
     let sockets = plan.connections;
+    if let Some(n) = asked.filter(|&n| clients > 0 && n > clients) {
+        return Some(format!("--connections {n}: the {clients} simulated UDP clients have one socket each"));
+    }
     if clients == 0 || sockets >= clients {
         return None;
     }
