@@ -1207,6 +1207,83 @@ mod tests {
         }
     }
 
+    /// The lanes of a worker with `clients` (their groups: 0 and 1 UDP, the second with a TCP
+    /// fallback, 2 over TCP with two connections each) and `sockets` UDP sockets for them.
+    fn laid_out(clients: Vec<u16>, sockets: usize) -> (Vec<LaneSlot>, Vec<ClientRt>) {
+        let tcp: Target = "tcp://127.0.0.1:53".parse().unwrap();
+        let mut stub = plain_group();
+        stub.fallback = Some(LaneSpec { target: tcp.clone(), lane: LaneOptions::default() });
+        let forwarder =
+            GroupRt { spec: LaneSpec { target: tcp, lane: LaneOptions::default() }, connections: 2, ..plain_group() };
+        let (tx, _rx) = std::sync::mpsc::channel();
+        let common = Common {
+            groups: vec![plain_group(), stub, forwarder],
+            queries: QuerySet::single("example.test", QType::A, QueryOptions::default()).unwrap(),
+            timeout: Duration::from_secs(1),
+            gate: Arc::default(),
+            duration_ns: None,
+            interrupt: Arc::default(),
+            out: tx,
+            workers: 1,
+        };
+        let share = Share {
+            index: 0,
+            concurrency: None,
+            schedule: None,
+            batch_window_ns: 0,
+            quota: 0,
+            lanes: sockets,
+            clients,
+            arrivals: Arrivals::Constant,
+            replay: None,
+        };
+        let (lanes, _, clients) = layout(&share, &common);
+        (lanes, clients)
+    }
+
+    /// Each simulated UDP client has a socket of its own; with fewer sockets, the clients of
+    /// each UDP group share their group's part evenly; a stub's socket has a TCP lane of its
+    /// own for retries, from the socket's address; TCP clients keep their own connections.
+    #[test]
+    fn udp_clients_get_a_socket_each_or_an_even_share() {
+        // Groups 0, 1, 2 interleaved: 4 clients of each.
+        let dealt: Vec<u16> = (0..12).map(|i| (i % 3) as u16).collect();
+        let (lanes, clients) = laid_out(dealt.clone(), 8);
+        let lane_of = |c: usize| clients[c].lanes.clone();
+        let udp: Vec<usize> = (0..12).filter(|&c| dealt[c] < 2).collect();
+        let mut own: Vec<u32> = udp.iter().map(|&c| lane_of(c).start).collect();
+        assert!(udp.iter().all(|&c| lane_of(c).len() == 1));
+        own.sort_unstable();
+        own.dedup();
+        assert_eq!(own.len(), 8, "8 UDP clients, 8 sockets of their own");
+        for &c in &udp {
+            let slot = &lanes[lane_of(c).start as usize];
+            assert_eq!(slot.group, dealt[c]);
+            match dealt[c] {
+                0 => assert!(slot.fallback.is_none()),
+                _ => {
+                    let (lo, hi) = slot.fallback.expect("a stub's TCP lane");
+                    assert_eq!(hi - lo, 1);
+                    assert_eq!(lanes[lo as usize].source_of, Some(lane_of(c).start), "its retries from its address");
+                }
+            }
+        }
+        for c in (0..12).filter(|&c| dealt[c] == 2) {
+            assert_eq!(lane_of(c).len(), 2, "a forwarder's own two connections");
+        }
+        // 3 sockets for 8 UDP clients of two groups: 2 and 1 (one at least each), each group's
+        // clients spread over its own.
+        let (lanes, clients) = laid_out(dealt.clone(), 3);
+        let mut per_socket: BTreeMap<u32, Vec<u16>> = BTreeMap::new();
+        for &c in &udp {
+            per_socket.entry(clients[c].lanes.start).or_default().push(dealt[c]);
+        }
+        assert_eq!(per_socket.len(), 3, "{per_socket:?}");
+        let sizes: Vec<usize> = per_socket.values().map(Vec::len).collect();
+        assert_eq!(sizes, [2, 2, 4], "group 0's 4 clients on 2 sockets, group 1's on 1: {per_socket:?}");
+        assert!(per_socket.iter().all(|(&l, gs)| gs.iter().all(|&g| g == lanes[l as usize].group)));
+    }
+
     /// A worker whose lanes are in the groups `groups` (two groups), its run over.
     fn worker(groups: &[u16]) -> (Rc<Worker>, std::sync::mpsc::Receiver<volley_metrics::WorkerMessage>) {
         let (tx, rx) = std::sync::mpsc::channel();
