@@ -78,6 +78,12 @@ pub enum EngineError {
     Thread(std::io::Error),
 }
 
+/// The clock starts this long after the last worker is ready (each looks every millisecond).
+const START_LEAD_NS: u64 = 5_000_000;
+
+/// Queries per second on one UDP socket from which a scheduled load reads answers lazily.
+const LAZY_RECEIVE_RATE: f64 = 1_000.0;
+
 /// The share of its threads' time (CPU over wall clock) above which a run warns that the
 /// generator may have set the pace.
 pub const GENERATOR_BUSY: f64 = 0.9;
@@ -261,17 +267,16 @@ pub fn run(
     }
 
     let (tx, rx) = mpsc::channel();
-    // Scheduled loads start a moment after the workers do, so that their first queries are
-    // not late only because threads, runtimes and sockets were still being set up.
-    // Simulated clients also need their schedules built (a heap of every client's next send).
-    let warm_up = match &plan.load {
-        Load::Closed { .. } => 0,
-        Load::Open { .. } => 30_000_000,
-        Load::Clients(c) => 30_000_000 + (c.count / threads as u64).saturating_mul(300).min(3_000_000_000),
+    // The run's clock starts once every worker has made its sockets and opened the
+    // connections the run asks for at its start (set-up, reported apart as `setup_s`), so
+    // that no query is late, and no latency longer, for volley's own preparations. Simulated
+    // clients also need their schedules built (a heap of every client's next send) by then.
+    let setup_began = clock::now_ns();
+    let lead_ns = match &plan.load {
+        Load::Clients(c) => START_LEAD_NS + (c.count / threads as u64).saturating_mul(300).min(3_000_000_000),
+        _ => START_LEAD_NS,
     };
-    let start_ns = clock::now_ns() + warm_up;
-    let started_unix_ms = clock::unix_ms();
-    let end_ns = plan.duration.map(|d| start_ns + d.as_nanos() as u64);
+    let gate = Arc::new(worker::StartGate::default());
     let groups: Vec<worker::GroupRt> = match &plan.load {
         Load::Clients(c) => c
             .groups
@@ -301,31 +306,45 @@ pub fn run(
             busy: None,
         }],
     };
-    // Scheduled loads read UDP answers when a lane wakes to send (or every millisecond) rather
-    // than waking for each; kernel receive stamps keep their latency exact. The closed loop
-    // answers each answer with its next query, so it reads them as they come.
-    let mut groups = groups;
-    if !matches!(plan.load, Load::Closed { .. }) {
-        for g in &mut groups {
-            g.spec.lane.udp_lazy_receive = Some(Duration::from_millis(1));
-        }
-    }
     // Clients are dealt to groups by weight, then to workers in turn.
     let assignment = match &plan.load {
         Load::Clients(c) => c.assignments(),
         _ => Vec::new(),
     };
+    let udp_of: Vec<bool> = groups.iter().map(|g| g.spec.target.scheme == volley_transport::Scheme::Udp).collect();
+    let udp_group = |g: u16| udp_of[g as usize];
+    let udp_clients = assignment.iter().filter(|&&g| udp_group(g)).count();
+    // Simulated UDP clients: a socket each, or, with fewer sockets than that
+    // (`plan.connections`), as evenly shared as the workers' shares allow.
+    let udp_sockets = udp_clients.min(plan.connections.max(1));
+    // Scheduled loads whose UDP sockets each carry many queries (1,000 a second or more) read
+    // answers when a lane wakes to send (or every millisecond while answers are due) rather
+    // than waking for each; kernel receive stamps keep their latency exact. Sockets with fewer
+    // queries wake for their answers (each wake-up then reads one anyway), and so does the
+    // closed loop, which answers each answer with its next query.
+    let per_socket_rate = match &plan.load {
+        Load::Closed { .. } => 0.0,
+        Load::Open { rate } => rate / connections as f64,
+        Load::Clients(c) => c.total_rate().unwrap_or(0.0) / udp_sockets.max(1) as f64,
+    };
+    let mut groups = groups;
+    if per_socket_rate >= LAZY_RECEIVE_RATE {
+        for g in &mut groups {
+            g.spec.lane.udp_lazy_receive = Some(Duration::from_millis(1));
+        }
+    }
     let common = worker::Common {
         groups: groups.clone(),
         queries: plan.queries.clone(),
         timeout: plan.timeout,
-        start_ns,
-        end_ns,
+        gate: gate.clone(),
+        duration_ns: plan.duration.map(|d| d.as_nanos() as u64),
         interrupt: interrupt.clone(),
         out: tx,
         workers: threads,
     };
     let mut handles = Vec::with_capacity(threads);
+    let mut sockets_made = 0;
     for i in 0..threads {
         let share = worker::Share {
             index: i,
@@ -336,13 +355,20 @@ pub fn run(
             schedule: match &plan.load {
                 Load::Open { rate } => {
                     let interval = 1e9 * threads as f64 / rate;
-                    Some((start_ns + (1e9 * i as f64 / rate) as u64, interval))
+                    Some(((1e9 * i as f64 / rate) as u64, interval))
                 }
                 _ => None,
             },
             batch_window_ns: plan.batch_window.as_nanos() as u64,
             quota: plan.count.map_or(u64::MAX, |n| split(n, threads, i)),
-            lanes: split(connections as u64, threads, i) as usize,
+            lanes: match &plan.load {
+                Load::Clients(_) => {
+                    // This worker's UDP clients, and its part of the sockets they share.
+                    let mine = assignment.iter().skip(i).step_by(threads).filter(|&&g| udp_group(g)).count();
+                    mine.min(split(udp_sockets as u64, threads, i) as usize).max(usize::from(mine > 0))
+                }
+                _ => split(connections as u64, threads, i) as usize,
+            },
             clients: assignment.iter().skip(i).step_by(threads).copied().collect(),
             arrivals: match &plan.load {
                 Load::Clients(c) => c.arrivals,
@@ -355,6 +381,7 @@ pub fn run(
                 _ => None,
             },
         };
+        sockets_made += share.lanes;
         let c = common.clone();
         let h = std::thread::Builder::new()
             .name(format!("volley-worker-{i}"))
@@ -363,6 +390,20 @@ pub fn run(
         handles.push(h);
     }
     drop(common);
+
+    // Set-up: wait until every worker is ready (one that ended already counts: it failed to
+    // start), then start the clock a moment later, for every worker at once.
+    loop {
+        let ended = handles.iter().filter(|h| h.is_finished()).count();
+        if gate.ready() + ended >= threads || interrupt.load(Ordering::Relaxed) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let start_ns = clock::now_ns() + lead_ns;
+    let started_unix_ms = clock::unix_ms() + lead_ns / 1_000_000;
+    gate.open(start_ns);
+    let setup_s = (start_ns - setup_began) as f64 / 1e9;
 
     let mut target = TargetClock::start(&plan.target_pids);
     let mut collector = Collector::new(threads);
@@ -419,7 +460,8 @@ pub fn run(
         let cap = groups.iter().find_map(|g| g.spec.lane.conn_gate.as_ref()).map(|g| g.per_second());
         warnings.push(lateness_warning(l.p99_ns, late, cap));
     }
-    warnings.extend(busy_warning(cpu_s, elapsed_ns as f64 / 1e9, threads));
+    // The threads' CPU clocks ran through the set-up too.
+    warnings.extend(busy_warning(cpu_s, elapsed_ns as f64 / 1e9 + setup_s, threads));
     if groups.iter().all(|g| over_tcp(&g.spec)) {
         let addresses = groups.iter().map(|g| g.spec.lane.sources.as_ref().map_or(1, |s| s.count())).min().unwrap_or(1);
         warnings.extend(time_wait_warning(&got.totals.conns, &got.series, local_ports() * addresses));
@@ -453,6 +495,7 @@ pub fn run(
         started_unix_ms,
         duration_s: sending_s,
         elapsed_s: elapsed_ns as f64 / 1e9,
+        setup_s: Some(setup_s),
         target: TargetInfo {
             url: plan.target.url.clone(),
             transport: plan.target.scheme.as_str().to_string(),
@@ -481,7 +524,8 @@ pub fn run(
             count: plan.count,
             timeout_ms: plan.timeout.as_millis() as u64,
             threads,
-            connections,
+            // Simulated clients: the UDP sockets their UDP clients have (a plain run: its lanes).
+            connections: if udp_clients > 0 { sockets_made } else { connections },
             queries: plan.queries.description.clone(),
         },
         qps: Qps { sent: totals.sent as f64 / sending_s, answered: totals.answered as f64 / sending_s },

@@ -113,6 +113,12 @@ impl Recorder {
         }
     }
 
+    /// Sets the run's start, once known: what was counted before it (set-up: connections
+    /// opened before the clock started) stays in second 0.
+    pub fn set_start(&mut self, start_ns: u64) {
+        self.start_ns = start_ns;
+    }
+
     /// Moves to the second containing `now_ns`, flushing the finished one. Call it at least
     /// once a second even when idle so that the live view and the series advance.
     #[inline]

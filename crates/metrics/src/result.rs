@@ -31,6 +31,11 @@ pub struct RunResult {
     pub duration_s: f64,
     /// Sending plus waiting for the last answers, seconds.
     pub elapsed_s: f64,
+    /// Set-up before the run's clock started (second 0 of `series`), seconds: worker threads,
+    /// sockets, and the connections the run opens at its start. Not part of `elapsed_s`;
+    /// absent in results of versions that made sockets on the clock.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub setup_s: Option<f64>,
     pub target: TargetInfo,
     pub load: LoadInfo,
     pub totals: Totals,

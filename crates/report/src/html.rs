@@ -151,7 +151,15 @@ fn params(out: &mut String, run: &NamedRun) {
         ("connections", l.connections.to_string()),
         ("queries", l.queries.clone()),
         ("started", r.started_at.clone()),
-        ("duration", format!("{:.2}s sending, {:.2}s with the wait for the last answers", r.duration_s, r.elapsed_s)),
+        (
+            "duration",
+            format!(
+                "{:.2}s sending, {:.2}s with the wait for the last answers{}",
+                r.duration_s,
+                r.elapsed_s,
+                r.setup_s.map_or(String::new(), |s| format!(" (set-up before: {s:.2}s)"))
+            ),
+        ),
         (
             "status",
             match r.status {

@@ -280,6 +280,8 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     result.started_unix_ms = earliest;
     result.duration_s = duration_s;
     result.elapsed_s = elapsed_s;
+    // Each part set itself up before its own clock: the longest set-up.
+    result.setup_s = all().filter_map(|r| r.setup_s).reduce(f64::max);
     result.target = target;
     result.load = load;
     result.qps = qps;

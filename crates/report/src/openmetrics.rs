@@ -204,6 +204,15 @@ pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
     }
     om.family("volley_elapsed_seconds", "gauge", Some("seconds"), "Time since the run started.")?;
     om.sample("volley_elapsed_seconds", &[], format_float(r.elapsed_s))?;
+    if let Some(setup) = r.setup_s {
+        om.family(
+            "volley_setup_seconds",
+            "gauge",
+            Some("seconds"),
+            "Set-up before the run's clock started: sockets, connections opened at the start.",
+        )?;
+        om.sample("volley_setup_seconds", &[], format_float(setup))?;
+    }
     writeln!(om.w, "# EOF")
 }
 

@@ -50,11 +50,11 @@ fn text_lines(r: &RunResult) -> Vec<String> {
         push_labeled(&mut out, "started", &r.started_at);
     }
     let wait = (r.elapsed_s - r.duration_s).max(0.0);
-    push_labeled(
-        &mut out,
-        "duration",
-        &format!("{:.2}s sending + {:.2}s waiting for answers = {:.2}s", r.duration_s, wait, r.elapsed_s),
-    );
+    let mut duration = format!("{:.2}s sending + {:.2}s waiting for answers = {:.2}s", r.duration_s, wait, r.elapsed_s);
+    if let Some(setup) = r.setup_s {
+        duration.push_str(&format!(" (set-up before: {setup:.2}s)"));
+    }
+    push_labeled(&mut out, "duration", &duration);
     out.push(String::new());
 
     // Fates, one aligned block, then the equation that must hold.

@@ -82,6 +82,7 @@ fn sample(plan: Plan) -> RunResult {
         started_unix_ms: 1_735_787_045_678,
         duration_s,
         elapsed_s: duration_s + 0.25,
+        setup_s: Some(0.01),
         target: TargetInfo {
             url: "udp://127.0.0.1:5353".into(),
             transport: "udp".into(),

@@ -237,7 +237,10 @@ pub enum ProgressMode {
 /// Builds a plan from the flags, or says which flag is wrong.
 pub fn plan(a: &RunArgs) -> CliResult<Plan> {
     let replayed = a.replay.as_deref().map(crate::cmd::replay::load).transpose()?;
-    let clients = clients_load(a, replayed.as_ref().map(|(r, _)| r.clone()))?;
+    let (clients, conn_sockets) = match clients_load(a, replayed.as_ref().map(|(r, _)| r.clone()))? {
+        Some((c, n)) => (Some(c), n),
+        None => (None, 0),
+    };
     let target: Target = match (&clients, &a.target) {
         (Some(c), _) => c.groups[0].target.clone(),
         (None, Some(t)) => t.parse().map_err(CliError::usage)?,
@@ -301,6 +304,7 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         None => lane_options(a, &target)?,
     };
     let connections = match (a.connections, &load) {
+        (_, Load::Clients(c)) => Some(udp_sockets(a.connections, c, threads, conn_sockets)?),
         (None, Load::Closed { concurrency }) => h1_connections(*concurrency, &lane, &target).map(|n| n.max(threads)),
         (c, _) => c,
     }
@@ -323,8 +327,73 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
     })
 }
 
-/// The simulated clients of the flags: one group (TARGET with --profile) or a --mix.
-fn clients_load(a: &RunArgs, replay: Option<Arc<volley_engine::clients::Replay>>) -> CliResult<Option<ClientsLoad>> {
+/// Simulated UDP clients of a run: how many.
+fn udp_clients(c: &ClientsLoad) -> usize {
+    c.assignments().iter().filter(|&&g| c.groups[g as usize].target.scheme == Scheme::Udp).count()
+}
+
+/// The UDP sockets the simulated UDP clients of `c` get: one each, unless `--connections`
+/// (`asked`) gives fewer, or the open-files limit of the worker threads (after the `conn`
+/// sockets of the clients of connection-based groups) or the source addresses' ports allow
+/// fewer; the clients then share them evenly (see [`udp_sharing`]). `--connections` on a run
+/// without UDP clients is an error rather than a flag that does nothing.
+fn udp_sockets(asked: Option<usize>, c: &ClientsLoad, threads: usize, conn: u64) -> CliResult<usize> {
+    let clients = udp_clients(c);
+    if clients == 0 {
+        if asked.is_some() {
+            return Err(CliError::usage(
+                "--connections with --clients is the number of UDP sockets simulated UDP clients share; \
+                 these clients each open their profile's connections: drop --connections",
+            ));
+        }
+        return Ok(threads);
+    }
+    let threads = threads.min(c.count as usize).max(1) as u64;
+    let tables = if volley_engine::threads_own_descriptor_tables() { threads } else { 1 };
+    let per_table = open_files_limit().saturating_sub(RESERVED_FILES + conn.div_ceil(tables));
+    let udp = c.groups.iter().find(|g| g.target.scheme == Scheme::Udp).expect("a UDP group");
+    let ports = volley_engine::local_ports() * udp.lane.sources.as_ref().map_or(1, |s| s.count());
+    let budget = (per_table.saturating_mul(tables)).min(ports).max(threads);
+    Ok(asked.unwrap_or(clients).min(clients).min(budget.min(usize::MAX as u64) as usize).max(1))
+}
+
+/// What a run whose simulated UDP clients share sockets says before it starts (and in its
+/// results): how many clients per socket, and why.
+pub fn udp_sharing(plan: &Plan, asked: Option<usize>) -> Option<String> {
+    let Load::Clients(c) = &plan.load else { return None };
+    let clients = udp_clients(c);
+    let sockets = plan.connections;
+    if let Some(n) = asked.filter(|&n| clients > 0 && n > clients) {
+        return Some(format!("--connections {n}: the {clients} simulated UDP clients have one socket each"));
+    }
+    if clients == 0 || sockets >= clients {
+        return None;
+    }
+    let why = if asked == Some(sockets) {
+        format!("--connections {sockets}")
+    } else {
+        format!(
+            "the open-files limit: {} files per worker thread; raise it (ulimit -n) or add --threads",
+            open_files_limit()
+        )
+    };
+    let (fewest, most) = (clients / sockets, clients.div_ceil(sockets));
+    let per = if fewest == most { format!("{most}") } else { format!("{fewest} to {most}") };
+    Some(format!(
+        "{clients} simulated UDP clients share {sockets} UDP sockets, {per} clients per socket ({why}): \
+         the clients of one socket send from one address and port, as one client to the server"
+    ))
+}
+
+/// Descriptors kept free of sockets (runtime, timers, files, the standard streams).
+const RESERVED_FILES: u64 = 256;
+
+/// The simulated clients of the flags, one group (TARGET with --profile) or a --mix, with the
+/// sockets its clients of connection-based groups hold at once (about).
+fn clients_load(
+    a: &RunArgs,
+    replay: Option<Arc<volley_engine::clients::Replay>>,
+) -> CliResult<Option<(ClientsLoad, u64)>> {
     if a.clients.is_none() && a.mix.is_empty() && a.replay.is_none() {
         return Ok(None);
     }
@@ -415,7 +484,7 @@ fn clients_load(a: &RunArgs, replay: Option<Arc<volley_engine::clients::Replay>>
         })
         .sum();
     check_sockets(sockets, worker_threads(a), &groups[0].lane, &format!("{count} clients"))?;
-    Ok(Some(ClientsLoad { count, arrivals, groups, replay }))
+    Ok(Some((ClientsLoad { count, arrivals, groups, replay }, sockets)))
 }
 
 /// The transport settings of the flags (TLS, HTTP), checked.
@@ -637,6 +706,7 @@ pub fn run(a: RunArgs) -> CliResult {
     // results: flags that do nothing here, --insecure.
     let mut warnings = a.tls.unused(&targets(&plan).iter().map(|(t, _)| *t).collect::<Vec<_>>());
     warnings.extend(insecure_warning(&plan));
+    warnings.extend(udp_sharing(&plan, a.connections));
     for w in &warnings {
         eprintln!("volley: warning: {w}");
     }
@@ -708,7 +778,7 @@ fn check_sockets(sockets: u64, threads: usize, lane: &LaneOptions, what: &str) -
     let tables = if own { threads as u64 } else { 1 };
     let each = sockets.div_ceil(tables);
     let whose = if tables > 1 { format!("each of {tables} worker threads") } else { "this process".to_string() };
-    if each + 256 > limit {
+    if each + RESERVED_FILES > limit {
         let more = if own { ", add worker threads (--threads: each has a descriptor table of its own)" } else { "" };
         return Err(CliError::usage(format!(
             "{what} need about {each} sockets but {whose} may open {limit} files: \
