@@ -481,9 +481,11 @@ pub(crate) fn end_connection<X: Exchange + ?Sized, F: Framing>(lane: &Lane, x: &
 }
 
 /// Whether a query that a connection left unanswered with `kind` is sent again: when the
-/// server ended the connection (FIN, RST, GOAWAY, a QUIC close or stateless reset, an idle
-/// timeout) or refused the query's HTTP/2 stream unprocessed (REFUSED_STREAM); not after a
-/// fault of the answer itself or of TLS, nor after another stream reset.
+/// server ended the connection (FIN, RST, GOAWAY, a QUIC close or stateless reset) or refused
+/// the query's HTTP/2 stream unprocessed (REFUSED_STREAM): it did not process the query, or
+/// said it would not answer it. Not after a fault of the answer itself or of TLS, nor after
+/// another stream reset, nor after a QUIC idle timeout (the server fell silent with the query:
+/// it may have taken it and dropped it, as a lost answer over UDP; it fails `idle_timeout`).
 pub(crate) fn resendable(kind: ErrorKind) -> bool {
     matches!(
         kind,
@@ -492,7 +494,6 @@ pub(crate) fn resendable(kind: ErrorKind) -> bool {
             | ErrorKind::Goaway
             | ErrorKind::RefusedStream
             | ErrorKind::QuicClosed
-            | ErrorKind::IdleTimeout
             | ErrorKind::StatelessReset
     )
 }
