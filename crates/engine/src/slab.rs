@@ -18,6 +18,13 @@ pub struct Entry {
     pub key: u64,
     /// Sent again after a connection ended without its answer (at most once).
     pub resent: bool,
+    /// Its lane's total stall time when the query was handed to it ([`volley_transport::Lane::waited`]).
+    pub lane_mark: u64,
+    /// Time it waited for its transport after it left the lane (a QUIC stream), and why.
+    pub waited_ns: u64,
+    pub waited_for: Option<volley_metrics::Wait>,
+    /// It left and has no fate yet (counted in the worker's queries on the wire).
+    pub on_wire: bool,
 }
 
 #[derive(Debug, Default)]

@@ -98,6 +98,29 @@ kinds! {
     }
 }
 
+kinds! {
+    /// Why a query handed to a lane waited before it left: the transport was not ready to
+    /// carry it (the server's or the protocol's doing, not the generator's). It counts in the
+    /// query's latency, and apart from the generator's own lateness.
+    Wait {
+        /// A connection was being opened (TCP, TLS or QUIC handshake) for the lane.
+        Connecting = "connecting",
+        /// The lane's next connection waited for its slot under `--conn-rate`.
+        ConnRate = "conn_rate",
+        /// The lane waited out a backoff after a failed or refused connection.
+        Backoff = "backoff",
+        /// The server's stream limit was reached (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS, QUIC
+        /// MAX_STREAMS): the query waited for a stream to end.
+        StreamCredit = "stream_credit",
+        /// HTTP/1.1: the connection was busy with earlier requests (one at a time, or
+        /// `--h1-pipeline` deep).
+        Http1Slot = "http1_slot",
+        /// The lane's connection had spent its budget (`--conn-queries`, `--conn-lifetime`) and
+        /// waited for its outstanding answers before the next one opened.
+        Rotation = "rotation",
+    }
+}
+
 /// Event counts of one worker, one second, or a whole run.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Counters {

@@ -103,6 +103,9 @@ fn sample(plan: Plan) -> RunResult {
         qps: Qps { sent: totals.sent as f64 / duration_s, answered: totals.answered as f64 / duration_s },
         latency: LatencySummary::of(&got.latency),
         send_lateness: plan.open_loop.then(|| LatencySummary::of(&got.lateness)),
+        schedule_lateness: plan.open_loop.then(|| LatencySummary::of(&got.schedule_lateness)),
+        transport_wait: volley_metrics::TransportWait::of(&got.waits),
+        peak_on_wire: None,
         generator: GeneratorInfo {
             cpu_s,
             cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },

@@ -144,6 +144,8 @@ pub(crate) struct Responses {
     /// The receive time of the current connection's socket: a response is complete when the
     /// read that brought its end came in.
     rx: Rc<RefCell<RxStamp>>,
+    /// Signalled when a stream ends (answered, failed or dropped).
+    freed: Rc<tokio::sync::Notify>,
 }
 
 impl Responses {
@@ -160,6 +162,7 @@ impl Responses {
             })),
             list: Arc::default(),
             rx: Rc::default(),
+            freed: Rc::default(),
         };
         tokio::task::spawn_local(r.clone().run(x, lane, sweep));
         r
@@ -193,6 +196,16 @@ impl Responses {
         self.list.mark(slot);
     }
 
+    /// Streams awaited (open on the connection, or queued in h2 for one).
+    pub(crate) fn open(&self) -> usize {
+        self.inner.borrow().open
+    }
+
+    /// Resolves once a stream has ended since the last call.
+    pub(crate) async fn freed(&self) {
+        self.freed.notified().await
+    }
+
     /// Ends the task, dropping (resetting) what it still awaits.
     pub(crate) fn close(&self) {
         self.inner.borrow_mut().closed = true;
@@ -223,6 +236,7 @@ impl Responses {
                 let Some(w) = inn.waiting[s as usize].take() else { continue };
                 inn.free.push(s);
                 inn.open -= 1;
+                self.freed.notify_one();
                 let now = self.rx.borrow().arrival(&*x);
                 // The engine is called with no borrow held: it may issue more queries.
                 drop(inn);
@@ -243,6 +257,7 @@ impl Responses {
                         *w = None;
                         inn.free.push(s as u32);
                         inn.open -= 1;
+                        self.freed.notify_one();
                     }
                 }
             }
