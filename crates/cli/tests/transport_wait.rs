@@ -70,7 +70,7 @@ fn a_limit_over_streams_is_found_not_blamed_on_the_generator() {
     let out = dir.path().join("limit.json");
     let mut cmd = Command::new(volley());
     cmd.args(["limit", &server.url("quic"), "--also", &server.url("https"), "--ca", server.ca_str()])
-        .args(["--start", "100", "--max", "3200", "--growth", "x2", "--step-duration", "1s", "--refine", "3"])
+        .args(["--start", "200", "--max", "3200", "--growth", "x2", "--step-duration", "2s", "--refine", "2"])
         .args(["-t", "300ms", "-T", "1", "--progress", "never", "-o"])
         .arg(&out);
     let r = run_cmd(&mut cmd, Duration::from_secs(150));

@@ -31,8 +31,9 @@ pub struct WorkerFinal {
     /// How late the scheduler handed each query to its lane (open loop): the generator's own
     /// lateness, without the time the query then waited for the transport.
     pub schedule_lateness: Histogram,
-    /// The transport waits: how long each query that waited for its transport waited.
-    pub waits: TransportWaits,
+    /// The transport waits: how long each query that waited for its transport waited (boxed:
+    /// a histogram and two tables, sent once).
+    pub waits: Box<TransportWaits>,
     /// The most queries sent and not yet ended at one moment.
     pub peak_on_wire: u64,
     /// Queries still without a fate when the run ended.
@@ -330,7 +331,7 @@ impl Recorder {
             latency: self.latency,
             lateness: self.lateness,
             schedule_lateness: self.schedule_lateness,
-            waits: self.waits,
+            waits: Box::new(self.waits),
             peak_on_wire: self.peak_on_wire,
             in_flight,
             cpu_ns,

@@ -319,9 +319,9 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
     }
     if let Some(w) = &r.transport_wait {
         if let Some(l) = r.schedule_lateness.as_ref().filter(|l| l.count > 0) {
-            latency_rows(out, "… scheduler lateness", l, "sends");
+            latency_rows(out, "scheduler lateness", l, "sends");
         }
-        latency_rows(out, "… transport wait", &w.wait, "waited");
+        latency_rows(out, "transport wait", &w.wait, "waited");
     }
     if let Some(c) = &r.connections {
         for (label, h) in [

@@ -122,6 +122,8 @@ impl Lane {
         }
         let t = self.queue.borrow_mut().pop_front()?;
         self.conn_sent.set(self.conn_sent.get() + 1);
+        // The connection takes queries again (its policy changed): no longer waiting for the next.
+        self.end_wait(Wait::Rotation);
         Some(t)
     }
 
@@ -457,6 +459,16 @@ mod tests {
         assert_eq!(l.waited().1, Some(Wait::Rotation));
         l.begin_connection();
         assert_eq!(l.waited().1, Some(Wait::Connecting));
+        l.settle_attempt();
+        // A policy that no longer spends the connection ends the wait at the next query out.
+        assert_eq!(l.pop(), Some(2));
+        l.push(3);
+        assert_eq!(l.pop(), None);
+        l.set_policy(ConnPolicy::default());
+        assert_eq!(l.pop(), Some(3));
+        let (a, _) = l.waited();
+        std::thread::sleep(Duration::from_millis(1));
+        assert_eq!(l.waited().0, a, "the stall ended");
     }
 
     #[test]
