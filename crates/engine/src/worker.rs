@@ -340,16 +340,16 @@ impl Worker {
                 inn.on_wire += 1;
                 inn.peak_on_wire = inn.peak_on_wire.max(inn.on_wire);
             }
-        }
-        if let Some(e) = inn.slab.get_mut(token).filter(|e| !e.resent) {
             // A resent query's lateness and wait were counted when it first left.
-            scheduled = Some((e.scheduled, e.lane));
-            let (mark, last) = self.lanes[e.lane as usize].lane.waited();
-            let in_lane = mark.saturating_sub(e.lane_mark);
-            let ns = in_lane + e.waited_ns;
-            if ns > 0 {
-                let why = if e.waited_ns >= in_lane { e.waited_for } else { last };
-                wait = Some((why.unwrap_or(Wait::Connecting), ns));
+            if !e.resent {
+                scheduled = Some((e.scheduled, e.lane));
+                let (mark, last) = self.lanes[e.lane as usize].lane.waited();
+                let in_lane = mark.saturating_sub(e.lane_mark);
+                let ns = in_lane + e.waited_ns;
+                if ns > 0 {
+                    let why = if e.waited_ns >= in_lane { e.waited_for } else { last };
+                    wait = Some((why.unwrap_or(Wait::Connecting), ns));
+                }
             }
         }
         let closed = self.closed_loop;
