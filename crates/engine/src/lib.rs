@@ -135,6 +135,7 @@ const WAIT_WARN_SHARE: f64 = 0.01;
 /// What a query waited for, in words.
 fn wait_words(cause: &str) -> &'static str {
     match volley_metrics::Wait::from_name(cause) {
+        Some(volley_metrics::Wait::Setup) => "the first connections being opened",
         Some(volley_metrics::Wait::Connecting) => "a connection being opened",
         Some(volley_metrics::Wait::ConnRate) => "a connection slot under --conn-rate",
         Some(volley_metrics::Wait::Backoff) => "a backoff after failed connections",
@@ -146,18 +147,27 @@ fn wait_words(cause: &str) -> &'static str {
 }
 
 /// The warning of a run where at least 1 % of the queries sent waited over 1 ms for their
-/// transport before they left: the latency includes the wait, which is the server's or the
-/// protocol's doing, not the generator's.
+/// transport before they left, not counting the run's set-up (the first queries of a closed
+/// loop wait for the first connections): the latency includes the wait, which is the server's
+/// or the protocol's doing, not the generator's.
 fn transport_wait_warning(w: &volley_metrics::TransportWait, sent: u64) -> Option<String> {
     let over: u64 = w.wait.histogram.pairs().iter().filter(|(v, _)| *v > worker::LATE_NS).map(|(_, n)| n).sum();
-    if sent == 0 || (over as f64) < WAIT_WARN_SHARE * sent as f64 {
+    let setup = w.causes.get(volley_metrics::Wait::Setup.as_str()).map_or(0, |c| c.queries);
+    let over = over.saturating_sub(setup);
+    if sent == 0 || over == 0 || (over as f64) < WAIT_WARN_SHARE * sent as f64 {
         return None;
     }
+    let main = w
+        .causes
+        .iter()
+        .filter(|(k, _)| k.as_str() != volley_metrics::Wait::Setup.as_str())
+        .max_by(|a, b| a.1.total_s.total_cmp(&b.1.total_s))
+        .map_or("", |(k, _)| k.as_str());
     Some(format!(
         "{over} queries ({:.1}% of those sent) waited over 1 ms for the transport before they left, mostly for {}: \
          p99 wait {:.1} ms; latency includes it (the server's or the protocol's doing, not the generator's)",
         over as f64 * 100.0 / sent as f64,
-        wait_words(w.main_cause().unwrap_or("")),
+        wait_words(main),
         w.wait.p99_ns as f64 / 1e6
     ))
 }
@@ -166,7 +176,7 @@ fn transport_wait_warning(w: &volley_metrics::TransportWait, sent: u64) -> Optio
 /// queries waited for the transport: the server allowed fewer at once (streams, HTTP/1.1), and
 /// the rest queued inside volley (their latency includes it).
 fn concurrency_warning(concurrency: u64, peak: u64, w: Option<&volley_metrics::TransportWait>) -> Option<String> {
-    let w = w?;
+    let w = w.filter(|w| w.causes.keys().any(|k| k.as_str() != volley_metrics::Wait::Setup.as_str()))?;
     (peak < concurrency).then(|| {
         format!(
             "concurrency {concurrency} asked, but at most {peak} queries were on the wire at once: the rest waited \
@@ -759,6 +769,12 @@ mod tests {
         assert!(text.starts_with("31 queries (3.1% of those sent) waited over 1 ms"), "{text}");
         assert!(text.contains("stream credit") && !text.contains("-T"), "{text}");
         assert_eq!(transport_wait_warning(&w, 10_000), None, "0.31 %: no warning");
+        // The first queries of a closed loop waiting for the first connections: no warning.
+        let mut setup = volley_metrics::TransportWaits::default();
+        for _ in 0..10 {
+            setup.record(volley_metrics::Wait::Setup, 11_000_000);
+        }
+        assert_eq!(transport_wait_warning(&volley_metrics::TransportWait::of(&setup).unwrap(), 500), None);
         let c = concurrency_warning(20, 1, Some(&w)).unwrap();
         assert!(c.contains("at most 1 queries were on the wire") && c.contains("concurrency of 1"), "{c}");
         assert_eq!(concurrency_warning(20, 20, Some(&w)), None);

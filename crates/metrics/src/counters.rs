@@ -103,7 +103,11 @@ kinds! {
     /// carry it (the server's or the protocol's doing, not the generator's). It counts in the
     /// query's latency, and apart from the generator's own lateness.
     Wait {
-        /// A connection was being opened (TCP, TLS or QUIC handshake) for the lane.
+        /// The lane's first connection was being opened: the run's set-up (a closed loop's
+        /// first queries wait for it).
+        Setup = "setup",
+        /// A later connection was being opened (TCP, TLS or QUIC handshake) for the lane: after
+        /// the server closed or refused the last one, or the client's policy ended it.
         Connecting = "connecting",
         /// The lane's next connection waited for its slot under `--conn-rate`.
         ConnRate = "conn_rate",

@@ -56,6 +56,8 @@ pub struct Lane {
     /// How long the lane was stalled before the current stall, ns; and why it stalled last.
     stalled_ns: Cell<u64>,
     last_wait: Cell<Option<Wait>>,
+    /// Connection attempts begun so far.
+    attempts: Cell<u64>,
 }
 
 impl Lane {
@@ -223,7 +225,8 @@ impl Lane {
     /// A new connection attempt starts: its budget is fresh, and it is in progress until
     /// [`Lane::settle_attempt`].
     pub fn begin_connection(&self) {
-        self.note_wait(Some(Wait::Connecting));
+        self.attempts.set(self.attempts.get() + 1);
+        self.note_wait(Some(self.opening_wait()));
         self.attempting.set(true);
         self.conn_sent.set(0);
         self.conn_answers.set(0);
@@ -239,6 +242,7 @@ impl Lane {
     pub fn settle_attempt(&self) {
         self.attempting.set(false);
         self.end_wait(Wait::Connecting);
+        self.end_wait(Wait::Setup);
     }
 
     /// Whether a connection attempt is in progress: begun, neither up nor failed yet.
@@ -295,6 +299,16 @@ impl Lane {
     pub fn end_wait(&self, why: Wait) {
         if self.stall.get().is_some_and(|(w, _)| w == why) {
             self.note_wait(None);
+        }
+    }
+
+    /// What a query waits for while the current connection is being set up: the run's set-up
+    /// on the lane's first connection, a connection being opened on a later one.
+    pub fn opening_wait(&self) -> Wait {
+        if self.attempts.get() <= 1 {
+            Wait::Setup
+        } else {
+            Wait::Connecting
         }
     }
 
@@ -433,7 +447,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(2));
         let (a, why) = l.waited();
         assert!(a >= 2_000_000, "{a}");
-        assert_eq!(why, Some(Wait::Connecting));
+        assert_eq!(why, Some(Wait::Setup), "the lane's first connection");
+        l.settle_attempt();
+        l.begin_connection();
+        assert_eq!(l.waited().1, Some(Wait::Connecting), "a later one");
         // Another cause's end leaves the stall alone; its own ends it.
         l.end_wait(Wait::StreamCredit);
         assert!(l.waited().0 > a);

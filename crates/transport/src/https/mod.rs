@@ -650,9 +650,12 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                 let mut waited = false;
                 // At the server's limit, h2 would take the request all the same and queue it
                 // until a stream ends (it would count as sent while it waits): it waits here.
+                // Until the first answer, the server's SETTINGS may not have come (h2 allows one
+                // stream until they do): the connection is still being set up.
+                let credit = || if lane.conn_answers() == 0 { lane.opening_wait() } else { Wait::StreamCredit };
                 while responses.open() >= send.current_max_send_streams() {
                     cork.set(false);
-                    lane.note_wait(Some(Wait::StreamCredit));
+                    lane.note_wait(Some(credit()));
                     waited = true;
                     tokio::select! {
                         () = responses.freed() => {}
@@ -664,7 +667,7 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                         let p = send.poll_ready(cx);
                         if p.is_pending() {
                             cork.set(false);
-                            lane.note_wait(Some(Wait::StreamCredit));
+                            lane.note_wait(Some(credit()));
                             waited = true;
                         }
                         p
@@ -672,7 +675,7 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                     _ = end.wait() => break 'conn,
                 };
                 if waited {
-                    lane.end_wait(Wait::StreamCredit);
+                    lane.note_wait(None);
                     // The answer whose stream just ended goes to the engine before the next
                     // query leaves (the responses' task was woken by the same frame).
                     run_others_first().await;
