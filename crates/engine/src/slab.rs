@@ -21,6 +21,13 @@ pub struct Entry {
     /// Waiting to be sent again after a connection ended without its answer with this error
     /// kind (None once it has left again): if its deadline comes first, it fails with it.
     pub again: Option<volley_metrics::ErrorKind>,
+    /// Its lane's total stall time when the query was handed to it ([`volley_transport::Lane::waited`]).
+    pub lane_mark: u64,
+    /// Time it waited for its transport after it left the lane (a QUIC stream), and why.
+    pub waited_ns: u64,
+    pub waited_for: Option<volley_metrics::Wait>,
+    /// It left and has no fate yet (counted in the worker's queries on the wire).
+    pub on_wire: bool,
 }
 
 #[derive(Debug, Default)]

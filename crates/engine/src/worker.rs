@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use volley_metrics::{Close, ErrorKind, Handshake, Recorder, Unexpected};
+use volley_metrics::{Close, ErrorKind, Handshake, Recorder, Unexpected, Wait};
 use volley_transport::{spawn_lane, ConnPolicy, Exchange, Lane, LaneOptions, Target, Token};
 use volley_wire::{question_key, Header, Rcode};
 
@@ -189,6 +189,9 @@ struct Inner {
     rr: usize,
     events: BTreeMap<String, u64>,
     late: Late,
+    /// Queries that left and have no fate yet, and the most there were at once.
+    on_wire: u64,
+    peak_on_wire: u64,
 }
 
 /// Queries that left later than [`LATE_NS`] after their schedule, and of those the ones
@@ -289,7 +292,20 @@ impl Worker {
         // Latency counts from the schedule, or from the hand-over when a query leaves ahead of it
         // (batch window): never from later than the schedule, never from before the send.
         let origin = scheduled.min(now);
-        let t = inn.slab.insert(Entry { lane: lane as u32, query, seed, scheduled: origin, key, ..Default::default() });
+        if !self.closed_loop {
+            // The scheduler's own lateness: what the query waits for afterwards is the transport's.
+            inn.rec().schedule_lateness(now.saturating_sub(scheduled));
+        }
+        let lane_mark = self.lanes[lane].lane.waited().0;
+        let t = inn.slab.insert(Entry {
+            lane: lane as u32,
+            query,
+            seed,
+            scheduled: origin,
+            key,
+            lane_mark,
+            ..Default::default()
+        });
         inn.deadlines.push_back((now + self.timeout_ns, t));
         self.ensure_started(lane);
         self.lanes[lane].lane.push(t);
@@ -327,6 +343,7 @@ impl Worker {
             }
             inn.deadlines.pop_front();
             if let Some(e) = inn.slab.remove(t) {
+                Self::off_wire(&mut inn, &e);
                 let slot = &self.lanes[e.lane as usize];
                 slot.lane.release();
                 match e.again {
@@ -351,16 +368,35 @@ impl Worker {
     }
 
     fn sent(&self, token: Token, bytes: usize, now: u64, g: u16) {
-        let mut inn = self.inner.borrow_mut();
-        // A resent query's lateness was counted when it first left.
-        let entry = inn.slab.get_mut(token);
-        let scheduled = entry.and_then(|e| {
+        let mut guard = self.inner.borrow_mut();
+        let inn = &mut *guard;
+        let mut wait = None;
+        let mut scheduled = None;
+        if let Some(e) = inn.slab.get_mut(token) {
+            if !e.on_wire {
+                e.on_wire = true;
+                inn.on_wire += 1;
+                inn.peak_on_wire = inn.peak_on_wire.max(inn.on_wire);
+            }
             e.again = None;
-            (e.resent == 0).then_some((e.scheduled, e.lane))
-        });
+            // A resent query's lateness and wait were counted when it first left.
+            if e.resent == 0 {
+                scheduled = Some((e.scheduled, e.lane));
+                let (mark, last) = self.lanes[e.lane as usize].lane.waited();
+                let in_lane = mark.saturating_sub(e.lane_mark);
+                let ns = in_lane + e.waited_ns;
+                if ns > 0 {
+                    let why = if e.waited_ns >= in_lane { e.waited_for } else { last };
+                    wait = Some((why.unwrap_or(Wait::Connecting), ns));
+                }
+            }
+        }
         let closed = self.closed_loop;
         let rec = inn.rec();
         rec.wrote(bytes, g);
+        if let Some((why, ns)) = wait {
+            rec.transport_wait(why, ns);
+        }
         if let (false, Some((s, lane))) = (closed, scheduled) {
             let late = now.saturating_sub(s);
             rec.lateness(late);
@@ -376,6 +412,22 @@ impl Worker {
         self.lanes.get(lane as usize).and_then(|s| self.specs.get(s.spec as usize)).map_or(0, |s| s.lane.resend)
     }
 
+    /// Query `token` waited `ns` for its transport after it left its lane (a QUIC stream).
+    fn waited(&self, token: Token, why: Wait, ns: u64) {
+        if let Some(e) = self.inner.borrow_mut().slab.get_mut(token) {
+            e.waited_ns += ns;
+            e.waited_for = Some(why);
+        }
+    }
+
+    /// A query leaves the wire (its fate, or back to its lane to be sent again).
+    #[inline]
+    fn off_wire(inn: &mut Inner, e: &Entry) {
+        if e.on_wire {
+            inn.on_wire = inn.on_wire.saturating_sub(1);
+        }
+    }
+
     /// Whether a query due at `scheduled` and sent at `now` on `lane` waited for the
     /// `--conn-rate` cap: its connection got its slot only after the query was due.
     fn behind_cap(&self, lane: usize, scheduled: u64, now: u64) -> bool {
@@ -389,7 +441,8 @@ impl Worker {
     /// the cap it fails like any other.
     fn resend(&self, token: Token, kind: ErrorKind, now: u64) -> bool {
         {
-            let mut inn = self.inner.borrow_mut();
+            let mut guard = self.inner.borrow_mut();
+            let inn = &mut *guard;
             if inn.finished {
                 return false;
             }
@@ -398,6 +451,9 @@ impl Worker {
                 Some(e) if u32::from(e.resent) < self.resend_cap(e.lane) => {
                     e.resent = e.resent.saturating_add(1);
                     e.again = Some(kind);
+                    if std::mem::take(&mut e.on_wire) {
+                        inn.on_wire = inn.on_wire.saturating_sub(1);
+                    }
                     (e.resent, e.lane)
                 }
                 Some(_) => (0, 0),
@@ -422,6 +478,7 @@ impl Worker {
             inn.rec().unexpected(now, Unexpected::Late, msg.len());
             return;
         };
+        Self::off_wire(&mut inn, &e);
         let slot = &self.lanes[e.lane as usize];
         slot.lane.release();
         slot.lane.answered();
@@ -461,6 +518,7 @@ impl Worker {
             return;
         }
         if let Some(e) = inn.slab.remove(token) {
+            Self::off_wire(&mut inn, &e);
             let slot = &self.lanes[e.lane as usize];
             slot.lane.release();
             inn.rec().failed(now, kind, slot.group);
@@ -520,6 +578,10 @@ impl Exchange for LaneView {
     #[inline]
     fn sent(&self, token: Token, bytes: usize, now: u64) {
         self.w.sent(token, bytes, now, self.g)
+    }
+
+    fn waited(&self, token: Token, why: Wait, ns: u64) {
+        self.w.waited(token, why, ns)
     }
 
     #[inline]
@@ -796,6 +858,8 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
             rr: 0,
             events: BTreeMap::new(),
             late: Late::default(),
+            on_wire: 0,
+            peak_on_wire: 0,
         }),
         lanes,
         specs,
@@ -890,6 +954,8 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
     let (rec, events, late) = {
         let mut inn = w.inner.borrow_mut();
         w.account_unended(&mut inn, now_ns());
+        let peak = inn.peak_on_wire;
+        inn.rec().peak_on_wire(peak);
         (inn.rec.take(), std::mem::take(&mut inn.events), inn.late)
     };
     if let Some(rec) = rec {
@@ -1341,6 +1407,8 @@ mod tests {
                 rr: 0,
                 events: BTreeMap::new(),
                 late: Late::default(),
+                on_wire: 0,
+                peak_on_wire: 0,
             }),
             lanes,
             specs: Vec::new(),

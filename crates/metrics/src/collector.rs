@@ -1,8 +1,8 @@
 use std::collections::BTreeMap;
 
 use crate::connections::{ConnHistograms, SecondHandshakes};
-use crate::recorder::GroupAcc;
 use crate::recorder::WorkerMessage;
+use crate::recorder::{GroupAcc, TransportWaits};
 use crate::{Counters, Histogram, SecondRow};
 
 /// A second that just became complete across all workers: what the live view prints.
@@ -26,6 +26,9 @@ pub struct Collector {
     totals: Counters,
     latency: Histogram,
     lateness: Histogram,
+    schedule_lateness: Histogram,
+    waits: TransportWaits,
+    peak_on_wire: u64,
     in_flight: u64,
     cpu_ns: u64,
     conns: ConnHistograms,
@@ -44,6 +47,12 @@ pub struct Collected {
     pub totals: Counters,
     pub latency: Histogram,
     pub lateness: Histogram,
+    /// How late the scheduler handed queries to their lanes (the generator's own lateness).
+    pub schedule_lateness: Histogram,
+    /// How long queries waited for their transport, by cause.
+    pub waits: TransportWaits,
+    /// The sum of each worker's peak of queries on the wire (sent, not yet ended).
+    pub peak_on_wire: u64,
     pub in_flight: u64,
     pub cpu_ns: u64,
     pub conns: ConnHistograms,
@@ -63,6 +72,9 @@ impl Collector {
             totals: Counters::default(),
             latency: Histogram::new(3),
             lateness: Histogram::new(3),
+            schedule_lateness: Histogram::new(3),
+            waits: TransportWaits::default(),
+            peak_on_wire: 0,
             in_flight: 0,
             cpu_ns: 0,
             conns: ConnHistograms::default(),
@@ -114,6 +126,9 @@ impl Collector {
             WorkerMessage::Final(f) => {
                 self.latency.merge(&f.latency);
                 self.lateness.merge(&f.lateness);
+                self.schedule_lateness.merge(&f.schedule_lateness);
+                self.waits.merge(&f.waits);
+                self.peak_on_wire += f.peak_on_wire;
                 self.in_flight += f.in_flight;
                 self.cpu_ns += f.cpu_ns;
                 self.conns.merge(&f.conns);
@@ -162,6 +177,9 @@ impl Collector {
             totals: self.totals,
             latency: self.latency,
             lateness: self.lateness,
+            schedule_lateness: self.schedule_lateness,
+            waits: self.waits,
+            peak_on_wire: self.peak_on_wire,
             in_flight: self.in_flight,
             cpu_ns: self.cpu_ns,
             conns: self.conns,

@@ -98,6 +98,34 @@ kinds! {
     }
 }
 
+kinds! {
+    /// Why a query handed to a lane waited before it left: the transport was not ready to
+    /// carry it (the server's or the protocol's doing, not the generator's). It counts in the
+    /// query's latency, and apart from the generator's own lateness.
+    Wait {
+        /// The lane's first connection was being opened: the run's set-up (a closed loop's
+        /// first queries wait for it).
+        Setup = "setup",
+        /// A later connection was being opened (TCP, TLS or QUIC handshake) for the lane: after
+        /// the server closed or refused the last one, or the client's policy ended it.
+        Connecting = "connecting",
+        /// The lane's next connection waited for its slot under `--conn-rate`.
+        ConnRate = "conn_rate",
+        /// The lane waited out a backoff after a failed or refused connection.
+        Backoff = "backoff",
+        /// The server's stream limit was reached (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS, QUIC
+        /// MAX_STREAMS): the query waited for a stream to end.
+        StreamCredit = "stream_credit",
+        /// HTTP/1.1: the connection was busy with earlier requests (one at a time, or
+        /// `--h1-pipeline` deep).
+        Http1Slot = "http1_slot",
+        /// The lane's connection had spent its budget (`--conn-queries`, `--conn-lifetime`) and
+        /// the next one was not opening yet (the spent one drains in the background; this is
+        /// the moment between the two).
+        Rotation = "rotation",
+    }
+}
+
 /// Event counts of one worker, one second, or a whole run.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Counters {

@@ -22,9 +22,9 @@ pub use connections::ConnHistograms;
 pub use connections::{
     Close, ConnCounters, ConnectionSummary, DrainEnd, DrainSummary, EarlyData, Handshake, SecondConnections,
 };
-pub use counters::{Counters, ErrorKind, Unexpected, WireStats};
+pub use counters::{Counters, ErrorKind, Unexpected, Wait, WireStats};
 pub use histogram::{Histogram, SparseHistogram};
-pub use recorder::{GroupAcc, Recorder, SecondSample, WorkerFinal, WorkerMessage};
+pub use recorder::{GroupAcc, Recorder, SecondSample, TransportWaits, WorkerFinal, WorkerMessage};
 pub use result::*;
 
 /// Version tag of the results file; bump on any incompatible change (docs/results-schema.md).

@@ -44,6 +44,21 @@ pub struct RunResult {
     /// Open loop only: how late queries left against their schedule.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub send_lateness: Option<LatencySummary>,
+    /// Scheduled loads: how late the generator's scheduler handed each query to its transport
+    /// against its schedule, the generator's own part of `send_lateness` (the rest is
+    /// `transport_wait`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub schedule_lateness: Option<LatencySummary>,
+    /// Queries that waited for their transport before they left (a connection being opened,
+    /// the server's stream limit, an HTTP/1.1 connection busy...), by cause; absent when none
+    /// waited. The wait counts in latency: it is the server's or the protocol's doing.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub transport_wait: Option<TransportWait>,
+    /// The most queries on the wire at one moment (sent and not yet ended; the sum of each
+    /// worker's peak): the concurrency the server allowed. In a closed loop, below its
+    /// concurrency when the server allowed fewer at once (its streams, HTTP/1.1 connections).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub peak_on_wire: Option<u64>,
     pub generator: GeneratorInfo,
     /// The target's CPU time over the run, when it runs on this host (`--target-pid`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -187,6 +202,47 @@ impl LatencySummary {
             max_ns: h.max(),
             histogram: h.to_sparse(),
         }
+    }
+}
+
+/// The time queries waited for their transport before they left.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TransportWait {
+    /// Queries that waited (counted once, at their first send).
+    pub queries: u64,
+    /// How long each of them waited.
+    pub wait: LatencySummary,
+    /// By cause ([`crate::Wait`] names): the queries whose wait was (mostly) for it, and how
+    /// long they waited in all.
+    pub causes: BTreeMap<String, WaitCause>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct WaitCause {
+    pub queries: u64,
+    pub total_s: f64,
+}
+
+impl TransportWait {
+    /// The summary of a run's waits; None when no query waited.
+    pub fn of(w: &crate::TransportWaits) -> Option<TransportWait> {
+        if w.wait.count() == 0 {
+            return None;
+        }
+        let causes = crate::Wait::ALL
+            .iter()
+            .filter(|k| w.queries[**k as usize] > 0)
+            .map(|k| {
+                let i = *k as usize;
+                (k.to_string(), WaitCause { queries: w.queries[i], total_s: w.total_ns[i] as f64 / 1e9 })
+            })
+            .collect();
+        Some(TransportWait { queries: w.wait.count(), wait: LatencySummary::of(&w.wait), causes })
+    }
+
+    /// The cause most of the waiting was for.
+    pub fn main_cause(&self) -> Option<&str> {
+        self.causes.iter().max_by(|a, b| a.1.total_s.total_cmp(&b.1.total_s)).map(|(k, _)| k.as_str())
     }
 }
 

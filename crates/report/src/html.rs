@@ -135,6 +135,9 @@ fn params(out: &mut String, run: &NamedRun) {
     ];
     if let Some(c) = l.concurrency {
         rows.push(("concurrency", c.to_string()));
+        if let Some(p) = r.peak_on_wire.filter(|p| *p < c) {
+            rows.push(("on the wire at most", format!("{p} (the server's limit)")));
+        }
     }
     if let Some(q) = l.rate {
         rows.push(("rate", format!("{} qps", fmt_rate(q))));
@@ -322,6 +325,12 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
     if let Some(l) = r.send_lateness.as_ref().filter(|l| l.count > 0) {
         latency_rows(out, "send lateness", l, "sends");
     }
+    if let Some(w) = &r.transport_wait {
+        if let Some(l) = r.schedule_lateness.as_ref().filter(|l| l.count > 0) {
+            latency_rows(out, "scheduler lateness", l, "sends");
+        }
+        latency_rows(out, "transport wait", &w.wait, "waited");
+    }
     if let Some(c) = &r.connections {
         for (label, h) in [
             ("handshake TCP", &c.handshake_tcp),
@@ -336,6 +345,10 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
         }
     }
     table_close(out);
+
+    if let Some(w) = &r.transport_wait {
+        let _ = writeln!(out, "<p class=\"waits\">Waited for the transport: {}</p>", esc(&crate::text::wait_causes(w)));
+    }
 
     counts_table(out, "rcodes", "Answers by RCODE", &ordered_rcodes(&t.rcodes), t.answered, "of answers");
     let errors: Vec<(String, u64)> = t.errors.iter().map(|(k, v)| (k.clone(), *v)).collect();

@@ -125,7 +125,8 @@ fn sum_opt<T: Copy + std::iter::Sum<T>>(values: impl Iterator<Item = Option<T>> 
 /// file's `command` (the parts' commands go to [`Merged::parts`]).
 ///
 /// - totals, RCODEs, errors, unexpected responses, bytes and events are added;
-/// - the latency, send lateness and handshake histograms are rebuilt from their sparse form
+/// - the latency, send lateness, schedule lateness, transport wait and handshake histograms
+///   (and the transport waits' causes) are rebuilt from their sparse form
 ///   and added bucket by bucket; count, min, mean, max and percentiles are recomputed from the
 ///   merged histogram, so they equal those of one run that recorded every value;
 /// - series rows are added by wall-clock second: a part that started `d` ms after the earliest
@@ -151,6 +152,10 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     let mut totals = Totals::default();
     let mut latency = HistSum::new("latency");
     let mut lateness = HistSum::new("send_lateness");
+    let mut schedule_lateness = HistSum::new("schedule_lateness");
+    let mut wait = HistSum::new("transport_wait");
+    let mut wait_causes: BTreeMap<String, volley_metrics::WaitCause> = BTreeMap::new();
+    let mut peak_on_wire = None;
     let mut events = BTreeMap::new();
     let mut warnings = Vec::new();
     let mut parts = Vec::new();
@@ -171,6 +176,21 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
         latency.add(&file, &r.latency.histogram)?;
         if let Some(l) = &r.send_lateness {
             lateness.add(&file, &l.histogram)?;
+        }
+        if let Some(l) = &r.schedule_lateness {
+            schedule_lateness.add(&file, &l.histogram)?;
+        }
+        if let Some(w) = &r.transport_wait {
+            wait.add(&file, &w.wait.histogram)?;
+            for (k, c) in &w.causes {
+                let acc = wait_causes.entry(k.clone()).or_default();
+                acc.queries += c.queries;
+                acc.total_s += c.total_s;
+            }
+        }
+        // Parts ran at the same time: their peaks add up (an upper bound, as across workers).
+        if let Some(p) = r.peak_on_wire {
+            *peak_on_wire.get_or_insert(0) += p;
         }
         cpu_s += r.generator.cpu_s;
         gen_threads += r.generator.threads;
@@ -287,6 +307,10 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     result.qps = qps;
     result.latency = latency;
     result.send_lateness = lateness.summary();
+    result.schedule_lateness = schedule_lateness.summary();
+    result.transport_wait =
+        wait.summary().map(|w| volley_metrics::TransportWait { queries: w.count, wait: w, causes: wait_causes });
+    result.peak_on_wire = peak_on_wire;
     result.generator = GeneratorInfo {
         cpu_s,
         cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },

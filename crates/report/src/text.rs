@@ -202,6 +202,13 @@ fn text_lines(r: &RunResult) -> Vec<String> {
     if let Some(late) = r.send_lateness.as_ref().filter(|l| l.count > 0) {
         lat_row(&mut lat, "lateness", late, "sends");
     }
+    // The lateness split: the scheduler's own, and the wait for the transport.
+    if let Some(w) = &r.transport_wait {
+        if let Some(own) = r.schedule_lateness.as_ref().filter(|l| l.count > 0) {
+            lat_row(&mut lat, "  scheduler", own, "sends");
+        }
+        lat_row(&mut lat, "  transport", &w.wait, "waited");
+    }
     if let Some(c) = &r.connections {
         for (label, h) in [
             ("hs tcp", &c.handshake_tcp),
@@ -241,6 +248,16 @@ fn text_lines(r: &RunResult) -> Vec<String> {
                 "lateness: how late queries left against their schedule; latency counts from the schedule",
             );
         }
+        if let Some(w) = &r.transport_wait {
+            if r.send_lateness.as_ref().is_some_and(|l| l.count > 0) {
+                push_labeled(
+                    &mut out,
+                    "",
+                    "scheduler: how late the generator handed queries over; transport: how long they then waited",
+                );
+            }
+            push_labeled(&mut out, "waited for", &wait_causes(w));
+        }
     }
     out.push(String::new());
 
@@ -271,6 +288,18 @@ fn text_lines(r: &RunResult) -> Vec<String> {
         }
     }
     out
+}
+
+/// `stream_credit 5120 queries (4.21s in all), connecting 10 queries (30.0ms in all)`: what
+/// queries waited for before they left, the longest first.
+pub(crate) fn wait_causes(w: &volley_metrics::TransportWait) -> String {
+    let mut causes: Vec<_> = w.causes.iter().collect();
+    causes.sort_by(|a, b| b.1.total_s.total_cmp(&a.1.total_s));
+    causes
+        .iter()
+        .map(|(k, c)| format!("{k} {} queries ({} in all)", c.queries, fmt_ns((c.total_s * 1e9).round() as u64)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `12.3kB out, 45.6kB in; 300 packets out, 280 in; per answered query: 290B, 2.9 packets`:
@@ -347,7 +376,11 @@ fn describe_load(r: &RunResult) -> String {
         m => m.to_string(),
     }];
     if let Some(c) = l.concurrency {
-        parts.push(format!("concurrency {c}"));
+        match r.peak_on_wire {
+            // The server allowed fewer at once (its streams, HTTP/1.1): the rest queued in volley.
+            Some(p) if p < c => parts.push(format!("concurrency {c} (at most {p} on the wire: the server's limit)")),
+            _ => parts.push(format!("concurrency {c}")),
+        }
     }
     if let Some(q) = l.rate {
         parts.push(format!("rate {} qps", fmt_rate(q)));

@@ -22,11 +22,14 @@ struct Plan {
     in_flight: u64,
     seconds: u64,
     open_loop: bool,
+    /// Every 4th query waits for stream credit, every 100th for a connection; the closed
+    /// loop's queries on the wire peak at 3 per worker.
+    waits: bool,
 }
 
 impl Default for Plan {
     fn default() -> Self {
-        Plan { answered: 9990, timed_out: 8, failed: 2, in_flight: 0, seconds: 10, open_loop: false }
+        Plan { answered: 9990, timed_out: 8, failed: 2, in_flight: 0, seconds: 10, open_loop: false, waits: false }
     }
 }
 
@@ -43,6 +46,14 @@ fn sample(plan: Plan) -> RunResult {
         w.wrote(40, 0);
         if plan.open_loop {
             w.lateness(i % 50 * 1_000);
+            if plan.waits {
+                w.schedule_lateness(i % 50 * 10);
+            }
+        }
+        if plan.waits && i % 4 == 0 {
+            w.transport_wait(volley_metrics::Wait::StreamCredit, 2_000_000);
+        } else if plan.waits && i % 100 == 1 {
+            w.transport_wait(volley_metrics::Wait::Connecting, 5_000_000);
         }
         if i < plan.answered {
             let latency = 100_000 + (i * 7919 % 400) * 1_000;
@@ -60,6 +71,11 @@ fn sample(plan: Plan) -> RunResult {
     workers[0].unexpected(plan.seconds * S - 1, Unexpected::Late, 60);
     workers[1].unexpected(plan.seconds * S - 1, Unexpected::Late, 60);
     workers[1].unexpected(plan.seconds * S - 1, Unexpected::UnknownId, 60);
+    if plan.waits {
+        for w in &mut workers {
+            w.peak_on_wire(3);
+        }
+    }
     let [a, b] = workers;
     a.finish(plan.seconds * S, in_flight[0], &[], 600_000_000);
     b.finish(plan.seconds * S, in_flight[1], &[], 630_000_000);
@@ -104,6 +120,9 @@ fn sample(plan: Plan) -> RunResult {
         qps: Qps { sent: totals.sent as f64 / duration_s, answered: totals.answered as f64 / duration_s },
         latency: LatencySummary::of(&got.latency),
         send_lateness: plan.open_loop.then(|| LatencySummary::of(&got.lateness)),
+        schedule_lateness: plan.open_loop.then(|| LatencySummary::of(&got.schedule_lateness)),
+        transport_wait: volley_metrics::TransportWait::of(&got.waits),
+        peak_on_wire: (got.peak_on_wire > 0).then_some(got.peak_on_wire),
         generator: GeneratorInfo {
             cpu_s,
             cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
@@ -205,6 +224,52 @@ fn text_open_loop_shows_rate_and_lateness() {
     let late = s.lines().find(|l| l.starts_with("lateness")).expect("lateness row");
     assert!(late.contains("ns ") && late.contains("µs") && late.contains("(10000 sends)"), "{late}");
     assert_narrow(&s);
+}
+
+/// The lateness split into the scheduler's and the wait for the transport, the causes of the
+/// wait, and the concurrency the server allowed: in the text, the HTML, the JSON (read back
+/// equal) and a merge (added up exactly).
+#[test]
+fn transport_waits_are_shown_apart_from_the_schedulers_lateness() {
+    let r = sample(Plan { open_loop: true, waits: true, ..Plan::default() });
+    let s = text(&r);
+    let row =
+        |label: &str| s.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("{label}: {s}")).to_string();
+    assert!(row("  scheduler").ends_with("(10000 sends)"), "{s}");
+    // 2500 for stream credit (i % 4 == 0) and 75 for a connection (i % 100 == 1, odd).
+    assert!(row("  transport").ends_with("(2600 waited)"), "{s}");
+    let causes = row("waited for");
+    assert!(
+        causes.contains("stream_credit 2500 queries (5000ms in all), connecting 100 queries (500ms in all)"),
+        "{causes}"
+    );
+    assert_narrow(&s);
+    let w = r.transport_wait.as_ref().unwrap();
+    assert_eq!((w.queries, w.causes["stream_credit"].queries), (2600, 2500));
+
+    let mut json = Vec::new();
+    write_json(&r, &mut json).unwrap();
+    let back: RunResult = serde_json::from_slice(&json).unwrap();
+    assert_eq!(back.transport_wait.as_ref().unwrap().causes, w.causes);
+    assert_eq!(back.schedule_lateness.as_ref().unwrap().histogram, r.schedule_lateness.as_ref().unwrap().histogram);
+
+    let mut html = Vec::new();
+    write_html_report(&[NamedRun::new("a", r.clone())], &mut html).unwrap();
+    let html = String::from_utf8(html).unwrap();
+    assert!(html.contains("scheduler lateness") && html.contains("transport wait"), "{html}");
+    assert!(html.contains("stream_credit 2500 queries"), "{html}");
+
+    let m = merge_runs(&[NamedRun::new("a", r.clone()), NamedRun::new("b", r.clone())], vec![]).unwrap().result;
+    let mw = m.transport_wait.as_ref().unwrap();
+    assert_eq!((mw.queries, mw.wait.count, mw.causes["stream_credit"].queries), (5200, 5200, 5000));
+    assert!((mw.causes["connecting"].total_s - 1.0).abs() < 1e-9);
+    assert_eq!(m.schedule_lateness.as_ref().unwrap().count, 20_000);
+    assert_eq!(m.peak_on_wire, Some(12));
+
+    // A closed loop whose server allowed 6 of the 100 asked: the load line says so.
+    let closed = sample(Plan { waits: true, ..Plan::default() });
+    let s = text(&closed);
+    assert!(s.contains("concurrency 100 (at most 6 on the wire: the server's limit)"), "{s}");
 }
 
 /// Connections: each part of the handshake on its own line, and the handshake over the RTT as

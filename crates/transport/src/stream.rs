@@ -107,6 +107,12 @@ impl Buffers {
                 n += 1;
             }
         }
+        // HTTP/1.1: queries left in the lane wait for the answers ahead of them.
+        if f.has_room() {
+            lane.end_wait(volley_metrics::Wait::Http1Slot);
+        } else {
+            lane.note_wait(Some(volley_metrics::Wait::Http1Slot));
+        }
         n
     }
 
@@ -417,6 +423,7 @@ pub(crate) async fn may_connect(lane: &Lane, opts: &crate::LaneOptions) -> bool 
     if let Some(gate) = &opts.conn_gate {
         let wait = gate.reserve();
         if !wait.is_zero() {
+            lane.note_wait(Some(volley_metrics::Wait::ConnRate));
             tokio::select! {
                 () = tokio::time::sleep(wait) => slot = Some(std::time::Instant::now()),
                 () = closed(lane) => return false,

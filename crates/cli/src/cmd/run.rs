@@ -9,7 +9,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use volley_engine::{Arrivals, ClientsLoad, Group, Load, Plan, Profile, QuerySet};
 use volley_metrics::{RunResult, Status};
-use volley_transport::{probe::probe_with, ConnGate, ConnPolicy, HttpVersion, LaneOptions, Scheme, Sources, Target};
+use volley_transport::{
+    probe::probe_addresses, ConnGate, ConnPolicy, HttpVersion, LaneOptions, Scheme, Sources, Target,
+};
 use volley_wire::{Edns, QType, QueryOptions};
 
 use crate::args::{parse_duration, TlsArgs};
@@ -604,21 +606,39 @@ pub fn check_output(path: &Option<PathBuf>) -> CliResult {
 /// did not answer, or answered with no DNS message (a DoH status such as 503, another content
 /// type: its doing, which the run measures), is measured anyway: the warnings, each printed on
 /// stderr now, are returned for the results.
-pub fn check_target(plan: &Plan) -> CliResult<Vec<String>> {
+///
+/// A target given by a name with several addresses is probed at each in turn until one
+/// answers, and measured there (the plan's target moves to it); which one is said.
+pub fn check_target(plan: &mut Plan) -> CliResult<Vec<String>> {
     use volley_transport::probe::Probe;
     let q = plan.queries.first_wire();
     let mut silent = Vec::new();
     let mut warnings = Vec::new();
+    let mut chosen = Vec::new();
     for (target, lane) in targets(plan) {
-        match probe_with(target, &q, plan.timeout.min(Duration::from_secs(2)), lane) {
-            Ok(Probe::Answered) => {}
-            Ok(Probe::Silent) => silent.push(target.to_string()),
-            Ok(Probe::NotDns(e)) => {
+        let p = probe_addresses(target, &q, plan.timeout.min(Duration::from_secs(2)), lane).map_err(CliError::usage)?;
+        if target.addrs.len() > 1 {
+            let all: Vec<String> = target.addrs.iter().map(|a| a.ip().to_string()).collect();
+            let passed =
+                if p.passed.is_empty() { String::new() } else { format!(" (before it: {})", p.passed.join("; ")) };
+            let how = if p.probe == Probe::Silent { "the first reached" } else { "the first that answered" };
+            eprintln!(
+                "volley: {} has addresses {}: measuring {}, {how}{passed}",
+                target.host,
+                all.join(", "),
+                p.target.addr
+            );
+        }
+        match &p.probe {
+            Probe::Answered => {}
+            Probe::Silent => silent.push(p.target.to_string()),
+            Probe::NotDns(e) => {
                 warnings.push(format!("first probe query: {e}; measuring anyway (answers like it count as failures)"))
             }
-            Err(e) => return Err(CliError::usage(e)),
         }
+        chosen.push(p.target);
     }
+    set_targets(plan, chosen);
     if !silent.is_empty() {
         warnings.push(format!("{} did not answer a first probe query; measuring anyway", silent.join(", ")));
     }
@@ -626,6 +646,36 @@ pub fn check_target(plan: &Plan) -> CliResult<Vec<String>> {
         eprintln!("volley: warning: {w}");
     }
     Ok(warnings)
+}
+
+/// Puts `chosen` (each target at the address to measure, in the order of [`targets`]) into
+/// the plan.
+fn set_targets(plan: &mut Plan, chosen: Vec<Target>) {
+    match &mut plan.load {
+        Load::Clients(c) => {
+            for (g, t) in c.groups.iter_mut().zip(chosen) {
+                g.target = t;
+            }
+            if let Some(g) = c.groups.first() {
+                plan.target = g.target.clone();
+            }
+        }
+        _ => {
+            if let Some(t) = chosen.into_iter().next() {
+                plan.target = t;
+            }
+        }
+    }
+}
+
+/// Measures `plan` at the addresses a probe chose for `probed` (the same targets, planned
+/// again: `volley limit` plans each step anew).
+pub fn same_addresses(plan: &mut Plan, probed: &Plan) {
+    let chosen: Vec<Target> = targets(probed).into_iter().map(|(t, _)| t.clone()).collect();
+    let same = targets(plan).iter().map(|(t, _)| &t.url).eq(chosen.iter().map(|t| &t.url));
+    if same {
+        set_targets(plan, chosen);
+    }
 }
 
 /// The targets of a plan, with their lane settings: the run's, or each group's.
@@ -699,9 +749,9 @@ pub fn execute(
 }
 
 pub fn run(a: RunArgs) -> CliResult {
-    let plan = plan(&a)?;
+    let mut plan = plan(&a)?;
     check_output(&a.output)?;
-    let probed = check_target(&plan)?;
+    let probed = check_target(&mut plan)?;
     // Said once the input is known good (a usage error stays one line), and again in the
     // results: flags that do nothing here, --insecure.
     let mut warnings = a.tls.unused(&targets(&plan).iter().map(|(t, _)| *t).collect::<Vec<_>>());

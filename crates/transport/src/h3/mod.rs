@@ -186,7 +186,7 @@ async fn request<X: Exchange>(
     mut on: stream::OnConn,
 ) {
     let r = tokio::time::timeout(limit, async {
-        let mut s = send.send_request(req).await.map_err(|e| stream_kind(&e))?;
+        let mut s = quic::stream_credit(&*x, t, send.send_request(req)).await.map_err(|e| stream_kind(&e))?;
         if let Some(b) = body {
             s.send_data(b).await.map_err(|e| stream_kind(&e))?;
         }

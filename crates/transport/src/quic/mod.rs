@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use quinn::{ConnectionError, ReadError, ReadToEndError, WriteError};
-use volley_metrics::{Close, EarlyData, ErrorKind, Handshake};
+use volley_metrics::{Close, EarlyData, ErrorKind, Handshake, Wait};
 
 use crate::https::ConnEnd;
 use crate::meter;
@@ -536,7 +536,8 @@ async fn query<X: Exchange>(
     let once = |framed: Bytes| {
         let (x, conn) = (&x, &conn);
         async move {
-            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| Fail::Kind(conn_kind(&e)))?;
+            let (mut send, mut recv) =
+                stream_credit(&**x, t, conn.open_bi()).await.map_err(|e| Fail::Kind(conn_kind(&e)))?;
             let len = framed.len() - 2;
             send.write_chunk(framed).await.map_err(|e| match e {
                 WriteError::ZeroRttRejected => Fail::ZeroRttRejected,
@@ -577,6 +578,21 @@ async fn query<X: Exchange>(
         // Timed out by the engine already; the streams were dropped (reset).
         Err(_) => {}
     }
+}
+
+/// Opens query `t`'s stream (`open`): when the server's MAX_STREAMS allows no more yet, the
+/// query waits for stream credit, and the engine is told how long ([`Exchange::waited`]).
+pub(crate) async fn stream_credit<X: Exchange + ?Sized, F: std::future::Future>(x: &X, t: Token, open: F) -> F::Output {
+    let mut open = std::pin::pin!(open);
+    if let std::task::Poll::Ready(r) =
+        std::future::poll_fn(|cx| std::task::Poll::Ready(std::future::Future::poll(open.as_mut(), cx))).await
+    {
+        return r;
+    }
+    let began = x.now();
+    let r = open.await;
+    x.waited(t, Wait::StreamCredit, x.now().saturating_sub(began));
+    r
 }
 
 /// The DNS message in a DoQ stream: a 2-byte length, then exactly that many bytes.
