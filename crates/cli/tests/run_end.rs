@@ -110,7 +110,7 @@ fn thousands_of_connections_open_at_the_end_are_closed_and_counted() {
     ]);
     let v = r.ok();
     check_accounting(v);
-    assert_eq!(total(v, "sent"), 3000, "one query per client:\n{:#}", v["totals"]);
+    assert_eq!(total(v, "issued"), 3000, "one query per client:\n{:#}", v["totals"]);
     let c = &v["connections"];
     let opened = conn_total(v, "opened");
     assert!(opened > 0, "{c:#}");

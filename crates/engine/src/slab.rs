@@ -16,8 +16,14 @@ pub struct Entry {
     pub scheduled: u64,
     /// Question key to match the response against (0 until written, for random labels).
     pub key: u64,
+    /// When the query is given up (timed out, or unsent if it never left).
+    pub deadline: u64,
     /// Sent again after a connection ended without its answer (at most once).
     pub resent: bool,
+    /// A transport took it from its lane and wrote it out (`Exchange::encode`).
+    pub handed: bool,
+    /// It left the generator (`Exchange::sent`), at least once.
+    pub left: bool,
 }
 
 #[derive(Debug, Default)]

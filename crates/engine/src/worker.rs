@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use volley_metrics::{Close, ErrorKind, Handshake, Recorder, Unexpected};
+use volley_metrics::{Close, ErrorKind, Handshake, Recorder, Unexpected, Unsent};
 use volley_transport::{spawn_lane, ConnPolicy, Exchange, Lane, LaneOptions, Target, Token};
 use volley_wire::{question_key, Header, Rcode};
 
@@ -228,7 +228,7 @@ impl Worker {
         }
         let (lo, n) = (range.start as usize, range.len());
         let g = self.lanes.get(lo).map_or(0, |s| s.group);
-        inn.rec().sent(now, g);
+        inn.rec().issued(now, g);
         // Lanes that can send soon first (not backing off after a failure), then any with room.
         let pick = |i: usize, strict: bool| {
             let l = &self.lanes[lo + i].lane;
@@ -256,8 +256,17 @@ impl Worker {
         // Latency counts from the schedule, or from the hand-over when a query leaves ahead of it
         // (batch window): never from later than the schedule, never from before the send.
         let origin = scheduled.min(now);
-        let t = inn.slab.insert(Entry { lane: lane as u32, query, seed, scheduled: origin, key, ..Default::default() });
-        inn.deadlines.push_back((now + self.timeout_ns, t));
+        let deadline = now + self.timeout_ns;
+        let t = inn.slab.insert(Entry {
+            lane: lane as u32,
+            query,
+            seed,
+            scheduled: origin,
+            key,
+            deadline,
+            ..Default::default()
+        });
+        inn.deadlines.push_back((deadline, t));
         self.ensure_started(lane);
         self.lanes[lane].lane.push(t);
     }
@@ -285,7 +294,8 @@ impl Worker {
         }
     }
 
-    /// Ends every query whose deadline passed.
+    /// Ends every query whose deadline passed: timed out if it left, else unsent (it waited
+    /// for the transport the whole time; the server never saw it).
     fn expire(&self, now: u64) {
         let mut inn = self.inner.borrow_mut();
         while let Some(&(deadline, t)) = inn.deadlines.front() {
@@ -296,15 +306,47 @@ impl Worker {
             if let Some(e) = inn.slab.remove(t) {
                 let slot = &self.lanes[e.lane as usize];
                 slot.lane.release();
-                inn.rec().timed_out(now, slot.group);
+                if e.left {
+                    inn.rec().timed_out(now, slot.group);
+                } else {
+                    let why = self.unsent_why(&e);
+                    inn.rec().unsent(now, why, slot.group);
+                }
                 self.refill(&mut inn, now);
             }
+        }
+    }
+
+    /// Why query `e`, which never left, was still waiting when its timeout came: a query
+    /// handed to a QUIC connection waits for a stream (MAX_STREAMS), as does one an HTTP/2
+    /// connection has not taken (its streams all in use); one still in its lane without a
+    /// connection up waits for a connection (UDP sockets need none); else it is queued.
+    fn unsent_why(&self, e: &Entry) -> Unsent {
+        use volley_transport::{HttpVersion, Scheme};
+        let slot = &self.lanes[e.lane as usize];
+        let spec = &self.specs[slot.spec as usize];
+        let scheme = spec.target.scheme;
+        let http = matches!(scheme, Scheme::Https | Scheme::H3).then(|| spec.lane.http_for(scheme));
+        let quic = scheme == Scheme::Quic || http == Some(HttpVersion::Http3);
+        if e.handed {
+            if quic {
+                Unsent::NoStreamCredit
+            } else {
+                Unsent::Queued
+            }
+        } else if scheme != Scheme::Udp && slot.open.get() == 0 {
+            Unsent::NoConnection
+        } else if http == Some(HttpVersion::Http2) {
+            Unsent::NoStreamCredit
+        } else {
+            Unsent::Queued
         }
     }
 
     fn encode(&self, token: Token, id: u16, out: &mut Vec<u8>) -> bool {
         let mut inn = self.inner.borrow_mut();
         let Some(e) = inn.slab.get_mut(token) else { return false };
+        e.handed = true;
         self.queries.write(e.query, e.seed, id, out);
         if e.key == 0 {
             e.key = question_key(out).unwrap_or(1);
@@ -314,12 +356,18 @@ impl Worker {
 
     fn sent(&self, token: Token, bytes: usize, now: u64, g: u16) {
         let mut inn = self.inner.borrow_mut();
-        // A resent query's lateness was counted when it first left.
-        let scheduled = inn.slab.get_mut(token).filter(|e| !e.resent).map(|e| (e.scheduled, e.lane));
+        // A query counts as sent, and its lateness, when it first leaves (not when resent).
+        let first = inn.slab.get_mut(token).filter(|e| !e.left).map(|e| {
+            e.left = true;
+            (e.scheduled, e.lane)
+        });
         let closed = self.closed_loop;
         let rec = inn.rec();
         rec.wrote(bytes, g);
-        if let (false, Some((s, lane))) = (closed, scheduled) {
+        if first.is_some() {
+            rec.sent(now, g);
+        }
+        if let (false, Some((s, lane))) = (closed, first) {
             let late = now.saturating_sub(s);
             rec.lateness(late);
             if late > LATE_NS {
@@ -346,6 +394,11 @@ impl Worker {
             }
             match inn.slab.get_mut(token) {
                 None => return false,
+                // It never left: its next connection sends it for the first time.
+                Some(e) if !e.left => {
+                    e.handed = false;
+                    return true;
+                }
                 Some(e) if !e.resent => {
                     e.resent = true;
                     count_event(&mut inn.events, &format!("{RESENT_EVENT}{kind}"));
@@ -492,6 +545,14 @@ impl Exchange for LaneView {
     fn is_live(&self, token: Token) -> bool {
         let inn = self.w.inner.borrow();
         !inn.finished && inn.slab.contains(token)
+    }
+
+    fn deadline(&self, token: Token) -> Option<u64> {
+        let mut inn = self.w.inner.borrow_mut();
+        if inn.finished {
+            return None;
+        }
+        inn.slab.get_mut(token).map(|e| e.deadline)
     }
 
     fn conn_opened(&self, h: &Handshake, now: u64) {

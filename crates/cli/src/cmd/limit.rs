@@ -144,7 +144,7 @@ fn parse_growth(s: &str) -> Result<Growth, String> {
 
 /// Whether a step measured the generator rather than the target: its CPU was saturated, or
 /// it sent systematically late (median lateness over 1 ms: a busy machine's hiccups move the
-/// tail, not the median), or it sent less than 95 % of the load asked for.
+/// tail, not the median), or it issued less than 95 % of the load asked for.
 fn generator_bound(r: &RunResult, load: f64, by: By) -> bool {
     let busy = r.generator.cpu_s / (r.duration_s.max(1e-3) * r.generator.threads.max(1) as f64);
     let late = r.send_lateness.as_ref().is_some_and(|l| l.count > 0 && l.p50_ns > 1_000_000);
@@ -152,7 +152,8 @@ fn generator_bound(r: &RunResult, load: f64, by: By) -> bool {
         By::Qps => load,
         By::Clients => r.load.rate.unwrap_or(0.0),
     };
-    let short = asked > 0.0 && r.qps.sent < 0.95 * asked;
+    // Issued, not sent: queries the server held back (no stream credit) are the target's doing.
+    let short = asked > 0.0 && r.qps.issued < 0.95 * asked;
     busy > volley_engine::GENERATOR_BUSY || late || short
 }
 
