@@ -435,7 +435,7 @@ pub fn cdf_points(h: &SparseHistogram) -> Vec<(f64, f64)> {
 pub struct LimitStep {
     /// Clients or queries per second offered in this step (see [`LimitResult::unit`]).
     pub load: f64,
-    /// Answered queries over queries sent in this step, 0..=1.
+    /// Answered queries over queries issued in this step, 0..=1.
     pub answered_ratio: f64,
     /// 99th percentile of the response time in this step, ns.
     pub p99_ns: u64,

@@ -344,10 +344,10 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
         counts_table(out, "unsent", "Unsent queries by why (they never left)", &why, t.issued, "of issued");
     }
     let unexpected: Vec<(String, u64)> = t.unexpected.iter().map(|(k, v)| (k.clone(), *v)).collect();
-    counts_table(out, "unexpected", "Unexpected responses (not fates)", &unexpected, t.sent, "of sent");
+    counts_table(out, "unexpected", "Unexpected responses (not fates)", &unexpected, t.issued, "of issued");
     if !r.events.is_empty() {
         let events: Vec<(String, u64)> = r.events.iter().map(|(k, v)| (k.clone(), *v)).collect();
-        counts_table(out, "events", "Transport events", &events, t.sent, "of sent");
+        counts_table(out, "events", "Transport events", &events, t.issued, "of issued");
     }
     if let Some(c) = &r.connections {
         out.push_str("<h3>Connections</h3>\n");
