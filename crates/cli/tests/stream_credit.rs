@@ -40,13 +40,13 @@ fn cancelled_so(stats: &str, timed_out: u64, what: &str) {
     assert_eq!(serve_stat(stats, "stopped"), 0, "{what}: no stream stopped with another code: {stats}");
 }
 
-/// Against a server that drops 1 query in 10 and allows 50 streams per connection, a DoQ or
-/// DoH/3 run of 1,000 queries (100 dropped: twice the streams) goes on answering to its end,
-/// on one connection; every query the server dropped, and only those, timed out; each was
-/// cancelled with its protocol's code, which the server saw; and every query left.
+/// Against a server that drops 1 query in 10 and allows 50 streams per connection, a DoQ,
+/// DoH/3 or DoH/2 run of 1,000 queries (100 dropped: twice the streams) goes on answering to
+/// its end, on one connection; every query the server dropped, and only those, timed out; each
+/// was cancelled with its protocol's code, which the server saw; and every query left.
 #[test]
 fn dropped_queries_give_their_streams_back() {
-    for t in ["quic", "h3"] {
+    for t in ["quic", "h3", "https"] {
         let mut s = Server::start_encrypted(&["--drop", "1/10", "--max-streams", "50", "-T", "1"]);
         let r = run_volley(&[&s.url(t), "--ca", s.ca_str(), "--rate", "200", "-l", "5s", "-t", "1s", "-T", "1"]);
         let v = r.ok();

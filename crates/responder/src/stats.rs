@@ -45,9 +45,10 @@ pub struct Stats {
     /// Connections turned away because their listener held `--max-conns` already (TCP, DoT,
     /// DoH: closed right after accept; QUIC: refused with CONNECTION_REFUSED).
     pub refused_max_conns: u64,
-    /// QUIC request streams (DoQ, DoH/3) the client stopped (STOP_SENDING) before their
-    /// answer left, with its protocol's cancel code: DOQ_REQUEST_CANCELLED (RFC 9250 section
-    /// 4.3) or H3_REQUEST_CANCELLED (RFC 9114 section 4.1.1). The stream is freed at once.
+    /// Request streams the client stopped (QUIC STOP_SENDING: DoQ, DoH/3) or reset (HTTP/2
+    /// RST_STREAM) before their answer left, with its protocol's cancel code:
+    /// DOQ_REQUEST_CANCELLED (RFC 9250 section 4.3), H3_REQUEST_CANCELLED (RFC 9114 section
+    /// 4.1.1) or CANCEL (RFC 9113 section 7). The stream is freed at once.
     pub cancelled: u64,
     /// The same, with any other code (0, say).
     pub stopped: u64,
