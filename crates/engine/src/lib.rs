@@ -268,6 +268,21 @@ fn unexpected_warnings(c: &volley_metrics::Counters, timeout: Duration) -> Vec<S
     out
 }
 
+/// A warning when queries never left the generator: they waited for the transport (the
+/// server's stream credit, a connection) until their timeout, so the server never saw them.
+fn unsent_warning(t: &Totals, timeout: Duration) -> Option<String> {
+    (t.unsent > 0).then(|| {
+        let why: Vec<String> = t.unsent_reasons.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        format!(
+            "{} of {} queries never left the generator within their timeout ({timeout:?}, -t): they waited for \
+             the transport ({}), so the server never saw them; they are counted unsent, not timed out",
+            t.unsent,
+            t.issued,
+            why.join(", ")
+        )
+    })
+}
+
 /// Ephemeral ports per source address towards one server (net.ipv4.ip_local_port_range).
 pub fn local_ports() -> u64 {
     std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
@@ -509,7 +524,7 @@ pub fn run(
     let sending_s = match (plan.duration, interrupted) {
         (Some(d), false) if !replay => d.as_secs_f64(),
         _ => {
-            let last = got.series.iter().rposition(|r| r.sent > 0).map_or(0, |i| i + 1);
+            let last = got.series.iter().rposition(|r| r.issued > 0).map_or(0, |i| i + 1);
             // Whole seconds with sends, trimmed to the elapsed time.
             (last as f64).min(elapsed_ns as f64 / 1e9).max(1e-3)
         }
@@ -546,6 +561,7 @@ pub fn run(
         warnings.extend(time_wait_warning(&got.totals.conns, &got.series, local_ports() * addresses));
     }
     warnings.extend(unexpected_warnings(&got.totals, plan.timeout));
+    warnings.extend(unsent_warning(&totals, plan.timeout));
     if let Some(n) = events.get("udp_icmp_refused") {
         warnings.push(format!("{n} ICMP port-unreachable errors: the target stopped listening during the run"));
     }
@@ -607,7 +623,11 @@ pub fn run(
             connections: if udp_clients > 0 { sockets_made } else { connections },
             queries: plan.queries.description.clone(),
         },
-        qps: Qps { sent: totals.sent as f64 / sending_s, answered: totals.answered as f64 / sending_s },
+        qps: Qps {
+            issued: totals.issued as f64 / sending_s,
+            sent: totals.sent as f64 / sending_s,
+            answered: totals.answered as f64 / sending_s,
+        },
         latency: LatencySummary::of(&got.latency),
         send_lateness: lateness,
         schedule_lateness,

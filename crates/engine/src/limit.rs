@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// What "keeping up" means.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Objective {
-    /// Answered queries over queries sent, at least (e.g. 0.99).
+    /// Answered queries over queries issued, at least (e.g. 0.99).
     pub min_answered: f64,
     /// A latency bound: the quantile (e.g. 0.95) must not exceed this many ns.
     pub max_latency: Option<(f64, u64)>,

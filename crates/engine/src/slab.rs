@@ -28,6 +28,12 @@ pub struct Entry {
     pub waited_for: Option<volley_metrics::Wait>,
     /// It left and has no fate yet (counted in the worker's queries on the wire).
     pub on_wire: bool,
+    /// When the query is given up (timed out, or unsent if it never left).
+    pub deadline: u64,
+    /// A transport took it from its lane and wrote it out (`Exchange::encode`).
+    pub handed: bool,
+    /// It left the generator (`Exchange::sent`), at least once.
+    pub left: bool,
 }
 
 #[derive(Debug, Default)]

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use volley_metrics::{Close, ErrorKind, Handshake, Recorder, Unexpected, Wait};
+use volley_metrics::{Close, ErrorKind, Handshake, Recorder, Unexpected, Unsent, Wait};
 use volley_transport::{spawn_lane, ConnPolicy, Exchange, Lane, LaneOptions, Target, Token};
 use volley_wire::{question_key, Header, Rcode};
 
@@ -264,7 +264,7 @@ impl Worker {
         }
         let (lo, n) = (range.start as usize, range.len());
         let g = self.lanes.get(lo).map_or(0, |s| s.group);
-        inn.rec().sent(now, g);
+        inn.rec().issued(now, g);
         // Lanes that can send soon first (not backing off after a failure), then any with room.
         let pick = |i: usize, strict: bool| {
             let l = &self.lanes[lo + i].lane;
@@ -297,6 +297,7 @@ impl Worker {
             inn.rec().schedule_lateness(now.saturating_sub(scheduled));
         }
         let lane_mark = self.lanes[lane].lane.waited().0;
+        let deadline = now + self.timeout_ns;
         let t = inn.slab.insert(Entry {
             lane: lane as u32,
             query,
@@ -304,9 +305,10 @@ impl Worker {
             scheduled: origin,
             key,
             lane_mark,
+            deadline,
             ..Default::default()
         });
-        inn.deadlines.push_back((now + self.timeout_ns, t));
+        inn.deadlines.push_back((deadline, t));
         self.ensure_started(lane);
         self.lanes[lane].lane.push(t);
     }
@@ -334,7 +336,8 @@ impl Worker {
         }
     }
 
-    /// Ends every query whose deadline passed.
+    /// Ends every query whose deadline passed: timed out if it left, else unsent (it waited
+    /// for the transport the whole time; the server never saw it).
     fn expire(&self, now: u64) {
         let mut inn = self.inner.borrow_mut();
         while let Some(&(deadline, t)) = inn.deadlines.front() {
@@ -350,16 +353,47 @@ impl Worker {
                     // Its last connection ended without its answer, and it had not left again:
                     // the server's close is its fate, not a silence.
                     Some(kind) => inn.rec().failed(now, kind, slot.group),
-                    None => inn.rec().timed_out(now, slot.group),
+                    None if e.left => inn.rec().timed_out(now, slot.group),
+                    None => {
+                        let why = self.unsent_why(&e);
+                        inn.rec().unsent(now, why, slot.group);
+                    }
                 }
                 self.refill(&mut inn, now);
             }
         }
     }
 
+    /// Why query `e`, which never left, was still waiting when its timeout came: a query
+    /// handed to a QUIC connection waits for a stream (MAX_STREAMS), as does one an HTTP/2
+    /// connection has not taken (its streams all in use); one still in its lane without a
+    /// connection up waits for a connection (UDP sockets need none); else it is queued.
+    fn unsent_why(&self, e: &Entry) -> Unsent {
+        use volley_transport::{HttpVersion, Scheme};
+        let slot = &self.lanes[e.lane as usize];
+        let spec = &self.specs[slot.spec as usize];
+        let scheme = spec.target.scheme;
+        let http = matches!(scheme, Scheme::Https | Scheme::H3).then(|| spec.lane.http_for(scheme));
+        let quic = scheme == Scheme::Quic || http == Some(HttpVersion::Http3);
+        if e.handed {
+            if quic {
+                Unsent::NoStreamCredit
+            } else {
+                Unsent::Queued
+            }
+        } else if scheme != Scheme::Udp && slot.open.get() == 0 {
+            Unsent::NoConnection
+        } else if http == Some(HttpVersion::Http2) {
+            Unsent::NoStreamCredit
+        } else {
+            Unsent::Queued
+        }
+    }
+
     fn encode(&self, token: Token, id: u16, out: &mut Vec<u8>) -> bool {
         let mut inn = self.inner.borrow_mut();
         let Some(e) = inn.slab.get_mut(token) else { return false };
+        e.handed = true;
         self.queries.write(e.query, e.seed, id, out);
         if e.key == 0 {
             e.key = question_key(out).unwrap_or(1);
@@ -379,8 +413,10 @@ impl Worker {
                 inn.peak_on_wire = inn.peak_on_wire.max(inn.on_wire);
             }
             e.again = None;
-            // A resent query's lateness and wait were counted when it first left.
-            if e.resent == 0 {
+            // A query counts as sent, with its lateness and wait, when it first leaves (not
+            // when it is sent again).
+            if !e.left {
+                e.left = true;
                 scheduled = Some((e.scheduled, e.lane));
                 let (mark, last) = self.lanes[e.lane as usize].lane.waited();
                 let in_lane = mark.saturating_sub(e.lane_mark);
@@ -394,6 +430,9 @@ impl Worker {
         let closed = self.closed_loop;
         let rec = inn.rec();
         rec.wrote(bytes, g);
+        if scheduled.is_some() {
+            rec.sent(now, g);
+        }
         if let Some((why, ns)) = wait {
             rec.transport_wait(why, ns);
         }
@@ -448,6 +487,11 @@ impl Worker {
             }
             let (n, lane) = match inn.slab.get_mut(token) {
                 None => return false,
+                // It never left: its next connection sends it for the first time.
+                Some(e) if !e.left => {
+                    e.handed = false;
+                    return true;
+                }
                 Some(e) if u32::from(e.resent) < self.resend_cap(e.lane) => {
                     e.resent = e.resent.saturating_add(1);
                     e.again = Some(kind);
@@ -609,6 +653,14 @@ impl Exchange for LaneView {
     fn is_live(&self, token: Token) -> bool {
         let inn = self.w.inner.borrow();
         !inn.finished && inn.slab.contains(token)
+    }
+
+    fn deadline(&self, token: Token) -> Option<u64> {
+        let mut inn = self.w.inner.borrow_mut();
+        if inn.finished {
+            return None;
+        }
+        inn.slab.get_mut(token).map(|e| e.deadline)
     }
 
     fn conn_opened(&self, h: &Handshake, now: u64) {

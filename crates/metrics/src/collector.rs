@@ -201,7 +201,7 @@ mod tests {
         let mut a = Recorder::new(0, 0, tx);
         for k in 0..150u64 {
             for _ in 0..=k % 3 {
-                a.sent(k * s + 1, 0);
+                a.issued(k * s + 1, 0);
             }
         }
         a.finish(150 * s, 0, &[], 1);
@@ -214,9 +214,9 @@ mod tests {
         assert_eq!(got.series.len(), 151);
         for (k, r) in got.series.iter().take(150).enumerate() {
             assert_eq!(r.second as usize, k);
-            assert_eq!(r.sent, k as u64 % 3 + 1);
+            assert_eq!(r.issued, k as u64 % 3 + 1);
         }
-        assert_eq!(got.series.iter().map(|r| r.sent).sum::<u64>(), got.totals.sent);
+        assert_eq!(got.series.iter().map(|r| r.issued).sum::<u64>(), got.totals.issued);
     }
 
     #[test]
@@ -225,11 +225,11 @@ mod tests {
         let s = 1_000_000_000u64;
         let mut a = Recorder::new(0, 0, tx.clone());
         let mut b = Recorder::new(1, 0, tx);
-        a.sent(10, 0);
+        a.issued(10, 0);
         a.answered(20, 1000, 0, false, 60, 0);
-        b.sent(s + 5, 0);
+        b.issued(s + 5, 0);
         b.timed_out(3 * s + 1, 0);
-        a.sent(2 * s, 0);
+        a.issued(2 * s, 0);
         a.answered(2 * s + 9, 2000, 3, false, 60, 0);
         a.finish(2 * s + 10, 0, &[], 5);
         b.finish(3 * s + 2, 0, &[], 7);
@@ -242,9 +242,10 @@ mod tests {
         let got = c.finish();
         assert_eq!(got.series.iter().map(|r| r.second).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
         assert_eq!(seen, vec![0, 1, 2, 3]);
-        assert_eq!(got.series.iter().map(|r| r.sent).sum::<u64>(), got.totals.sent);
-        assert_eq!(got.totals.sent, 3);
+        assert_eq!(got.series.iter().map(|r| r.issued).sum::<u64>(), got.totals.issued);
+        assert_eq!(got.totals.issued, 3);
         assert_eq!(got.totals.answered + got.totals.timed_out, 3);
+        assert_eq!(got.totals.ended() + got.in_flight, got.totals.issued);
         assert_eq!(got.series[2].rcodes.get("NXDOMAIN"), Some(&1));
         assert_eq!(got.latency.count(), 2);
         assert_eq!(got.cpu_ns, 12);

@@ -1,7 +1,7 @@
 use std::sync::mpsc::Sender;
 
 use crate::connections::{ConnHistograms, SecondHandshakes};
-use crate::{Close, Counters, EarlyData, ErrorKind, Handshake, Histogram, Unexpected, Wait, WireStats};
+use crate::{Close, Counters, EarlyData, ErrorKind, Handshake, Histogram, Unexpected, Unsent, Wait, WireStats};
 
 const NS: u64 = 1_000_000_000;
 
@@ -204,6 +204,13 @@ impl Recorder {
 
     /// A query was issued by the load model (its fate comes later).
     #[inline]
+    pub fn issued(&mut self, now_ns: u64, g: u16) {
+        self.tick(now_ns);
+        self.count(g, |c| c.issued += 1);
+    }
+
+    /// A query left the generator for the first time.
+    #[inline]
     pub fn sent(&mut self, now_ns: u64, g: u16) {
         self.tick(now_ns);
         self.count(g, |c| c.sent += 1);
@@ -259,6 +266,16 @@ impl Recorder {
     pub fn timed_out(&mut self, now_ns: u64, g: u16) {
         self.tick(now_ns);
         self.count(g, |c| c.timed_out += 1);
+    }
+
+    /// A query's timeout came before it could leave: its fate, `why` it never left.
+    #[inline]
+    pub fn unsent(&mut self, now_ns: u64, why: Unsent, g: u16) {
+        self.tick(now_ns);
+        self.count(g, |c| {
+            c.unsent += 1;
+            c.unsent_reasons[why as usize] += 1;
+        });
     }
 
     #[inline]

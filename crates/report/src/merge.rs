@@ -265,7 +265,11 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     let series: Vec<SecondRow> = rows.into_iter().enumerate().map(|(k, acc)| acc.row(k as u32)).collect();
     let latency = latency.summary().unwrap_or_default();
     let qps = if duration_s > 0.0 {
-        Qps { sent: totals.sent as f64 / duration_s, answered: totals.answered as f64 / duration_s }
+        Qps {
+            issued: totals.issued as f64 / duration_s,
+            sent: totals.sent as f64 / duration_s,
+            answered: totals.answered as f64 / duration_s,
+        }
     } else {
         Qps::default()
     };
@@ -366,10 +370,13 @@ fn not_simultaneous(runs: &[NamedRun], span_s: f64) -> Vec<String> {
 }
 
 fn add_totals(into: &mut Totals, t: &Totals) {
+    into.issued += t.issued;
     into.sent += t.sent;
     into.answered += t.answered;
     into.timed_out += t.timed_out;
     into.failed += t.failed;
+    into.unsent += t.unsent;
+    add_map(&mut into.unsent_reasons, &t.unsent_reasons);
     into.in_flight += t.in_flight;
     into.truncated += t.truncated;
     into.bytes_out += t.bytes_out;
@@ -435,10 +442,13 @@ struct HistSumRow {
 impl HistSumRow {
     fn add(&mut self, file: &str, k: usize, r: &SecondRow) -> Result<(), MergeError> {
         let m = &mut self.row;
+        m.issued += r.issued;
         m.sent += r.sent;
         m.answered += r.answered;
         m.timed_out += r.timed_out;
         m.failed += r.failed;
+        m.unsent += r.unsent;
+        add_map(&mut m.unsent_reasons, &r.unsent_reasons);
         m.truncated += r.truncated;
         add_map(&mut m.rcodes, &r.rcodes);
         add_map(&mut m.errors, &r.errors);

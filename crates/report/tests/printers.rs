@@ -42,6 +42,7 @@ fn sample(plan: Plan) -> RunResult {
     for i in 0..sent {
         let w = &mut workers[(i % 2) as usize];
         let t = i * step;
+        w.issued(t, 0);
         w.sent(t, 0);
         w.wrote(40, 0);
         if plan.open_loop {
@@ -117,7 +118,11 @@ fn sample(plan: Plan) -> RunResult {
             connections: 2,
             queries: "name:example.com A".into(),
         },
-        qps: Qps { sent: totals.sent as f64 / duration_s, answered: totals.answered as f64 / duration_s },
+        qps: Qps {
+            issued: totals.issued as f64 / duration_s,
+            sent: totals.sent as f64 / duration_s,
+            answered: totals.answered as f64 / duration_s,
+        },
         latency: LatencySummary::of(&got.latency),
         send_lateness: plan.open_loop.then(|| LatencySummary::of(&got.lateness)),
         schedule_lateness: plan.open_loop.then(|| LatencySummary::of(&got.schedule_lateness)),
@@ -158,7 +163,10 @@ fn text_shows_the_equation_balanced() {
     let r = sample(Plan::default());
     let s = text(&r);
     println!("{s}");
-    assert!(s.contains("fates      10000 sent = 9990 answered + 8 timed out + 2 failed + 0 in flight  ✓"), "{s}");
+    assert!(
+        s.contains("fates      10000 issued = 9990 answered + 8 timed out + 2 failed + 0 unsent + 0 in flight  ✓"),
+        "{s}"
+    );
     assert!(!s.contains('✗') && !s.contains("WARNING"));
     assert!(s.contains("udp://127.0.0.1:5353"));
     assert!(s.contains("closed loop, concurrency 100, duration 10s, timeout 5s, 2 threads, 2 connections"));
@@ -192,9 +200,12 @@ fn text_shows_the_equation_balanced() {
 #[test]
 fn text_marks_an_unbalanced_run_loudly() {
     let mut r = sample(Plan::default());
-    r.totals.sent += 5;
+    r.totals.issued += 5;
     let s = text(&r);
-    assert!(s.contains("fates      10005 sent = 9990 answered + 8 timed out + 2 failed + 0 in flight  ✗"), "{s}");
+    assert!(
+        s.contains("fates      10005 issued = 9990 answered + 8 timed out + 2 failed + 0 unsent + 0 in flight  ✗"),
+        "{s}"
+    );
     assert!(!s.contains('✓'));
     let warn = s.lines().find(|l| l.starts_with("WARNING")).expect("a warning line");
     assert!(warn.contains("5 queries have no fate"), "{warn}");
@@ -210,7 +221,7 @@ fn text_shows_in_flight_and_interruption() {
     println!("{s}");
     assert!(s.lines().next().unwrap().contains("INTERRUPTED"), "{s}");
     assert!(s.contains("status     INTERRUPTED"));
-    assert!(s.contains("10040 sent = 9990 answered + 8 timed out + 2 failed + 40 in flight  ✓"), "{s}");
+    assert!(s.contains("10040 issued = 9990 answered + 8 timed out + 2 failed + 0 unsent + 40 in flight  ✓"), "{s}");
     assert!(s.lines().any(|l| l.starts_with("warnings   ! the run was interrupted")));
     assert_narrow(&s);
 }
@@ -299,7 +310,7 @@ fn text_shows_handshakes_and_their_round_trips() {
 fn text_of_a_run_without_answers() {
     let r = sample(Plan { answered: 0, timed_out: 50, failed: 0, ..Plan::default() });
     let s = text(&r);
-    assert!(s.contains("50 sent = 0 answered + 50 timed out + 0 failed + 0 in flight  ✓"));
+    assert!(s.contains("50 issued = 0 answered + 50 timed out + 0 failed + 0 unsent + 0 in flight  ✓"));
     assert!(s.contains("latency    no answers"));
     assert!(s.contains("rcodes     none (no answers)"));
     assert!(!s.contains("NaN") && !s.contains("inf"));
@@ -310,11 +321,11 @@ fn text_of_a_run_without_answers() {
 fn huge_numbers_wrap_the_equation_instead_of_overflowing() {
     let mut r = sample(Plan::default());
     let t = &mut r.totals;
-    (t.sent, t.answered, t.timed_out, t.failed, t.in_flight) =
+    (t.issued, t.answered, t.timed_out, t.failed, t.in_flight) =
         (40_000_000_000_000, 39_000_000_000_000, 333_333_333_333, 333_333_333_333, 333_333_333_334);
     let s = text(&r);
-    assert!(s.contains("fates      40000000000000 sent = 39000000000000 answered + 333333333333 timed out\n"), "{s}");
-    assert!(s.contains("\n           + 333333333333 failed + 333333333334 in flight  ✓\n"), "{s}");
+    assert!(s.contains("fates      40000000000000 issued = 39000000000000 answered + 333333333333 timed out\n"), "{s}");
+    assert!(s.contains("\n           + 333333333333 failed + 0 unsent + 333333333334 in flight  ✓\n"), "{s}");
     assert!(s.contains("in flight  ✓"));
     assert_narrow(&s);
 }
@@ -510,6 +521,8 @@ fn csv_columns_sum_to_totals() {
             "p99_ns",
             "p999_ns",
             "max_ns",
+            "issued",
+            "unsent",
             "NOERROR",
             "NXDOMAIN",
             "error_refused",
@@ -526,7 +539,9 @@ fn csv_columns_sum_to_totals() {
         rows.iter().map(|row| row[i].parse::<u64>().unwrap()).sum()
     };
     let t = &r.totals;
+    assert_eq!(sum("issued"), t.issued);
     assert_eq!(sum("sent"), t.sent);
+    assert_eq!(sum("unsent"), t.unsent);
     assert_eq!(sum("answered"), t.answered);
     assert_eq!(sum("timed_out"), t.timed_out);
     assert_eq!(sum("failed"), t.failed);
@@ -636,7 +651,7 @@ fn progress_line_for_a_second() {
     assert!(line.starts_with("[  9s]  qps 1000  answered 99.00%  p99 "), "{line}");
     assert!(line.contains("timeouts 8  errors 2"), "{line}");
     let mut empty = r.series[0].clone();
-    (empty.sent, empty.answered, empty.timed_out, empty.failed) = (0, 0, 0, 0);
+    (empty.issued, empty.sent, empty.answered, empty.timed_out, empty.failed) = (0, 0, 0, 0, 0);
     let line = progress_line(&Progress { row: empty.clone() }, 12.0, Some(3600.0));
     assert_eq!(line, "[  12s/3600s]  qps 0  answered -  p99 -  timeouts 0  errors 0");
     // Past the planned length, with nothing sent: the run waits for its last answers.

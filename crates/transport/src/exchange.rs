@@ -38,6 +38,13 @@ pub trait Exchange {
     fn unexpected(&self, kind: Unexpected, bytes: usize, now: u64);
     /// Whether `token` still waits for a fate.
     fn is_live(&self, token: Token) -> bool;
+    /// When the engine gives `token` up if no answer came (on the clock of [`Exchange::now`]):
+    /// a transport that makes the query wait (for a stream, say) waits no longer. None when
+    /// it has ended, or the engine does not tell.
+    fn deadline(&self, token: Token) -> Option<u64> {
+        let _ = token;
+        None
+    }
     /// A connection came up.
     fn conn_opened(&self, h: &Handshake, now: u64);
     /// A connection attempt failed.

@@ -145,10 +145,10 @@ fn parse_growth(s: &str) -> Result<Growth, String> {
 
 /// Whether a step measured the generator rather than the target: its CPU was saturated, or
 /// its scheduler handed queries over systematically late (median lateness over 1 ms: a busy
-/// machine's hiccups move the tail, not the median), or it sent less than 95 % of the load
+/// machine's hiccups move the tail, not the median), or it issued less than 95 % of the load
 /// asked for. Queries that waited for the transport (the server's streams, a connection being
-/// opened) do not make a step generator-bound: that wait is the target's doing, and the step
-/// is judged by its answers and latency like any other.
+/// opened), or never left for want of them (unsent), do not make a step generator-bound: that
+/// is the target's doing, and the step is judged by its answers and latency like any other.
 fn generator_bound(r: &RunResult, load: f64, by: By) -> bool {
     let asked = match by {
         By::Qps => load,
@@ -157,7 +157,8 @@ fn generator_bound(r: &RunResult, load: f64, by: By) -> bool {
     volley_engine::limit::generator_bound(&GeneratorFigures {
         busy: r.generator.cpu_s / (r.duration_s.max(1e-3) * r.generator.threads.max(1) as f64),
         schedule_late_p50_ns: r.schedule_lateness.as_ref().filter(|l| l.count > 0).map(|l| l.p50_ns),
-        sent_share: if asked > 0.0 { r.qps.sent / asked } else { 1.0 },
+        // Issued, not sent: queries the server held back (no stream credit) are its doing.
+        sent_share: if asked > 0.0 { r.qps.issued / asked } else { 1.0 },
     })
 }
 
