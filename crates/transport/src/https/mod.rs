@@ -654,7 +654,8 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                 // Until the first answer, the server's SETTINGS may not have come (h2 allows one
                 // stream until they do): the connection is still being set up.
                 let credit = || if lane.conn_answers() == 0 { lane.opening_wait() } else { Wait::StreamCredit };
-                while responses.open() >= send.current_max_send_streams() {
+                // This connection's streams (a draining one's are its own).
+                while on.count() as usize >= send.current_max_send_streams() {
                     cork.set(false);
                     lane.note_wait(Some(credit()));
                     waited = true;

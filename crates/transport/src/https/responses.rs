@@ -193,11 +193,6 @@ impl Responses {
         self.list.mark(slot);
     }
 
-    /// Streams awaited (open on the connection, or queued in h2 for one).
-    pub(crate) fn open(&self) -> usize {
-        self.inner.borrow().open
-    }
-
     /// Resolves once a stream has ended since the last call.
     pub(crate) async fn freed(&self) {
         self.freed.notified().await
