@@ -11,6 +11,7 @@
 pub mod model;
 pub mod pipe;
 pub mod rng;
+pub mod spec;
 
 pub use model::{DirConfig, Dist, LinkConfig, Loss, Nanos, QueueLimit, Rate, Trace};
 pub use pipe::{Counters, Departure, Pipe};
