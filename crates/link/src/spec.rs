@@ -259,9 +259,8 @@ impl DirDraft {
     fn finish(self) -> Result<DirConfig, String> {
         let loss = match (self.loss, self.burst) {
             (None, None) => Loss::None,
-            (Some(p), None) if p == 0.0 => Loss::None,
+            (Some(0.0), _) => Loss::None,
             (Some(p), None) => Loss::Random(p),
-            (Some(p), Some(_)) if p == 0.0 => Loss::None,
             (Some(rate), Some(mean_burst)) => Loss::Burst { rate, mean_burst },
             (None, Some(_)) => return Err("burst needs a loss rate (loss=...)".into()),
         };
