@@ -15,3 +15,7 @@ pub mod spec;
 
 pub use model::{DirConfig, Dist, LinkConfig, Loss, Nanos, QueueLimit, Rate, Trace};
 pub use pipe::{Counters, Departure, Pipe};
+pub mod run;
+pub mod sys;
+
+pub use run::{Addresses, Link, LinkError, LinkReport};

@@ -1,0 +1,107 @@
+//! `volley link`: runs a command in a network namespace whose only way out is an emulated link.
+
+use clap::Args;
+use volley_link::{spec, Link, LinkReport};
+use volley_metrics::Histogram;
+
+use crate::error::{CliError, CliResult};
+
+const EXAMPLES: &str = "\
+Impairments (items applied in order; a later one replaces an earlier setting):
+  PROFILE               a built-in (4g, lossy-4g, 3g) or a TOML file (docs/link.md)
+  KEY=VALUE[,...]       both directions: the delay is added each way (RTT + 2 x delay)
+  up:KEY=VALUE[,...]    namespace to host only      down:KEY=VALUE[,...]  host to namespace
+  Keys: delay=20ms jitter=2ms dist=uniform|normal|pareto order=reorder|keep loss=0.5%
+        burst=4 (Gilbert-Elliott: mean burst length) dup=1% reorder=1% rate=10mbit
+        queue=100 (packets) queue-bytes=64000 outage=5s-7s trace=FILE (mahimahi mm-link)
+  The built-ins are seeds/001's figures on the way up (as tc netem on the client's egress):
+  4g +53.3 ms, 1 ms jitter, 0.5 % loss; lossy-4g the same with 1.5 %; 3g +150 ms, 8 ms, 2.5 %.
+
+The command sees the host at $VOLLEY_LINK_HOST (a server on the host must listen there or on
+0.0.0.0) and has $VOLLEY_LINK_LOCAL itself. Lines from volley link go to stderr.
+
+Examples:
+  volley serve --listen 0.0.0.0 --port 5353 &
+  volley link delay=20ms -- sh -c 'volley query udp://$VOLLEY_LINK_HOST:5353 example.test'
+  volley link 4g --seed 7 -- sh -c 'kdig @$VOLLEY_LINK_HOST -p 5353 example.test'
+  volley link up:rate=1mbit,queue=50 down:loss=1%,burst=3 -- dnsperf -s 10.213.0.1 ...
+
+Exit status: the command's (128+N when killed by signal N); 2 bad input or no link possible.";
+
+#[derive(Args, Debug)]
+#[command(after_long_help = EXAMPLES)]
+pub struct LinkArgs {
+    /// Impairments: profiles and KEY=VALUE settings (see below); none: a transparent link.
+    #[arg(value_name = "IMPAIRMENT")]
+    pub impairments: Vec<String>,
+
+    /// Seed of every random choice (loss, jitter, ...): the same seed repeats a run packet for
+    /// packet [default: a random one, printed].
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+
+    /// The command to run inside the link's namespace, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+pub fn run(a: LinkArgs) -> CliResult {
+    let cfg = spec::parse(&a.impairments).map_err(CliError::usage)?;
+    let seed = a.seed.unwrap_or_else(volley_link::rng::random_seed);
+    let link = Link::start(cfg.clone(), seed).map_err(CliError::usage)?;
+    eprintln!(
+        "volley link: host {} ($VOLLEY_LINK_HOST), namespace {} ($VOLLEY_LINK_LOCAL), seed {seed}",
+        link.addrs.host, link.addrs.local
+    );
+    eprintln!("volley link: up: {}; down: {}", cfg.up.describe(), cfg.down.describe());
+    let status = link.run_command(&a.command);
+    let report = link.finish().map_err(CliError::failure)?;
+    let status = status.map_err(CliError::usage)?;
+    print_report(&report);
+    let code = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        _ => 1,
+    };
+    std::process::exit(code);
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.0}us", ns as f64 / 1e3)
+}
+
+fn spread(h: &Histogram) -> String {
+    format!("p50 {} p99 {} max {}", us(h.quantile(0.5)), us(h.quantile(0.99)), us(h.max()))
+}
+
+fn print_report(r: &LinkReport) {
+    for (name, c, q) in [("up  ", &r.up, &r.up_queue_delay), ("down", &r.down, &r.down_queue_delay)] {
+        let mut line = format!(
+            "volley link: {name} in {} pkts {} B, out {} pkts {} B, dropped: loss {} queue {} outage {}, reordered {}, duplicated {}",
+            c.packets_in,
+            c.bytes_in,
+            c.packets_out,
+            c.bytes_out,
+            c.dropped_loss,
+            c.dropped_queue,
+            c.dropped_outage,
+            c.reordered,
+            c.duplicated
+        );
+        if !q.is_empty() {
+            line += &format!(", queueing delay {}", spread(q));
+        }
+        eprintln!("{line}");
+    }
+    let mut line = format!("volley link: lateness {} over {} packets", spread(&r.lateness), r.lateness.count());
+    if r.held_at_end > 0 {
+        line += &format!(", {} still held at the end", r.held_at_end);
+    }
+    if r.write_errors > 0 {
+        line += &format!(", {} refused by the kernel", r.write_errors);
+    }
+    if r.lateness.quantile(0.99) > 100_000 {
+        line += " (warning: the emulator fell behind: p99 lateness above 100us)";
+    }
+    eprintln!("{line}");
+}
