@@ -93,7 +93,9 @@ fn print_report(r: &LinkReport) {
         }
         eprintln!("{line}");
     }
-    let mut line = format!("volley link: lateness {} over {} packets", spread(&r.lateness), r.lateness.count());
+    let prio = if r.realtime { "real-time priority" } else { "ordinary priority" };
+    let mut line =
+        format!("volley link: lateness {} over {} packets ({prio})", spread(&r.lateness), r.lateness.count());
     if r.held_at_end > 0 {
         line += &format!(", {} still held at the end", r.held_at_end);
     }
