@@ -216,3 +216,51 @@ fn bad_input_is_one_line_exit_2() {
     assert!(out.stderr.contains("volley: error: cannot run '/nonexistent/cmd'"), "{}", out.stderr);
     assert_eq!(out.stderr.lines().filter(|l| l.starts_with("volley: error")).count(), 1, "{}", out.stderr);
 }
+
+/// `volley run --link`: the generator's sockets live behind the link (a target on 127.0.0.1 is
+/// reached at the link's host end). The RTT the transports measure (TCP_INFO, QUIC's path
+/// RTT) is the emulated one within 5 %, and handshakes take their round trips: TCP 1, DoT and
+/// DoH 2 (TCP, then TLS 1.3), DoQ 1 or 2 (2 when the server's anti-amplification limit stalls
+/// it).
+#[test]
+fn run_behind_a_link_measures_the_emulated_rtt_and_round_trips() {
+    let server = Server::start_encrypted(&["--listen", "0.0.0.0"]);
+    let port = |kind: &str| server.listener(kind).port();
+    for (url, trips) in [
+        (format!("udp://127.0.0.1:{}", port("udp")), None),
+        (format!("tcp://127.0.0.1:{}", port("tcp")), Some(&[1][..])),
+        (format!("tls://127.0.0.1:{}", port("dot")), Some(&[2][..])),
+        (format!("https://127.0.0.1:{}/dns-query", port("doh")), Some(&[2][..])),
+        (format!("quic://127.0.0.1:{}", port("doq")), Some(&[1, 2][..])),
+    ] {
+        let r = run_volley(&[
+            &url,
+            "--link",
+            "delay=10ms",
+            "--link-seed",
+            "1",
+            "-Q",
+            "20",
+            "-n",
+            "20",
+            "--ca",
+            server.ca_str(),
+        ]);
+        let v = r.ok();
+        check_accounting(v);
+        assert_eq!(total(v, "answered"), 20, "{url}: {}", r.stderr);
+        assert!(r.stderr.contains("volley link: host 10.213."), "{url}: {}", r.stderr);
+        assert!(counter(&r.stderr, "up", "out") >= 21, "{url}: {}", r.stderr);
+        let min = ms(v, "min_ns");
+        assert!(min >= 20.0 * 0.999, "{url}: latency min {min} ms below the link's 20 ms");
+        let Some(trips) = trips else { continue };
+        let rtt = v["connections"]["rtt"]["p50_ns"].as_u64().unwrap() as f64 / 1e6;
+        assert!((rtt / 20.0 - 1.0).abs() < 0.05, "{url}: RTT {rtt} ms, the link's 20 ms within 5 %");
+        let ratio = v["connections"]["handshake_rtt_ratio_milli"]["p50_ns"].as_u64().unwrap() as f64 / 1000.0;
+        assert!(trips.contains(&(ratio.round() as i32)), "{url}: handshake {ratio} round trips, want {trips:?}");
+    }
+    // Bad link input is a usage error before anything starts.
+    let r = run_volley(&[&format!("udp://127.0.0.1:{}", port("udp")), "--link", "delay=oops", "-n", "1"]);
+    let e = assert_usage_error(&r);
+    assert!(e.contains("--link"), "{e}");
+}

@@ -66,6 +66,44 @@ pub fn run(a: LinkArgs) -> CliResult {
     std::process::exit(code);
 }
 
+/// `--link SPEC` of `volley run`: starts the link, reaches loopback targets at its host end,
+/// and moves the calling thread (and so every thread it starts) into the link's namespace.
+pub fn behind_link(spec: &str, seed: Option<u64>, plan: &mut volley_engine::Plan) -> CliResult<Link> {
+    let items: Vec<String> = spec.split_whitespace().map(str::to_string).collect();
+    let cfg = spec::parse(&items).map_err(|e| CliError::usage(format!("--link: {e}")))?;
+    let seed = seed.unwrap_or_else(volley_link::rng::random_seed);
+    let link = Link::start(cfg.clone(), seed).map_err(|e| CliError::usage(format!("--link: {e}")))?;
+    let host = std::net::IpAddr::V4(link.addrs.host);
+    let reach = |t: &mut volley_transport::Target| {
+        if t.addr.ip().is_loopback() {
+            t.addr.set_ip(host);
+        }
+    };
+    reach(&mut plan.target);
+    if let volley_engine::Load::Clients(c) = &mut plan.load {
+        for g in &mut c.groups {
+            reach(&mut g.target);
+        }
+    }
+    link.enter().map_err(|e| CliError::usage(format!("--link: cannot enter the link's namespace: {e}")))?;
+    eprintln!(
+        "volley link: host {}, namespace {}, seed {seed}; up: {}; down: {}",
+        link.addrs.host,
+        link.addrs.local,
+        cfg.up.describe(),
+        cfg.down.describe()
+    );
+    Ok(link)
+}
+
+/// The warning a run carries when the emulator fell behind.
+pub fn lateness_warning(r: &LinkReport) -> Option<String> {
+    let p99 = r.lateness.quantile(0.99);
+    (p99 > 100_000).then(|| {
+        format!("the link's emulator fell behind: p99 lateness {} (above 100us); latencies include it", us(p99))
+    })
+}
+
 fn us(ns: u64) -> String {
     format!("{:.0}us", ns as f64 / 1e3)
 }
@@ -74,7 +112,7 @@ fn spread(h: &Histogram) -> String {
     format!("p50 {} p99 {} max {}", us(h.quantile(0.5)), us(h.quantile(0.99)), us(h.max()))
 }
 
-fn print_report(r: &LinkReport) {
+pub fn print_report(r: &LinkReport) {
     for (name, c, q) in [("up  ", &r.up, &r.up_queue_delay), ("down", &r.down, &r.down_queue_delay)] {
         let mut line = format!(
             "volley link: {name} in {} pkts {} B, out {} pkts {} B, dropped: loss {} queue {} outage {}, reordered {}, duplicated {}",
@@ -102,8 +140,8 @@ fn print_report(r: &LinkReport) {
     if r.write_errors > 0 {
         line += &format!(", {} refused by the kernel", r.write_errors);
     }
-    if r.lateness.quantile(0.99) > 100_000 {
-        line += " (warning: the emulator fell behind: p99 lateness above 100us)";
+    if let Some(w) = lateness_warning(r) {
+        line += &format!(" (warning: {w})");
     }
     eprintln!("{line}");
 }
