@@ -74,6 +74,8 @@ pub struct LinkReport {
     pub held_at_end: u64,
     /// The forwarder ran at real-time priority (SCHED_FIFO).
     pub realtime: bool,
+    /// CPU time of the forwarder thread (user + system).
+    pub cpu: Duration,
     pub elapsed: Duration,
 }
 
@@ -326,6 +328,13 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         }
     }
     let held_at_end = (f.up.len() + f.down.len()) as u64;
+    // SAFETY: getrusage(2) of the calling thread into a struct we own.
+    let cpu = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut u);
+        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+        tv(u.ru_utime) + tv(u.ru_stime)
+    };
     Ok(LinkReport {
         up: f.up.counters,
         down: f.down.counters,
@@ -335,6 +344,7 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         write_errors,
         held_at_end,
         realtime,
+        cpu,
         elapsed: f.clock.elapsed(),
     })
 }

@@ -132,8 +132,12 @@ pub fn print_report(r: &LinkReport) {
         eprintln!("{line}");
     }
     let prio = if r.realtime { "real-time priority" } else { "ordinary priority" };
-    let mut line =
-        format!("volley link: lateness {} over {} packets ({prio})", spread(&r.lateness), r.lateness.count());
+    let n = r.lateness.count();
+    let mut line = format!("volley link: lateness {} over {n} packets ({prio})", spread(&r.lateness));
+    line += &format!(", forwarder CPU {:.3}s", r.cpu.as_secs_f64());
+    if n > 0 {
+        line += &format!(" ({:.2}us per packet)", r.cpu.as_secs_f64() * 1e6 / n as f64);
+    }
     if r.held_at_end > 0 {
         line += &format!(", {} still held at the end", r.held_at_end);
     }
