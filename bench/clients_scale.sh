@@ -12,6 +12,8 @@
 #
 # There is no peer to run beside it on this machine (DNS Shotgun is not packaged); the figures
 # are volley's own: RSS (from /usr/bin/time), CPU (user + sys), answered share, send lateness.
+# CONNECTIONS=N: the UDP clients share N sockets (default: one socket per client, as many as the
+# open-files limit allows).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 TRANSPORT="${TRANSPORT:-udp}"
 CLIENTS="${CLIENTS:-1000000}"
@@ -25,7 +27,7 @@ start_clients_target "$volley" "$TRANSPORT"
 rate=$(awk -v q="$TOTAL_QPS" -v c="$CLIENTS" 'BEGIN { printf "%.9f", q / c }')
 log "volley run $url --clients $CLIENTS --client-rate $rate --arrivals $ARRIVALS for ${DURATION}s"
 /usr/bin/time -f "%M %U %S" -o "$WORK/usage" taskset -c "$CLIENT_CORE" "$volley" run "$url" "${extra[@]}" \
-    --clients "$CLIENTS" --client-rate "$rate" --arrivals "$ARRIVALS" -l "${DURATION}s" -T 1 -q --progress never \
+    --clients "$CLIENTS" --client-rate "$rate" --arrivals "$ARRIVALS" -l "${DURATION}s" -T 1 ${CONNECTIONS:+--connections "$CONNECTIONS"} -q --progress never \
     -o "$WORK/r.json" >"$WORK/run.out" 2>&1 || die "volley run failed: $(tail -5 "$WORK/run.out")"
 stop_pid "$SERVE_PID"
 read -r rss user sys <"$WORK/usage"

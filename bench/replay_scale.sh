@@ -13,6 +13,8 @@
 # 10 s idle), CLIENTS (1000000), RATE (queries per second per client, 0.1), CAPTURED (2000),
 # SPAN (capture length, 600 s: long enough that nearly every client of the capture sends at RATE), DURATION (replayed seconds, 15), CLIENT_CORE, SERVER_CORE,
 # VOLLEY, VOLLEY_NO_BUILD, OUT_DIR.
+# CONNECTIONS=N: the UDP clients share N sockets (default: one socket per client, as many as the
+# open-files limit allows).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 TRANSPORT="${TRANSPORT:-udp}"
 CLIENTS="${CLIENTS:-1000000}"
@@ -64,7 +66,7 @@ log "$(grep -m1 -i "clients" "$WORK/pcap.out" || true)"
 start_clients_target "$volley" "$TRANSPORT"
 log "volley run $url --replay clients.vc --clients $CLIENTS (${extra[*]}) for ${DURATION}s"
 /usr/bin/time -f "%M %U %S" -o "$WORK/usage" taskset -c "$CLIENT_CORE" "$volley" run "$url" "${extra[@]}" \
-    --replay "$WORK/clients.vc" --clients "$CLIENTS" -l "${DURATION}s" -T 1 -q --progress never \
+    --replay "$WORK/clients.vc" --clients "$CLIENTS" -l "${DURATION}s" -T 1 ${CONNECTIONS:+--connections "$CONNECTIONS"} -q --progress never \
     -o "$WORK/r.json" >"$WORK/run.out" 2>&1 || die "volley run failed: $(tail -5 "$WORK/run.out")"
 stop_pid "$SERVE_PID"
 read -r rss user sys <"$WORK/usage"

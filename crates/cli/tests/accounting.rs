@@ -24,7 +24,7 @@ fn drop_one_in_ten_times_out_exactly_one_in_ten() {
         let v = r.ok();
         check_accounting(v);
         assert_eq!(v["status"], "complete");
-        assert_eq!(total(v, "sent"), 1000, "{t}:\n{:#}", v["totals"]);
+        assert_eq!(total(v, "issued"), 1000, "{t}:\n{:#}", v["totals"]);
         assert_eq!(total(v, "timed_out"), 100, "{t}: 1 in 10 dropped:\n{:#}", v["totals"]);
         assert_eq!(total(v, "answered"), 900, "{t}:\n{:#}", v["totals"]);
         assert_eq!(total(v, "failed"), 0, "{t}:\n{:#}", v["totals"]);
@@ -49,7 +49,7 @@ fn delay_one_in_25_past_the_timeout() {
     let r = run_volley(&[&s.udp_url(), "--name", "www.example.test", "-n", "500", "-c", "10", "-t", "500ms"]);
     let v = r.ok();
     check_accounting(v);
-    assert_eq!(total(v, "sent"), 500);
+    assert_eq!(total(v, "issued"), 500);
     assert_eq!(total(v, "timed_out"), 20, "1 in 25 answered after 1 s, past the 500 ms timeout:\n{:#}", v["totals"]);
     assert_eq!(total(v, "answered"), 480, "{:#}", v["totals"]);
     // An answer that comes after its query timed out is not counted as answered.

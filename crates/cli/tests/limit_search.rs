@@ -39,8 +39,11 @@ fn finds_a_known_capacity_within_ten_percent() {
         assert_eq!(run["schema"], "volley.results/1");
         let t = &run["totals"];
         assert_eq!(
-            t["sent"].as_u64().unwrap(),
-            ["answered", "timed_out", "failed", "in_flight"].iter().map(|k| t[k].as_u64().unwrap()).sum::<u64>()
+            t["issued"].as_u64().unwrap(),
+            ["answered", "timed_out", "failed", "unsent", "in_flight"]
+                .iter()
+                .map(|k| t[k].as_u64().unwrap())
+                .sum::<u64>()
         );
     }
     assert!(r.stdout.contains("limit") && r.stdout.contains(&url), "{}", r.stdout);

@@ -99,7 +99,7 @@ fn forwarder_closes_after_its_idle_period() {
     complete(v);
     assert_eq!(total(v, "failed"), 0, "{}", show(v));
     assert!(conn_map(v, &["closed"], "client_idle") >= 5, "closed after the idle period:\n{}", show(v));
-    assert_eq!(conn_total(v, "opened"), total(v, "sent"), "every query finds its connection closed:\n{}", show(v));
+    assert_eq!(conn_total(v, "opened"), total(v, "issued"), "every query finds its connection closed:\n{}", show(v));
 }
 
 /// Each simulated client keeps its own TLS sessions: over DoT, 5 forwarders whose connections
@@ -189,17 +189,22 @@ fn mixture_groups_add_up() {
     assert_eq!(groups.len(), 2, "{:#}", v["groups"]);
     let clients: Vec<u64> = groups.iter().map(|g| g["clients"].as_u64().unwrap()).collect();
     assert_eq!(clients, [60, 40]);
-    for key in ["sent", "answered", "timed_out", "failed", "in_flight"] {
+    for key in ["issued", "sent", "answered", "timed_out", "failed", "unsent", "in_flight"] {
         let sum: u64 = groups.iter().map(|g| g["totals"][key].as_u64().unwrap()).sum();
         assert_eq!(sum, total(v, key), "groups' {key} add up to the run's");
     }
     for g in groups {
         let t = &g["totals"];
         let n = |k: &str| t[k].as_u64().unwrap();
-        assert_eq!(n("sent"), n("answered") + n("timed_out") + n("failed") + n("in_flight"), "{}: {t:#}", g["name"]);
+        assert_eq!(
+            n("issued"),
+            n("answered") + n("timed_out") + n("failed") + n("unsent") + n("in_flight"),
+            "{}: {t:#}",
+            g["name"]
+        );
         assert!(n("answered") > 0, "{}: {t:#}", g["name"]);
     }
-    assert_eq!(total(v, "sent"), 400, "100 clients x 2 qps x 2 s:\n{}", show(v));
+    assert_eq!(total(v, "issued"), 400, "100 clients x 2 qps x 2 s:\n{}", show(v));
 }
 
 /// A pcap (raw IPv4, link type 101) of `client`'s UDP queries to 10.0.0.53:53 at `times` (s).
@@ -289,7 +294,7 @@ fn mix_groups_at_their_own_rates() {
     assert_eq!(v["load"]["rate"].as_f64(), Some(10.0), "2 x 1 + 2 x 4 qps:\n{:#}", v["load"]);
     assert!(v["load"]["client_rate"].is_null(), "the groups differ:\n{:#}", v["load"]);
     let groups = v["groups"].as_array().unwrap_or_else(|| panic!("groups:\n{v:#}"));
-    let sent: Vec<u64> = groups.iter().map(|g| g["totals"]["sent"].as_u64().unwrap_or(0)).collect();
+    let sent: Vec<u64> = groups.iter().map(|g| g["totals"]["issued"].as_u64().unwrap_or(0)).collect();
     assert_eq!(sent.len(), 2, "{groups:#?}");
     // 3 s at 2 and at 8 queries per second (a client's first query falls within its first
     // interval, so a count may be one off per client).

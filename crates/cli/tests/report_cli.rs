@@ -145,7 +145,7 @@ fn report_compare_merge_on_real_runs() {
     let m: Value = serde_json::from_str(&std::fs::read_to_string(&merged).unwrap()).unwrap();
     let a: Value = serde_json::from_str(&std::fs::read_to_string(&u1).unwrap()).unwrap();
     let b: Value = serde_json::from_str(&std::fs::read_to_string(&u2).unwrap()).unwrap();
-    let sent = |v: &Value| v["totals"]["sent"].as_u64().unwrap();
+    let sent = |v: &Value| v["totals"]["issued"].as_u64().unwrap();
     assert_eq!(sent(&m), sent(&a) + sent(&b));
     assert_eq!(
         m["latency"]["count"].as_u64().unwrap(),
@@ -282,7 +282,7 @@ fn live_metrics_file_during_a_run() {
     // At the end: the totals of the results file.
     let last = std::fs::read_to_string(&prom).unwrap();
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
-    for fate in ["sent", "answered", "timed_out", "failed"] {
+    for fate in ["issued", "sent", "answered", "timed_out", "failed", "unsent"] {
         let name = format!("volley_queries_total{{fate=\"{fate}\"}}");
         assert_eq!(sample(&last, &name), r["totals"][fate].as_u64().unwrap(), "{fate}");
     }

@@ -12,7 +12,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
 use common::*;
@@ -244,28 +243,6 @@ fn next_connection_does_not_wait_for_a_lost_query_on_the_wire() {
     assert!(d["started"].as_u64().unwrap_or(0) >= 3, "connections drained:\n{:#}", v["connections"]);
 
     // Per TCP connection (the probe's, the first, left out): SYN, first client data, client FIN.
-    let out = run_cmd(
-        Command::new(require("tshark")).arg("-r").arg(&file).args([
-            "-T",
-            "fields",
-            "-E",
-            "separator=/t",
-            "-e",
-            "frame.time_relative",
-            "-e",
-            "tcp.stream",
-            "-e",
-            "tcp.srcport",
-            "-e",
-            "tcp.flags.syn",
-            "-e",
-            "tcp.flags.fin",
-            "-e",
-            "tcp.len",
-        ]),
-        CAPTURE_WAIT,
-    );
-    assert!(out.status.success(), "tshark: {}", out.stderr);
     #[derive(Debug, Default, Clone, Copy)]
     struct Conn {
         syn: Option<f64>,
@@ -274,25 +251,19 @@ fn next_connection_does_not_wait_for_a_lost_query_on_the_wire() {
     }
     let mut order = Vec::new();
     let mut conns: BTreeMap<u64, Conn> = BTreeMap::new();
-    for line in out.stdout.lines().filter(|l| !l.trim().is_empty()) {
-        let f: Vec<&str> = line.split('\t').collect();
-        assert_eq!(f.len(), 6, "tshark line {line:?}");
-        let t: f64 = f[0].parse().unwrap();
-        let stream: u64 = f[1].parse().unwrap();
-        let from_client = f[2] != port.to_string();
-        let flag = |s: &str| s == "1" || s == "True";
-        if !conns.contains_key(&stream) {
-            order.push(stream);
+    for p in tcp_packets(&file).into_iter().filter(|p| p.src_port != port) {
+        if !conns.contains_key(&p.stream) {
+            order.push(p.stream);
         }
-        let c = conns.entry(stream).or_default();
-        if from_client && flag(f[3]) {
-            c.syn.get_or_insert(t);
+        let c = conns.entry(p.stream).or_default();
+        if p.syn {
+            c.syn.get_or_insert(p.t);
         }
-        if from_client && f[5].parse::<u64>().unwrap_or(0) > 0 {
-            c.first_query.get_or_insert(t);
+        if p.len > 0 {
+            c.first_query.get_or_insert(p.t);
         }
-        if from_client && flag(f[4]) {
-            c.client_fin.get_or_insert(t);
+        if p.fin {
+            c.client_fin.get_or_insert(p.t);
         }
     }
     let conns: Vec<Conn> = order.iter().skip(1).map(|s| conns[s]).collect();

@@ -16,7 +16,7 @@ fn closed_loop_every_query_answered() {
         check_accounting(v);
         assert_eq!(v["status"], "complete");
         assert_eq!(v["target"]["transport"], t);
-        assert_eq!(total(v, "sent"), 2000, "{t}: -n 2000 sends 2000:\n{:#}", v["totals"]);
+        assert_eq!(total(v, "issued"), 2000, "{t}: -n 2000 sends 2000:\n{:#}", v["totals"]);
         assert_eq!(total(v, "answered"), 2000, "{t}: all answered:\n{:#}", v["totals"]);
         assert_eq!(rcode(v, "NOERROR"), 2000, "{t}:\n{:#}", v["totals"]);
         assert_eq!(total(v, "in_flight"), 0);
@@ -35,7 +35,7 @@ fn open_loop_at_a_rate() {
         let v = r.ok();
         check_accounting(v);
         assert_eq!(v["status"], "complete");
-        let sent = total(v, "sent");
+        let sent = total(v, "issued");
         let answered = total(v, "answered");
         assert!(answered > 0, "{t}:\n{:#}", v["totals"]);
         assert_eq!(rcode(v, "NOERROR"), answered, "{t}:\n{:#}", v["totals"]);
@@ -55,7 +55,7 @@ fn run_name(s: &Server, t: &str, name: &str, qtype: &str, count: u64) -> serde_j
     let v = r.ok().clone();
     check_accounting(&v);
     assert_eq!(v["status"], "complete");
-    assert_eq!(total(&v, "sent"), count, "{t} {name}:\n{:#}", v["totals"]);
+    assert_eq!(total(&v, "issued"), count, "{t} {name}:\n{:#}", v["totals"]);
     assert_eq!(total(&v, "answered"), count, "{t} {name}: all answered:\n{:#}", v["totals"]);
     v
 }
@@ -135,7 +135,7 @@ fn query_file_mixing_types() {
         let r = run_volley(&[&url, "-d", file, "-c", "10", "-n", "1200"]);
         let v = r.ok();
         check_accounting(v);
-        assert_eq!(total(v, "sent"), 1200);
+        assert_eq!(total(v, "issued"), 1200);
         assert_eq!(total(v, "answered"), 1200, "{t}:\n{:#}", v["totals"]);
         assert!(rcode(v, "NOERROR") > 0, "{t}:\n{:#}", v["totals"]);
         assert!(rcode(v, "NXDOMAIN") > 0, "{t}:\n{:#}", v["totals"]);

@@ -12,7 +12,7 @@ fn check_all_noerror(v: &serde_json::Value, url: &str, transport: &str, count: u
     assert_eq!(v["target"]["transport"], transport, "{v:#}");
     let answered = total(v, "answered");
     assert!(answered > 0, "nothing answered:\n{v:#}");
-    assert_eq!(total(v, "sent"), count, "-n {count} sends exactly {count} queries");
+    assert_eq!(total(v, "issued"), count, "-n {count} sends exactly {count} queries");
     assert_eq!(answered, count, "unbound on loopback answers every query:\n{:#}", v["totals"]);
     assert_eq!(rcode(v, "NOERROR"), answered, "every answer NOERROR:\n{:#}", v["totals"]);
     assert_eq!(total(v, "timed_out"), 0);
@@ -79,7 +79,7 @@ fn open_loop_against_unbound() {
         assert_eq!(total(v, "failed"), 0, "{:#}", v["totals"]);
         assert_eq!(total(v, "timed_out"), 0, "{:#}", v["totals"]);
         // An open loop never sends more than its schedule: 1000 qps for 2 s.
-        assert!(total(v, "sent") <= 2000 + 20, "sent more than scheduled:\n{:#}", v["totals"]);
+        assert!(total(v, "issued") <= 2000 + 20, "sent more than scheduled:\n{:#}", v["totals"]);
     }
 }
 

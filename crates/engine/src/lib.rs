@@ -78,6 +78,12 @@ pub enum EngineError {
     Thread(std::io::Error),
 }
 
+/// The clock starts this long after the last worker is ready (each looks every millisecond).
+const START_LEAD_NS: u64 = 5_000_000;
+
+/// Queries per second on one UDP socket from which a scheduled load reads answers lazily.
+const LAZY_RECEIVE_RATE: f64 = 1_000.0;
+
 /// The share of its threads' time (CPU over wall clock) above which a run warns that the
 /// generator may have set the pace.
 pub const GENERATOR_BUSY: f64 = 0.9;
@@ -98,22 +104,92 @@ fn busy_warning(cpu_s: f64, elapsed_s: f64, threads: usize) -> Option<String> {
 
 /// The warning of a run whose queries left late (p99 send lateness over 1 ms), naming what held
 /// them back: the `--conn-rate` cap (`cap`, new connections per second) when at least half of
-/// the queries that left over 1 ms late had waited for a connection's slot under it, otherwise
-/// the generator itself.
-fn lateness_warning(p99_ns: u64, late: worker::Late, cap: Option<f64>) -> String {
-    let p99 = p99_ns as f64 / 1e6;
+/// the queries that left over 1 ms late had waited for a connection's slot under it; the
+/// generator itself when its scheduler handed queries over late (`schedule` p99 over 1 ms);
+/// otherwise none: the queries waited for the transport ([`transport_wait_warning`]).
+fn lateness_warning(
+    send: Option<&LatencySummary>,
+    schedule: Option<&LatencySummary>,
+    late: worker::Late,
+    cap: Option<f64>,
+) -> Option<String> {
+    let send = send.filter(|l| l.p99_ns > worker::LATE_NS)?;
+    let p99 = send.p99_ns as f64 / 1e6;
     match cap {
-        Some(rate) if late.behind_cap > 0 && late.behind_cap * 2 >= late.sends => format!(
-            "queries left behind their schedule, held back by the cap on new connections (--conn-rate {rate}): \
-             p99 send lateness {p99:.1} ms (latency includes it); {} of the {} queries that left over 1 ms \
-             late waited for a connection's slot: raise --conn-rate, or let connections carry more queries",
-            late.behind_cap, late.sends
-        ),
-        _ => format!(
-            "the generator fell behind its schedule: p99 send lateness {p99:.1} ms (latency includes it): give it \
-             more threads (-T) or less load"
-        ),
+        Some(rate) if late.behind_cap > 0 && late.behind_cap * 2 >= late.sends => {
+            return Some(format!(
+                "queries left behind their schedule, held back by the cap on new connections (--conn-rate {rate}): \
+                 p99 send lateness {p99:.1} ms (latency includes it); {} of the {} queries that left over 1 ms \
+                 late waited for a connection's slot: raise --conn-rate, or let connections carry more queries",
+                late.behind_cap, late.sends
+            ))
+        }
+        _ => {}
     }
+    let own = schedule.filter(|l| l.p99_ns > worker::LATE_NS)?;
+    Some(format!(
+        "the generator fell behind its schedule: p99 lateness {:.1} ms handing queries to the transport (latency \
+         includes it): give it more threads (-T) or less load",
+        own.p99_ns as f64 / 1e6
+    ))
+}
+
+/// Share of the queries sent that waited longer than this for their transport above which a
+/// run warns ([`transport_wait_warning`]).
+const WAIT_WARN_SHARE: f64 = 0.01;
+
+/// What a query waited for, in words.
+fn wait_words(cause: &str) -> &'static str {
+    match volley_metrics::Wait::from_name(cause) {
+        Some(volley_metrics::Wait::Setup) => "the first connections being opened",
+        Some(volley_metrics::Wait::Connecting) => "a connection being opened",
+        Some(volley_metrics::Wait::ConnRate) => "a connection slot under --conn-rate",
+        Some(volley_metrics::Wait::Backoff) => "a backoff after failed connections",
+        Some(volley_metrics::Wait::StreamCredit) => "stream credit (the server's limit on concurrent streams)",
+        Some(volley_metrics::Wait::Http1Slot) => "an HTTP/1.1 connection busy with earlier requests",
+        Some(volley_metrics::Wait::Rotation) => "a spent connection's last answers before the next one",
+        None => "the transport",
+    }
+}
+
+/// The warning of a run where at least 1 % of the queries sent waited over 1 ms for their
+/// transport before they left, not counting the run's set-up (the first queries of a closed
+/// loop wait for the first connections): the latency includes the wait, which is the server's
+/// or the protocol's doing, not the generator's.
+fn transport_wait_warning(w: &volley_metrics::TransportWait, sent: u64) -> Option<String> {
+    let over: u64 = w.wait.histogram.pairs().iter().filter(|(v, _)| *v > worker::LATE_NS).map(|(_, n)| n).sum();
+    let setup = w.causes.get(volley_metrics::Wait::Setup.as_str()).map_or(0, |c| c.queries);
+    let over = over.saturating_sub(setup);
+    if sent == 0 || over == 0 || (over as f64) < WAIT_WARN_SHARE * sent as f64 {
+        return None;
+    }
+    let main = w
+        .causes
+        .iter()
+        .filter(|(k, _)| k.as_str() != volley_metrics::Wait::Setup.as_str())
+        .max_by(|a, b| a.1.total_s.total_cmp(&b.1.total_s))
+        .map_or("", |(k, _)| k.as_str());
+    Some(format!(
+        "{over} queries ({:.1}% of those sent) waited over 1 ms for the transport before they left, mostly for {}: \
+         p99 wait {:.1} ms; latency includes it (the server's or the protocol's doing, not the generator's)",
+        over as f64 * 100.0 / sent as f64,
+        wait_words(main),
+        w.wait.p99_ns as f64 / 1e6
+    ))
+}
+
+/// The warning of a closed loop whose queries on the wire never reached its concurrency while
+/// queries waited for the transport: the server allowed fewer at once (streams, HTTP/1.1), and
+/// the rest queued inside volley (their latency includes it).
+fn concurrency_warning(concurrency: u64, peak: u64, w: Option<&volley_metrics::TransportWait>) -> Option<String> {
+    let w = w.filter(|w| w.causes.keys().any(|k| k.as_str() != volley_metrics::Wait::Setup.as_str()))?;
+    (peak < concurrency).then(|| {
+        format!(
+            "concurrency {concurrency} asked, but at most {peak} queries were on the wire at once: the rest waited \
+             inside volley for {} (latency includes it): the server allowed a concurrency of {peak}",
+            wait_words(w.main_cause().unwrap_or(""))
+        )
+    })
 }
 
 /// Whether a group's connections run over TCP (and so leave TIME_WAIT behind when the client
@@ -192,6 +268,21 @@ fn unexpected_warnings(c: &volley_metrics::Counters, timeout: Duration) -> Vec<S
     out
 }
 
+/// A warning when queries never left the generator: they waited for the transport (the
+/// server's stream credit, a connection) until their timeout, so the server never saw them.
+fn unsent_warning(t: &Totals, timeout: Duration) -> Option<String> {
+    (t.unsent > 0).then(|| {
+        let why: Vec<String> = t.unsent_reasons.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        format!(
+            "{} of {} queries never left the generator within their timeout ({timeout:?}, -t): they waited for \
+             the transport ({}), so the server never saw them; they are counted unsent, not timed out",
+            t.unsent,
+            t.issued,
+            why.join(", ")
+        )
+    })
+}
+
 /// Ephemeral ports per source address towards one server (net.ipv4.ip_local_port_range).
 pub fn local_ports() -> u64 {
     std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
@@ -261,17 +352,16 @@ pub fn run(
     }
 
     let (tx, rx) = mpsc::channel();
-    // Scheduled loads start a moment after the workers do, so that their first queries are
-    // not late only because threads, runtimes and sockets were still being set up.
-    // Simulated clients also need their schedules built (a heap of every client's next send).
-    let warm_up = match &plan.load {
-        Load::Closed { .. } => 0,
-        Load::Open { .. } => 30_000_000,
-        Load::Clients(c) => 30_000_000 + (c.count / threads as u64).saturating_mul(300).min(3_000_000_000),
+    // The run's clock starts once every worker has made its sockets and opened the
+    // connections the run asks for at its start (set-up, reported apart as `setup_s`), so
+    // that no query is late, and no latency longer, for volley's own preparations. Simulated
+    // clients also need their schedules built (a heap of every client's next send) by then.
+    let setup_began = clock::now_ns();
+    let lead_ns = match &plan.load {
+        Load::Clients(c) => START_LEAD_NS + (c.count / threads as u64).saturating_mul(300).min(3_000_000_000),
+        _ => START_LEAD_NS,
     };
-    let start_ns = clock::now_ns() + warm_up;
-    let started_unix_ms = clock::unix_ms();
-    let end_ns = plan.duration.map(|d| start_ns + d.as_nanos() as u64);
+    let gate = Arc::new(worker::StartGate::default());
     let groups: Vec<worker::GroupRt> = match &plan.load {
         Load::Clients(c) => c
             .groups
@@ -301,31 +391,45 @@ pub fn run(
             busy: None,
         }],
     };
-    // Scheduled loads read UDP answers when a lane wakes to send (or every millisecond) rather
-    // than waking for each; kernel receive stamps keep their latency exact. The closed loop
-    // answers each answer with its next query, so it reads them as they come.
-    let mut groups = groups;
-    if !matches!(plan.load, Load::Closed { .. }) {
-        for g in &mut groups {
-            g.spec.lane.udp_lazy_receive = Some(Duration::from_millis(1));
-        }
-    }
     // Clients are dealt to groups by weight, then to workers in turn.
     let assignment = match &plan.load {
         Load::Clients(c) => c.assignments(),
         _ => Vec::new(),
     };
+    let udp_of: Vec<bool> = groups.iter().map(|g| g.spec.target.scheme == volley_transport::Scheme::Udp).collect();
+    let udp_group = |g: u16| udp_of[g as usize];
+    let udp_clients = assignment.iter().filter(|&&g| udp_group(g)).count();
+    // Simulated UDP clients: a socket each, or, with fewer sockets than that
+    // (`plan.connections`), as evenly shared as the workers' shares allow.
+    let udp_sockets = udp_clients.min(plan.connections.max(1));
+    // Scheduled loads whose UDP sockets each carry many queries (1,000 a second or more) read
+    // answers when a lane wakes to send (or every millisecond while answers are due) rather
+    // than waking for each; kernel receive stamps keep their latency exact. Sockets with fewer
+    // queries wake for their answers (each wake-up then reads one anyway), and so does the
+    // closed loop, which answers each answer with its next query.
+    let per_socket_rate = match &plan.load {
+        Load::Closed { .. } => 0.0,
+        Load::Open { rate } => rate / connections as f64,
+        Load::Clients(c) => c.total_rate().unwrap_or(0.0) / udp_sockets.max(1) as f64,
+    };
+    let mut groups = groups;
+    if per_socket_rate >= LAZY_RECEIVE_RATE {
+        for g in &mut groups {
+            g.spec.lane.udp_lazy_receive = Some(Duration::from_millis(1));
+        }
+    }
     let common = worker::Common {
         groups: groups.clone(),
         queries: plan.queries.clone(),
         timeout: plan.timeout,
-        start_ns,
-        end_ns,
+        gate: gate.clone(),
+        duration_ns: plan.duration.map(|d| d.as_nanos() as u64),
         interrupt: interrupt.clone(),
         out: tx,
         workers: threads,
     };
     let mut handles = Vec::with_capacity(threads);
+    let mut sockets_made = 0;
     for i in 0..threads {
         let share = worker::Share {
             index: i,
@@ -336,13 +440,20 @@ pub fn run(
             schedule: match &plan.load {
                 Load::Open { rate } => {
                     let interval = 1e9 * threads as f64 / rate;
-                    Some((start_ns + (1e9 * i as f64 / rate) as u64, interval))
+                    Some(((1e9 * i as f64 / rate) as u64, interval))
                 }
                 _ => None,
             },
             batch_window_ns: plan.batch_window.as_nanos() as u64,
             quota: plan.count.map_or(u64::MAX, |n| split(n, threads, i)),
-            lanes: split(connections as u64, threads, i) as usize,
+            lanes: match &plan.load {
+                Load::Clients(_) => {
+                    // This worker's UDP clients, and its part of the sockets they share.
+                    let mine = assignment.iter().skip(i).step_by(threads).filter(|&&g| udp_group(g)).count();
+                    mine.min(split(udp_sockets as u64, threads, i) as usize).max(usize::from(mine > 0))
+                }
+                _ => split(connections as u64, threads, i) as usize,
+            },
             clients: assignment.iter().skip(i).step_by(threads).copied().collect(),
             arrivals: match &plan.load {
                 Load::Clients(c) => c.arrivals,
@@ -355,6 +466,7 @@ pub fn run(
                 _ => None,
             },
         };
+        sockets_made += share.lanes;
         let c = common.clone();
         let h = std::thread::Builder::new()
             .name(format!("volley-worker-{i}"))
@@ -363,6 +475,20 @@ pub fn run(
         handles.push(h);
     }
     drop(common);
+
+    // Set-up: wait until every worker is ready (one that ended already counts: it failed to
+    // start), then start the clock a moment later, for every worker at once.
+    loop {
+        let ended = handles.iter().filter(|h| h.is_finished()).count();
+        if gate.ready() + ended >= threads || interrupt.load(Ordering::Relaxed) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let start_ns = clock::now_ns() + lead_ns;
+    let started_unix_ms = clock::unix_ms() + lead_ns / 1_000_000;
+    gate.open(start_ns);
+    let setup_s = (start_ns - setup_began) as f64 / 1e9;
 
     let mut target = TargetClock::start(&plan.target_pids);
     let mut collector = Collector::new(threads);
@@ -398,7 +524,7 @@ pub fn run(
     let sending_s = match (plan.duration, interrupted) {
         (Some(d), false) if !replay => d.as_secs_f64(),
         _ => {
-            let last = got.series.iter().rposition(|r| r.sent > 0).map_or(0, |i| i + 1);
+            let last = got.series.iter().rposition(|r| r.issued > 0).map_or(0, |i| i + 1);
             // Whole seconds with sends, trimmed to the elapsed time.
             (last as f64).min(elapsed_ns as f64 / 1e9).max(1e-3)
         }
@@ -415,16 +541,27 @@ pub fn run(
         Load::Clients(_) => "clients",
     };
     let lateness = scheduled.then(|| LatencySummary::of(&got.lateness));
-    if let Some(l) = lateness.as_ref().filter(|l| l.p99_ns > worker::LATE_NS) {
-        let cap = groups.iter().find_map(|g| g.spec.lane.conn_gate.as_ref()).map(|g| g.per_second());
-        warnings.push(lateness_warning(l.p99_ns, late, cap));
+    let schedule_lateness = scheduled.then(|| LatencySummary::of(&got.schedule_lateness));
+    let transport_wait = volley_metrics::TransportWait::of(&got.waits);
+    let cap = groups.iter().find_map(|g| g.spec.lane.conn_gate.as_ref()).map(|g| g.per_second());
+    warnings.extend(lateness_warning(lateness.as_ref(), schedule_lateness.as_ref(), late, cap));
+    if let Some(w) = &transport_wait {
+        // The cap's own warning says it already.
+        if !warnings.iter().any(|w| w.contains("--conn-rate")) {
+            warnings.extend(transport_wait_warning(w, totals.sent));
+        }
     }
-    warnings.extend(busy_warning(cpu_s, elapsed_ns as f64 / 1e9, threads));
+    if let Load::Closed { concurrency } = &plan.load {
+        warnings.extend(concurrency_warning(*concurrency, got.peak_on_wire, transport_wait.as_ref()));
+    }
+    // The threads' CPU clocks ran through the set-up too.
+    warnings.extend(busy_warning(cpu_s, elapsed_ns as f64 / 1e9 + setup_s, threads));
     if groups.iter().all(|g| over_tcp(&g.spec)) {
         let addresses = groups.iter().map(|g| g.spec.lane.sources.as_ref().map_or(1, |s| s.count())).min().unwrap_or(1);
         warnings.extend(time_wait_warning(&got.totals.conns, &got.series, local_ports() * addresses));
     }
     warnings.extend(unexpected_warnings(&got.totals, plan.timeout));
+    warnings.extend(unsent_warning(&totals, plan.timeout));
     if let Some(n) = events.get("udp_icmp_refused") {
         warnings.push(format!("{n} ICMP port-unreachable errors: the target stopped listening during the run"));
     }
@@ -453,6 +590,7 @@ pub fn run(
         started_unix_ms,
         duration_s: sending_s,
         elapsed_s: elapsed_ns as f64 / 1e9,
+        setup_s: Some(setup_s),
         target: TargetInfo {
             url: plan.target.url.clone(),
             transport: plan.target.scheme.as_str().to_string(),
@@ -481,12 +619,20 @@ pub fn run(
             count: plan.count,
             timeout_ms: plan.timeout.as_millis() as u64,
             threads,
-            connections,
+            // Simulated clients: the UDP sockets their UDP clients have (a plain run: its lanes).
+            connections: if udp_clients > 0 { sockets_made } else { connections },
             queries: plan.queries.description.clone(),
         },
-        qps: Qps { sent: totals.sent as f64 / sending_s, answered: totals.answered as f64 / sending_s },
+        qps: Qps {
+            issued: totals.issued as f64 / sending_s,
+            sent: totals.sent as f64 / sending_s,
+            answered: totals.answered as f64 / sending_s,
+        },
         latency: LatencySummary::of(&got.latency),
         send_lateness: lateness,
+        schedule_lateness,
+        transport_wait,
+        peak_on_wire: (got.peak_on_wire > 0).then_some(got.peak_on_wire),
         generator: GeneratorInfo {
             cpu_s,
             cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
@@ -611,9 +757,13 @@ fn group_summaries(
 
 #[cfg(test)]
 mod tests {
-    use super::{busy_warning, lateness_warning, time_wait_warning, unexpected_warnings};
+    use super::{
+        busy_warning, concurrency_warning, lateness_warning, time_wait_warning, transport_wait_warning,
+        unexpected_warnings,
+    };
     use crate::worker::Late;
     use std::time::Duration;
+    use volley_metrics::LatencySummary;
     use volley_metrics::{Close, ConnCounters, Counters, SecondConnections, SecondRow, Unexpected};
 
     fn closing(per_second: &[u64]) -> Vec<SecondRow> {
@@ -655,18 +805,48 @@ mod tests {
     #[test]
     fn late_queries_are_blamed_on_what_held_them_back() {
         let late = |sends, behind_cap| Late { sends, behind_cap };
-        // No cap: the generator.
-        let w = lateness_warning(40_400_000, late(500, 0), None);
-        assert!(w.starts_with("the generator fell behind its schedule: p99 send lateness 40.4 ms"), "{w}");
+        let p99 = |ns| LatencySummary { p99_ns: ns, count: 1, ..Default::default() };
+        // The scheduler itself was late: the generator.
+        let w = lateness_warning(Some(&p99(40_400_000)), Some(&p99(40_000_000)), late(500, 0), None).unwrap();
+        assert!(w.starts_with("the generator fell behind its schedule: p99 lateness 40.0 ms"), "{w}");
         assert!(w.contains("-T") && !w.contains("--conn-rate"), "{w}");
         // Most late queries waited for a connection's slot: the cap, not the threads.
-        let w = lateness_warning(980_000_000, late(300, 290), Some(50.0));
+        let w = lateness_warning(Some(&p99(980_000_000)), Some(&p99(10_000)), late(300, 290), Some(50.0)).unwrap();
         assert!(w.contains("held back by the cap on new connections (--conn-rate 50)"), "{w}");
         assert!(w.contains("p99 send lateness 980.0 ms") && w.contains("290 of the 300 queries"), "{w}");
         assert!(!w.contains("-T") && !w.contains("generator"), "{w}");
-        // A cap that held back few of the late queries: the generator.
-        let w = lateness_warning(40_000_000, late(300, 20), Some(500.0));
+        // A cap that held back few of the late queries, and a late scheduler: the generator.
+        let w = lateness_warning(Some(&p99(40_000_000)), Some(&p99(30_000_000)), late(300, 20), Some(500.0)).unwrap();
         assert!(w.starts_with("the generator fell behind") && w.contains("-T"), "{w}");
+        // Late sends, a punctual scheduler: the queries waited for the transport, not the generator.
+        assert_eq!(lateness_warning(Some(&p99(900_000_000)), Some(&p99(20_000)), late(300, 0), None), None);
+        // Nothing late.
+        assert_eq!(lateness_warning(Some(&p99(500_000)), Some(&p99(20_000)), late(0, 0), None), None);
+    }
+
+    #[test]
+    fn transport_waits_are_warned_about_with_their_cause() {
+        let mut waits = volley_metrics::TransportWaits::default();
+        for _ in 0..30 {
+            waits.record(volley_metrics::Wait::StreamCredit, 300_000_000);
+        }
+        waits.record(volley_metrics::Wait::Connecting, 2_000_000);
+        let w = volley_metrics::TransportWait::of(&waits).unwrap();
+        assert_eq!(w.main_cause(), Some("stream_credit"));
+        let text = transport_wait_warning(&w, 1000).expect("3.1 % waited over 1 ms");
+        assert!(text.starts_with("31 queries (3.1% of those sent) waited over 1 ms"), "{text}");
+        assert!(text.contains("stream credit") && !text.contains("-T"), "{text}");
+        assert_eq!(transport_wait_warning(&w, 10_000), None, "0.31 %: no warning");
+        // The first queries of a closed loop waiting for the first connections: no warning.
+        let mut setup = volley_metrics::TransportWaits::default();
+        for _ in 0..10 {
+            setup.record(volley_metrics::Wait::Setup, 11_000_000);
+        }
+        assert_eq!(transport_wait_warning(&volley_metrics::TransportWait::of(&setup).unwrap(), 500), None);
+        let c = concurrency_warning(20, 1, Some(&w)).unwrap();
+        assert!(c.contains("at most 1 queries were on the wire") && c.contains("concurrency of 1"), "{c}");
+        assert_eq!(concurrency_warning(20, 20, Some(&w)), None);
+        assert_eq!(concurrency_warning(20, 1, None), None);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// What "keeping up" means.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Objective {
-    /// Answered queries over queries sent, at least (e.g. 0.99).
+    /// Answered queries over queries issued, at least (e.g. 0.99).
     pub min_answered: f64,
     /// A latency bound: the quantile (e.g. 0.95) must not exceed this many ns.
     pub max_latency: Option<(f64, u64)>,
@@ -53,6 +53,33 @@ pub struct Measured {
     pub generator_bound: bool,
     /// The user stopped the search.
     pub interrupted: bool,
+}
+
+/// What the verdict "generator-bound" looks at in a step: only the generator's own figures.
+/// The time queries waited for the transport (the server's stream limit, a connection being
+/// opened) is not among them: that is the target's doing, judged by answers and latency.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct GeneratorFigures {
+    /// CPU time of its threads over the load's duration × threads.
+    pub busy: f64,
+    /// Median lateness of its scheduler handing queries to the transport, ns (None: the load
+    /// had no schedule).
+    pub schedule_late_p50_ns: Option<u64>,
+    /// Queries issued over queries asked for (1.0 when unknown).
+    pub sent_share: f64,
+}
+
+/// Median scheduler lateness above which a step is generator-bound (a busy machine's hiccups
+/// move the tail, not the median).
+pub const SCHEDULE_LATE_P50_NS: u64 = 1_000_000;
+
+/// Whether a step measured the generator rather than the target: its threads were saturated
+/// ([`crate::GENERATOR_BUSY`]), its scheduler was late at the median, or it issued less than
+/// 95 % of the load asked for.
+pub fn generator_bound(f: &GeneratorFigures) -> bool {
+    f.busy > crate::GENERATOR_BUSY
+        || f.schedule_late_p50_ns.is_some_and(|l| l > SCHEDULE_LATE_P50_NS)
+        || f.sent_share < 0.95
 }
 
 /// One step of a search, as reported.
@@ -213,6 +240,46 @@ mod tests {
             ..Default::default()
         });
         assert_eq!((o.stopped, o.limit), (Stopped::GeneratorBound, Some(4000.0)));
+    }
+
+    /// Past a DoQ or DoH/2 server's capacity, dropped queries hold its streams and the next
+    /// ones wait for stream credit: their sends are hundreds of ms late, but the scheduler is
+    /// not, nor the threads busy. Such steps break the objective (BROKEN) and are refined; the
+    /// search finds the capacity instead of stopping "at least" below it.
+    #[test]
+    fn waiting_for_the_transport_is_not_the_generator() {
+        let obj = Objective { min_answered: 0.99, max_latency: None };
+        let cap = 20_000.0;
+        let o = search(&s(), &obj, |load| {
+            let over = load > cap;
+            Measured {
+                answered_ratio: if over { 0.6 } else { 1.0 },
+                latency_ns: if over { 900_000_000 } else { 1_000_000 },
+                p99_ns: 0,
+                // Send lateness p50 0.9 s (the wait for streams) plays no part: only these do.
+                generator_bound: generator_bound(&GeneratorFigures {
+                    busy: 0.25,
+                    schedule_late_p50_ns: Some(60_000),
+                    sent_share: 1.0,
+                }),
+                interrupted: false,
+            }
+        });
+        assert_eq!(o.stopped, Stopped::Found);
+        let l = o.limit.unwrap();
+        assert!((cap * 0.98..=cap).contains(&l), "{l}");
+        assert!(o.steps.iter().all(|s| !s.generator_bound));
+        assert!(o.steps.iter().any(|s| s.phase == Phase::Refine && !s.ok));
+    }
+
+    #[test]
+    fn the_generator_is_bound_by_its_own_figures_only() {
+        let f = GeneratorFigures { busy: 0.3, schedule_late_p50_ns: Some(50_000), sent_share: 1.0 };
+        assert!(!generator_bound(&f));
+        assert!(generator_bound(&GeneratorFigures { busy: 0.95, ..f }));
+        assert!(generator_bound(&GeneratorFigures { schedule_late_p50_ns: Some(2_000_000), ..f }));
+        assert!(generator_bound(&GeneratorFigures { sent_share: 0.9, ..f }));
+        assert!(!generator_bound(&GeneratorFigures { schedule_late_p50_ns: None, ..f }));
     }
 
     #[test]

@@ -18,6 +18,22 @@ pub struct Entry {
     pub key: u64,
     /// Times sent again after a connection ended without its answer.
     pub resent: u16,
+    /// Waiting to be sent again after a connection ended without its answer with this error
+    /// kind (None once it has left again): if its deadline comes first, it fails with it.
+    pub again: Option<volley_metrics::ErrorKind>,
+    /// Its lane's total stall time when the query was handed to it ([`volley_transport::Lane::waited`]).
+    pub lane_mark: u64,
+    /// Time it waited for its transport after it left the lane (a QUIC stream), and why.
+    pub waited_ns: u64,
+    pub waited_for: Option<volley_metrics::Wait>,
+    /// It left and has no fate yet (counted in the worker's queries on the wire).
+    pub on_wire: bool,
+    /// When the query is given up (timed out, or unsent if it never left).
+    pub deadline: u64,
+    /// A transport took it from its lane and wrote it out (`Exchange::encode`).
+    pub handed: bool,
+    /// It left the generator (`Exchange::sent`), at least once.
+    pub left: bool,
 }
 
 #[derive(Debug, Default)]

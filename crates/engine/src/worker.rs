@@ -11,11 +11,11 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::ops::Range;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use volley_metrics::{Close, ErrorKind, Handshake, Recorder, Unexpected};
+use volley_metrics::{Close, ErrorKind, Handshake, Recorder, Unexpected, Unsent, Wait};
 use volley_transport::{spawn_lane, ConnPolicy, Exchange, Lane, LaneOptions, Target, Token};
 use volley_wire::{question_key, Header, Rcode};
 
@@ -85,6 +85,29 @@ struct LaneSlot {
     fallback: Option<(u32, u32)>,
     /// Connections of the lane that came up and whose close is not reported yet.
     open: Cell<u32>,
+    /// Its first connection attempt came up or failed (the run's set-up waits for this).
+    settled: Cell<bool>,
+    /// The source address the lane took from `--bind`'s range when it started.
+    local: Cell<Option<std::net::IpAddr>>,
+    /// A lane whose source address this one takes (a UDP socket's TCP fallback: the same
+    /// client asks again over TCP from the same address).
+    source_of: Option<u32>,
+}
+
+impl LaneSlot {
+    fn new(group: u16, spec: u16, policy: ConnPolicy) -> LaneSlot {
+        LaneSlot {
+            lane: Rc::new(Lane::with_policy(policy)),
+            group,
+            spec,
+            started: Cell::new(false),
+            fallback: None,
+            open: Cell::new(0),
+            settled: Cell::new(false),
+            local: Cell::new(None),
+            source_of: None,
+        }
+    }
 }
 
 /// A simulated client: its lanes, and how fast it has been sending (for profiles whose
@@ -166,6 +189,9 @@ struct Inner {
     rr: usize,
     events: BTreeMap<String, u64>,
     late: Late,
+    /// Queries that left and have no fate yet, and the most there were at once.
+    on_wire: u64,
+    peak_on_wire: u64,
 }
 
 /// Queries that left later than [`LATE_NS`] after their schedule, and of those the ones
@@ -211,7 +237,17 @@ impl Worker {
         if let Some(w) = self.this.borrow().upgrade() {
             let spec = &self.specs[slot.spec as usize];
             let view = Rc::new(LaneView { w, g: slot.group, lane: i });
-            spawn_lane(&spec.target, slot.lane.clone(), view, &spec.lane);
+            match &spec.lane.sources {
+                // The lane's source address: the next of the range, or its UDP socket's.
+                Some(sources) => {
+                    let paired = slot.source_of.and_then(|j| self.lanes[j as usize].local.get());
+                    let ip = paired.unwrap_or_else(|| sources.take());
+                    slot.local.set(Some(ip));
+                    let opts = LaneOptions { local: Some(ip), sources: None, ..spec.lane.clone() };
+                    spawn_lane(&spec.target, slot.lane.clone(), view, &opts);
+                }
+                None => spawn_lane(&spec.target, slot.lane.clone(), view, &spec.lane),
+            }
         }
     }
 
@@ -228,7 +264,7 @@ impl Worker {
         }
         let (lo, n) = (range.start as usize, range.len());
         let g = self.lanes.get(lo).map_or(0, |s| s.group);
-        inn.rec().sent(now, g);
+        inn.rec().issued(now, g);
         // Lanes that can send soon first (not backing off after a failure), then any with room.
         let pick = |i: usize, strict: bool| {
             let l = &self.lanes[lo + i].lane;
@@ -256,8 +292,23 @@ impl Worker {
         // Latency counts from the schedule, or from the hand-over when a query leaves ahead of it
         // (batch window): never from later than the schedule, never from before the send.
         let origin = scheduled.min(now);
-        let t = inn.slab.insert(Entry { lane: lane as u32, query, seed, scheduled: origin, key, ..Default::default() });
-        inn.deadlines.push_back((now + self.timeout_ns, t));
+        if !self.closed_loop {
+            // The scheduler's own lateness: what the query waits for afterwards is the transport's.
+            inn.rec().schedule_lateness(now.saturating_sub(scheduled));
+        }
+        let lane_mark = self.lanes[lane].lane.waited().0;
+        let deadline = now + self.timeout_ns;
+        let t = inn.slab.insert(Entry {
+            lane: lane as u32,
+            query,
+            seed,
+            scheduled: origin,
+            key,
+            lane_mark,
+            deadline,
+            ..Default::default()
+        });
+        inn.deadlines.push_back((deadline, t));
         self.ensure_started(lane);
         self.lanes[lane].lane.push(t);
     }
@@ -285,7 +336,8 @@ impl Worker {
         }
     }
 
-    /// Ends every query whose deadline passed.
+    /// Ends every query whose deadline passed: timed out if it left, else unsent (it waited
+    /// for the transport the whole time; the server never saw it).
     fn expire(&self, now: u64) {
         let mut inn = self.inner.borrow_mut();
         while let Some(&(deadline, t)) = inn.deadlines.front() {
@@ -294,17 +346,54 @@ impl Worker {
             }
             inn.deadlines.pop_front();
             if let Some(e) = inn.slab.remove(t) {
+                Self::off_wire(&mut inn, &e);
                 let slot = &self.lanes[e.lane as usize];
                 slot.lane.release();
-                inn.rec().timed_out(now, slot.group);
+                match e.again {
+                    // Its last connection ended without its answer, and it had not left again:
+                    // the server's close is its fate, not a silence.
+                    Some(kind) => inn.rec().failed(now, kind, slot.group),
+                    None if e.left => inn.rec().timed_out(now, slot.group),
+                    None => {
+                        let why = self.unsent_why(&e);
+                        inn.rec().unsent(now, why, slot.group);
+                    }
+                }
                 self.refill(&mut inn, now);
             }
+        }
+    }
+
+    /// Why query `e`, which never left, was still waiting when its timeout came: a query
+    /// handed to a QUIC connection waits for a stream (MAX_STREAMS), as does one an HTTP/2
+    /// connection has not taken (its streams all in use); one still in its lane without a
+    /// connection up waits for a connection (UDP sockets need none); else it is queued.
+    fn unsent_why(&self, e: &Entry) -> Unsent {
+        use volley_transport::{HttpVersion, Scheme};
+        let slot = &self.lanes[e.lane as usize];
+        let spec = &self.specs[slot.spec as usize];
+        let scheme = spec.target.scheme;
+        let http = matches!(scheme, Scheme::Https | Scheme::H3).then(|| spec.lane.http_for(scheme));
+        let quic = scheme == Scheme::Quic || http == Some(HttpVersion::Http3);
+        if e.handed {
+            if quic {
+                Unsent::NoStreamCredit
+            } else {
+                Unsent::Queued
+            }
+        } else if scheme != Scheme::Udp && slot.open.get() == 0 {
+            Unsent::NoConnection
+        } else if http == Some(HttpVersion::Http2) {
+            Unsent::NoStreamCredit
+        } else {
+            Unsent::Queued
         }
     }
 
     fn encode(&self, token: Token, id: u16, out: &mut Vec<u8>) -> bool {
         let mut inn = self.inner.borrow_mut();
         let Some(e) = inn.slab.get_mut(token) else { return false };
+        e.handed = true;
         self.queries.write(e.query, e.seed, id, out);
         if e.key == 0 {
             e.key = question_key(out).unwrap_or(1);
@@ -313,12 +402,40 @@ impl Worker {
     }
 
     fn sent(&self, token: Token, bytes: usize, now: u64, g: u16) {
-        let mut inn = self.inner.borrow_mut();
-        // A resent query's lateness was counted when it first left.
-        let scheduled = inn.slab.get_mut(token).filter(|e| e.resent == 0).map(|e| (e.scheduled, e.lane));
+        let mut guard = self.inner.borrow_mut();
+        let inn = &mut *guard;
+        let mut wait = None;
+        let mut scheduled = None;
+        if let Some(e) = inn.slab.get_mut(token) {
+            if !e.on_wire {
+                e.on_wire = true;
+                inn.on_wire += 1;
+                inn.peak_on_wire = inn.peak_on_wire.max(inn.on_wire);
+            }
+            e.again = None;
+            // A query counts as sent, with its lateness and wait, when it first leaves (not
+            // when it is sent again).
+            if !e.left {
+                e.left = true;
+                scheduled = Some((e.scheduled, e.lane));
+                let (mark, last) = self.lanes[e.lane as usize].lane.waited();
+                let in_lane = mark.saturating_sub(e.lane_mark);
+                let ns = in_lane + e.waited_ns;
+                if ns > 0 {
+                    let why = if e.waited_ns >= in_lane { e.waited_for } else { last };
+                    wait = Some((why.unwrap_or(Wait::Connecting), ns));
+                }
+            }
+        }
         let closed = self.closed_loop;
         let rec = inn.rec();
         rec.wrote(bytes, g);
+        if scheduled.is_some() {
+            rec.sent(now, g);
+        }
+        if let Some((why, ns)) = wait {
+            rec.transport_wait(why, ns);
+        }
         if let (false, Some((s, lane))) = (closed, scheduled) {
             let late = now.saturating_sub(s);
             rec.lateness(late);
@@ -334,6 +451,22 @@ impl Worker {
         self.lanes.get(lane as usize).and_then(|s| self.specs.get(s.spec as usize)).map_or(0, |s| s.lane.resend)
     }
 
+    /// Query `token` waited `ns` for its transport after it left its lane (a QUIC stream).
+    fn waited(&self, token: Token, why: Wait, ns: u64) {
+        if let Some(e) = self.inner.borrow_mut().slab.get_mut(token) {
+            e.waited_ns += ns;
+            e.waited_for = Some(why);
+        }
+    }
+
+    /// A query leaves the wire (its fate, or back to its lane to be sent again).
+    #[inline]
+    fn off_wire(inn: &mut Inner, e: &Entry) {
+        if e.on_wire {
+            inn.on_wire = inn.on_wire.saturating_sub(1);
+        }
+    }
+
     /// Whether a query due at `scheduled` and sent at `now` on `lane` waited for the
     /// `--conn-rate` cap: its connection got its slot only after the query was due.
     fn behind_cap(&self, lane: usize, scheduled: u64, now: u64) -> bool {
@@ -347,14 +480,24 @@ impl Worker {
     /// the cap it fails like any other.
     fn resend(&self, token: Token, kind: ErrorKind, now: u64) -> bool {
         {
-            let mut inn = self.inner.borrow_mut();
+            let mut guard = self.inner.borrow_mut();
+            let inn = &mut *guard;
             if inn.finished {
                 return false;
             }
             let (n, lane) = match inn.slab.get_mut(token) {
                 None => return false,
+                // It never left: its next connection sends it for the first time.
+                Some(e) if !e.left => {
+                    e.handed = false;
+                    return true;
+                }
                 Some(e) if u32::from(e.resent) < self.resend_cap(e.lane) => {
                     e.resent = e.resent.saturating_add(1);
+                    e.again = Some(kind);
+                    if std::mem::take(&mut e.on_wire) {
+                        inn.on_wire = inn.on_wire.saturating_sub(1);
+                    }
                     (e.resent, e.lane)
                 }
                 Some(_) => (0, 0),
@@ -379,6 +522,7 @@ impl Worker {
             inn.rec().unexpected(now, Unexpected::Late, msg.len());
             return;
         };
+        Self::off_wire(&mut inn, &e);
         let slot = &self.lanes[e.lane as usize];
         slot.lane.release();
         slot.lane.answered();
@@ -418,6 +562,7 @@ impl Worker {
             return;
         }
         if let Some(e) = inn.slab.remove(token) {
+            Self::off_wire(&mut inn, &e);
             let slot = &self.lanes[e.lane as usize];
             slot.lane.release();
             inn.rec().failed(now, kind, slot.group);
@@ -479,6 +624,10 @@ impl Exchange for LaneView {
         self.w.sent(token, bytes, now, self.g)
     }
 
+    fn waited(&self, token: Token, why: Wait, ns: u64) {
+        self.w.waited(token, why, ns)
+    }
+
     #[inline]
     fn response(&self, token: Token, msg: &[u8], now: u64) {
         self.w.response(token, msg, now)
@@ -506,15 +655,26 @@ impl Exchange for LaneView {
         !inn.finished && inn.slab.contains(token)
     }
 
+    fn deadline(&self, token: Token) -> Option<u64> {
+        let mut inn = self.w.inner.borrow_mut();
+        if inn.finished {
+            return None;
+        }
+        inn.slab.get_mut(token).map(|e| e.deadline)
+    }
+
     fn conn_opened(&self, h: &Handshake, now: u64) {
         let s = self.slot();
+        s.settled.set(true);
         s.lane.settle_attempt();
         s.open.set(s.open.get() + 1);
         self.w.with_rec(|r| r.conn_opened(now, h, self.g));
     }
 
     fn conn_failed(&self, kind: ErrorKind, now: u64) {
-        self.slot().lane.settle_attempt();
+        let s = self.slot();
+        s.settled.set(true);
+        s.lane.settle_attempt();
         self.w.with_rec(|r| r.conn_failed(now, kind, self.g));
     }
 
@@ -564,11 +724,45 @@ pub(crate) struct Common {
     pub groups: Vec<GroupRt>,
     pub queries: QuerySet,
     pub timeout: Duration,
-    pub start_ns: u64,
-    pub end_ns: Option<u64>,
+    /// Where the workers say they are ready and learn when the run's clock starts.
+    pub gate: Arc<StartGate>,
+    /// Stop issuing this long after the start.
+    pub duration_ns: Option<u64>,
     pub interrupt: Arc<AtomicBool>,
     pub out: std::sync::mpsc::Sender<volley_metrics::WorkerMessage>,
     pub workers: usize,
+}
+
+/// The start of a run: each worker says it is ready (sockets made, the connections the run
+/// asks for at its start up or failed), then waits for the start time the engine sets once
+/// all are. Looked at every millisecond: nothing may wake a worker's runtime from another
+/// thread (see [`own_descriptor_table`]).
+#[derive(Debug, Default)]
+pub(crate) struct StartGate {
+    ready: AtomicUsize,
+    start_ns: AtomicU64,
+}
+
+impl StartGate {
+    pub fn ready(&self) -> usize {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Sets the start for every worker.
+    pub fn open(&self, start_ns: u64) {
+        self.start_ns.store(start_ns.max(1), Ordering::Release);
+    }
+
+    /// Says this worker is ready, then waits for the start.
+    async fn start(&self) -> u64 {
+        self.ready.fetch_add(1, Ordering::AcqRel);
+        loop {
+            match self.start_ns.load(Ordering::Acquire) {
+                0 => tokio::time::sleep(Duration::from_millis(1)).await,
+                s => return s,
+            }
+        }
+    }
 }
 
 /// Gives the calling thread a descriptor table of its own (`unshare(CLONE_FILES)`): the
@@ -589,7 +783,7 @@ pub(crate) fn run_worker(share: Share, common: Common) -> WorkerEnd {
         Ok(rt) => rt,
         Err(_) => {
             // Without a runtime the worker cannot run: report an empty end so the collector completes.
-            let rec = Recorder::new(share.index, common.start_ns, common.out.clone());
+            let rec = Recorder::new(share.index, now_ns(), common.out.clone());
             rec.finish(now_ns(), 0, &[], thread_cpu_ns());
             let events = BTreeMap::from([("worker_runtime_failed".to_string(), 1)]);
             return WorkerEnd { events, ..WorkerEnd::default() };
@@ -609,46 +803,62 @@ pub fn threads_own_descriptor_tables() -> bool {
     std::thread::spawn(own_descriptor_table).join().unwrap_or(false)
 }
 
-/// Lays out the worker's lanes: the plain run's pool, or each client's connections (UDP
-/// clients of a group share a pool of sockets; stubs share a pool of TCP lanes for retries).
+/// Lays out the worker's lanes: the plain run's pool, or each client's connections. Each
+/// simulated UDP client has a socket of its own, or, when the worker has fewer sockets than
+/// UDP clients (`share.lanes`), shares one with as few others as the sockets allow; a stub's
+/// socket has a TCP lane of its own for retries after truncation, from the same address.
 fn layout(share: &Share, c: &Common) -> (Vec<LaneSlot>, Vec<LaneSpec>, Vec<ClientRt>) {
     let mut specs: Vec<LaneSpec> = c.groups.iter().map(|g| g.spec.clone()).collect();
-    let mut lanes = Vec::new();
-    let new_slot = |group: usize, spec: usize, policy: ConnPolicy| LaneSlot {
-        lane: Rc::new(Lane::with_policy(policy)),
-        group: group as u16,
-        spec: spec as u16,
-        started: Cell::new(false),
-        fallback: None,
-        open: Cell::new(0),
-    };
+    let mut lanes: Vec<LaneSlot> = Vec::new();
     if share.clients.is_empty() {
         let policy = c.groups[0].spec.lane.conn;
-        lanes.extend((0..share.lanes.max(1)).map(|_| new_slot(0, 0, policy)));
+        lanes.extend((0..share.lanes.max(1)).map(|_| LaneSlot::new(0, 0, policy)));
         return (lanes, specs, Vec::new());
     }
-    // Pools per UDP group (and their TCP fallback pools).
-    let mut pools: Vec<Option<Range<u32>>> = vec![None; c.groups.len()];
+    let udp = |gi: usize| c.groups[gi].spec.target.scheme == volley_transport::Scheme::Udp;
+    let udp_clients = share.clients.iter().filter(|&&g| udp(g as usize)).count();
+    // Each UDP group's part of the sockets: in proportion to its clients, at least one, the
+    // rest one by one to the groups with clients left to give a socket to.
+    let counts: Vec<usize> =
+        (0..c.groups.len()).map(|gi| share.clients.iter().filter(|&&x| x as usize == gi).count()).collect();
+    let mut parts: Vec<usize> = (0..c.groups.len())
+        .map(|gi| match counts[gi] {
+            n if n == 0 || !udp(gi) => 0,
+            n if share.lanes >= udp_clients => n,
+            n => (share.lanes * n / udp_clients).max(1),
+        })
+        .collect();
+    let mut left = share.lanes.saturating_sub(parts.iter().sum());
+    for gi in (0..c.groups.len()).cycle().take(c.groups.len() * left.min(udp_clients)) {
+        if left > 0 && udp(gi) && parts[gi] < counts[gi] {
+            parts[gi] += 1;
+            left -= 1;
+        }
+    }
+    // The sockets of each UDP group: (first lane, how many).
+    let mut pools: Vec<Option<(u32, u32)>> = vec![None; c.groups.len()];
     for (gi, g) in c.groups.iter().enumerate() {
-        if g.spec.target.scheme != volley_transport::Scheme::Udp || !share.clients.contains(&(gi as u16)) {
+        let n = parts[gi];
+        if n == 0 {
             continue;
         }
-        let fb = g.fallback.as_ref().map(|f| {
-            specs.push(f.clone());
-            let spec = specs.len() - 1;
-            let lo = lanes.len() as u32;
-            lanes.extend((0..share.lanes.max(1)).map(|_| new_slot(gi, spec, f.lane.conn)));
-            (lo, lanes.len() as u32)
-        });
         let lo = lanes.len() as u32;
-        for _ in 0..share.lanes.max(1) {
-            let mut s = new_slot(gi, gi, ConnPolicy::default());
-            s.fallback = fb;
-            lanes.push(s);
+        lanes.extend((0..n).map(|_| LaneSlot::new(gi as u16, gi as u16, ConnPolicy::default())));
+        if let Some(f) = &g.fallback {
+            specs.push(f.clone());
+            let spec = (specs.len() - 1) as u16;
+            let flo = lanes.len() as u32;
+            for k in 0..n as u32 {
+                let mut s = LaneSlot::new(gi as u16, spec, f.lane.conn);
+                s.source_of = Some(lo + k);
+                lanes.push(s);
+                lanes[(lo + k) as usize].fallback = Some((flo + k, flo + k + 1));
+            }
         }
-        pools[gi] = Some(lo..lanes.len() as u32);
+        pools[gi] = Some((lo, n as u32));
     }
     let replay = share.replay.is_some();
+    let mut dealt = vec![0u32; c.groups.len()];
     let clients = share
         .clients
         .iter()
@@ -665,15 +875,18 @@ fn layout(share: &Share, c: &Common) -> (Vec<LaneSlot>, Vec<LaneSpec>, Vec<Clien
                 gap: Cell::new(if replay || group.rate <= 0.0 { 0.0 } else { 1e9 / group.rate }),
                 busy: Cell::new(busy),
             };
-            if let Some(p) = &pools[gi] {
-                return client(p.clone());
+            if let Some((lo, n)) = pools[gi] {
+                // The group's clients take its sockets in turn.
+                let k = lo + dealt[gi] % n;
+                dealt[gi] += 1;
+                return client(k..k + 1);
             }
             let lo = lanes.len() as u32;
             let policy = match group.busy {
                 Some((b, _)) if busy => b,
                 _ => group.spec.lane.conn,
             };
-            lanes.extend((0..group.connections.max(1)).map(|_| new_slot(gi, gi, policy)));
+            lanes.extend((0..group.connections.max(1)).map(|_| LaneSlot::new(g, g, policy)));
             client(lo..lanes.len() as u32)
         })
         .collect();
@@ -687,7 +900,8 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         inner: RefCell::new(Inner {
             slab: Slab::default(),
             deadlines: VecDeque::new(),
-            rec: Some(Recorder::with_groups(share.index, c.start_ns, c.out.clone(), groups)),
+            // Its start is set once the run's clock starts: until then every count is second 0's.
+            rec: Some(Recorder::with_groups(share.index, u64::MAX, c.out.clone(), groups)),
             cursor: Cursor::new(&c.queries, share.index, c.workers),
             issued: 0,
             quota: share.quota,
@@ -696,6 +910,8 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
             rr: 0,
             events: BTreeMap::new(),
             late: Late::default(),
+            on_wire: 0,
+            peak_on_wire: 0,
         }),
         lanes,
         specs,
@@ -709,14 +925,14 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
     });
     *w.this.borrow_mut() = Rc::downgrade(&w);
 
+    // Set-up, before the run's clock starts: sockets, and the connections the run opens at
+    // its start (a plain run's lanes, and the clients that connect at their start: browsers).
+    // The others connect at their client's first query, as such clients do.
     if w.clients.is_empty() {
-        // Plain runs connect every lane at once.
         for i in 0..w.lanes.len() {
             w.ensure_started(i);
         }
     } else {
-        // Shared UDP sockets open now, as do the connections of clients that connect at their
-        // start (browsers); the others connect at their client's first query.
         for (i, slot) in w.lanes.iter().enumerate() {
             if w.specs[slot.spec as usize].target.scheme == volley_transport::Scheme::Udp {
                 w.ensure_started(i);
@@ -730,7 +946,13 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
                 }
             }
         }
-        tokio::task::spawn_local(clients_schedule(w.clone(), share.clone(), c.start_ns, c.end_ns));
+    }
+    connections_up(&w, &c).await;
+    let start = c.gate.start().await;
+    let end = c.duration_ns.map(|d| start + d);
+    w.inner.borrow_mut().rec().set_start(start);
+    if !w.clients.is_empty() {
+        tokio::task::spawn_local(clients_schedule(w.clone(), share.clone(), start, end));
     }
     if let Some(n) = share.concurrency {
         let now = now_ns();
@@ -739,8 +961,8 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
             w.issue_any(&mut inn, now, now);
         }
     }
-    if let Some((first, interval)) = share.schedule {
-        tokio::task::spawn_local(schedule(w.clone(), first, interval, share.batch_window_ns, c.end_ns));
+    if let Some((offset, interval)) = share.schedule {
+        tokio::task::spawn_local(schedule(w.clone(), start + offset, interval, share.batch_window_ns, end));
     }
 
     // Housekeeping: timeouts, the per-second flush, and the end of the run.
@@ -756,7 +978,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         if c.interrupt.load(Ordering::Relaxed) {
             break;
         }
-        if inn.issuing && c.end_ns.is_some_and(|e| now >= e) {
+        if inn.issuing && end.is_some_and(|e| now >= e) {
             inn.issuing = false;
         }
         if !inn.issuing {
@@ -784,12 +1006,27 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
     let (rec, events, late) = {
         let mut inn = w.inner.borrow_mut();
         w.account_unended(&mut inn, now_ns());
+        let peak = inn.peak_on_wire;
+        inn.rec().peak_on_wire(peak);
         (inn.rec.take(), std::mem::take(&mut inn.events), inn.late)
     };
     if let Some(rec) = rec {
         rec.finish(now, in_flight, &by_group, thread_cpu_ns());
     }
     WorkerEnd { events, late }
+}
+
+/// Waits until every connection the worker opened at its start came up or failed, at most the
+/// query timeout (a connection slower than that is left to come up on the run's clock), or
+/// until the run is interrupted.
+async fn connections_up(w: &Worker, c: &Common) {
+    let limit = now_ns() + c.timeout.as_nanos() as u64;
+    let pending = |s: &LaneSlot| {
+        s.started.get() && !s.settled.get() && w.specs[s.spec as usize].target.scheme != volley_transport::Scheme::Udp
+    };
+    while w.lanes.iter().any(pending) && now_ns() < limit && !c.interrupt.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 /// How long the end of a run waits while nothing moves (no driver reports or finishes, and the
@@ -1051,16 +1288,7 @@ mod tests {
             rate: 0.0,
             busy: Some((busy, 1.0)),
         };
-        let lanes = (0..2)
-            .map(|_| LaneSlot {
-                lane: Rc::new(Lane::with_policy(light)),
-                group: 0,
-                spec: 0,
-                started: Cell::new(false),
-                fallback: None,
-                open: Cell::new(0),
-            })
-            .collect();
+        let lanes = (0..2).map(|_| LaneSlot::new(0, 0, light)).collect();
         let c = ClientRt { lanes: 0..2, group: 0, last: Cell::new(0), gap: Cell::new(0.0), busy: Cell::new(false) };
         (g, lanes, c)
     }
@@ -1129,19 +1357,93 @@ mod tests {
         }
     }
 
+    /// The lanes of a worker with `clients` (their groups: 0 and 1 UDP, the second with a TCP
+    /// fallback, 2 over TCP with two connections each) and `sockets` UDP sockets for them.
+    fn laid_out(clients: Vec<u16>, sockets: usize) -> (Vec<LaneSlot>, Vec<ClientRt>) {
+        let tcp: Target = "tcp://127.0.0.1:53".parse().unwrap();
+        let mut stub = plain_group();
+        stub.fallback = Some(LaneSpec { target: tcp.clone(), lane: LaneOptions::default() });
+        let forwarder =
+            GroupRt { spec: LaneSpec { target: tcp, lane: LaneOptions::default() }, connections: 2, ..plain_group() };
+        let (tx, _rx) = std::sync::mpsc::channel();
+        let common = Common {
+            groups: vec![plain_group(), stub, forwarder],
+            queries: QuerySet::single("example.test", QType::A, QueryOptions::default()).unwrap(),
+            timeout: Duration::from_secs(1),
+            gate: Arc::default(),
+            duration_ns: None,
+            interrupt: Arc::default(),
+            out: tx,
+            workers: 1,
+        };
+        let share = Share {
+            index: 0,
+            concurrency: None,
+            schedule: None,
+            batch_window_ns: 0,
+            quota: 0,
+            lanes: sockets,
+            clients,
+            arrivals: Arrivals::Constant,
+            replay: None,
+        };
+        let (lanes, _, clients) = layout(&share, &common);
+        (lanes, clients)
+    }
+
+    /// Each simulated UDP client has a socket of its own; with fewer sockets, the clients of
+    /// each UDP group share their group's part evenly; a stub's socket has a TCP lane of its
+    /// own for retries, from the socket's address; TCP clients keep their own connections.
+    #[test]
+    fn udp_clients_get_a_socket_each_or_an_even_share() {
+        // Groups 0, 1, 2 interleaved: 4 clients of each.
+        let dealt: Vec<u16> = (0..12).map(|i| (i % 3) as u16).collect();
+        let (lanes, clients) = laid_out(dealt.clone(), 8);
+        let lane_of = |c: usize| clients[c].lanes.clone();
+        let udp: Vec<usize> = (0..12).filter(|&c| dealt[c] < 2).collect();
+        let mut own: Vec<u32> = udp.iter().map(|&c| lane_of(c).start).collect();
+        assert!(udp.iter().all(|&c| lane_of(c).len() == 1));
+        own.sort_unstable();
+        own.dedup();
+        assert_eq!(own.len(), 8, "8 UDP clients, 8 sockets of their own");
+        for &c in &udp {
+            let slot = &lanes[lane_of(c).start as usize];
+            assert_eq!(slot.group, dealt[c]);
+            match dealt[c] {
+                0 => assert!(slot.fallback.is_none()),
+                _ => {
+                    let (lo, hi) = slot.fallback.expect("a stub's TCP lane");
+                    assert_eq!(hi - lo, 1);
+                    assert_eq!(lanes[lo as usize].source_of, Some(lane_of(c).start), "its retries from its address");
+                }
+            }
+        }
+        for c in (0..12).filter(|&c| dealt[c] == 2) {
+            assert_eq!(lane_of(c).len(), 2, "a forwarder's own two connections");
+        }
+        // 3 sockets for 8 UDP clients of two groups: 2 and 1 (one at least each), each group's
+        // clients spread over its own.
+        let (lanes, clients) = laid_out(dealt.clone(), 3);
+        let mut per_socket: BTreeMap<u32, Vec<u16>> = BTreeMap::new();
+        for &c in &udp {
+            per_socket.entry(clients[c].lanes.start).or_default().push(dealt[c]);
+        }
+        assert_eq!(per_socket.len(), 3, "{per_socket:?}");
+        let sizes: Vec<usize> = per_socket.values().map(Vec::len).collect();
+        assert_eq!(sizes, [2, 2, 4], "group 0's 4 clients on 2 sockets, group 1's on 1: {per_socket:?}");
+        assert!(per_socket.iter().all(|(&l, gs)| gs.iter().all(|&g| g == lanes[l as usize].group)));
+    }
+
     /// A worker whose lanes are in the groups `groups` (two groups), its run over.
     fn worker(groups: &[u16]) -> (Rc<Worker>, std::sync::mpsc::Receiver<volley_metrics::WorkerMessage>) {
         let (tx, rx) = std::sync::mpsc::channel();
         let queries = QuerySet::single("example.test", QType::A, QueryOptions::default()).unwrap();
         let lanes = groups
             .iter()
-            .map(|&g| LaneSlot {
-                lane: Rc::new(Lane::new()),
-                group: g,
-                spec: 0,
-                started: Cell::new(true),
-                fallback: None,
-                open: Cell::new(0),
+            .map(|&g| {
+                let s = LaneSlot::new(g, 0, ConnPolicy::default());
+                s.started.set(true);
+                s
             })
             .collect();
         let w = Rc::new(Worker {
@@ -1157,6 +1459,8 @@ mod tests {
                 rr: 0,
                 events: BTreeMap::new(),
                 late: Late::default(),
+                on_wire: 0,
+                peak_on_wire: 0,
             }),
             lanes,
             specs: Vec::new(),

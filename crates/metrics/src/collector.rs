@@ -1,8 +1,8 @@
 use std::collections::BTreeMap;
 
 use crate::connections::{ConnHistograms, SecondHandshakes};
-use crate::recorder::GroupAcc;
 use crate::recorder::WorkerMessage;
+use crate::recorder::{GroupAcc, TransportWaits};
 use crate::{Counters, Histogram, SecondRow};
 
 /// A second that just became complete across all workers: what the live view prints.
@@ -26,6 +26,9 @@ pub struct Collector {
     totals: Counters,
     latency: Histogram,
     lateness: Histogram,
+    schedule_lateness: Histogram,
+    waits: TransportWaits,
+    peak_on_wire: u64,
     in_flight: u64,
     cpu_ns: u64,
     conns: ConnHistograms,
@@ -44,6 +47,12 @@ pub struct Collected {
     pub totals: Counters,
     pub latency: Histogram,
     pub lateness: Histogram,
+    /// How late the scheduler handed queries to their lanes (the generator's own lateness).
+    pub schedule_lateness: Histogram,
+    /// How long queries waited for their transport, by cause.
+    pub waits: TransportWaits,
+    /// The sum of each worker's peak of queries on the wire (sent, not yet ended).
+    pub peak_on_wire: u64,
     pub in_flight: u64,
     pub cpu_ns: u64,
     pub conns: ConnHistograms,
@@ -63,6 +72,9 @@ impl Collector {
             totals: Counters::default(),
             latency: Histogram::new(3),
             lateness: Histogram::new(3),
+            schedule_lateness: Histogram::new(3),
+            waits: TransportWaits::default(),
+            peak_on_wire: 0,
             in_flight: 0,
             cpu_ns: 0,
             conns: ConnHistograms::default(),
@@ -114,6 +126,9 @@ impl Collector {
             WorkerMessage::Final(f) => {
                 self.latency.merge(&f.latency);
                 self.lateness.merge(&f.lateness);
+                self.schedule_lateness.merge(&f.schedule_lateness);
+                self.waits.merge(&f.waits);
+                self.peak_on_wire += f.peak_on_wire;
                 self.in_flight += f.in_flight;
                 self.cpu_ns += f.cpu_ns;
                 self.conns.merge(&f.conns);
@@ -162,6 +177,9 @@ impl Collector {
             totals: self.totals,
             latency: self.latency,
             lateness: self.lateness,
+            schedule_lateness: self.schedule_lateness,
+            waits: self.waits,
+            peak_on_wire: self.peak_on_wire,
             in_flight: self.in_flight,
             cpu_ns: self.cpu_ns,
             conns: self.conns,
@@ -183,7 +201,7 @@ mod tests {
         let mut a = Recorder::new(0, 0, tx);
         for k in 0..150u64 {
             for _ in 0..=k % 3 {
-                a.sent(k * s + 1, 0);
+                a.issued(k * s + 1, 0);
             }
         }
         a.finish(150 * s, 0, &[], 1);
@@ -196,9 +214,9 @@ mod tests {
         assert_eq!(got.series.len(), 151);
         for (k, r) in got.series.iter().take(150).enumerate() {
             assert_eq!(r.second as usize, k);
-            assert_eq!(r.sent, k as u64 % 3 + 1);
+            assert_eq!(r.issued, k as u64 % 3 + 1);
         }
-        assert_eq!(got.series.iter().map(|r| r.sent).sum::<u64>(), got.totals.sent);
+        assert_eq!(got.series.iter().map(|r| r.issued).sum::<u64>(), got.totals.issued);
     }
 
     #[test]
@@ -207,11 +225,11 @@ mod tests {
         let s = 1_000_000_000u64;
         let mut a = Recorder::new(0, 0, tx.clone());
         let mut b = Recorder::new(1, 0, tx);
-        a.sent(10, 0);
+        a.issued(10, 0);
         a.answered(20, 1000, 0, false, 60, 0);
-        b.sent(s + 5, 0);
+        b.issued(s + 5, 0);
         b.timed_out(3 * s + 1, 0);
-        a.sent(2 * s, 0);
+        a.issued(2 * s, 0);
         a.answered(2 * s + 9, 2000, 3, false, 60, 0);
         a.finish(2 * s + 10, 0, &[], 5);
         b.finish(3 * s + 2, 0, &[], 7);
@@ -224,9 +242,10 @@ mod tests {
         let got = c.finish();
         assert_eq!(got.series.iter().map(|r| r.second).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
         assert_eq!(seen, vec![0, 1, 2, 3]);
-        assert_eq!(got.series.iter().map(|r| r.sent).sum::<u64>(), got.totals.sent);
-        assert_eq!(got.totals.sent, 3);
+        assert_eq!(got.series.iter().map(|r| r.issued).sum::<u64>(), got.totals.issued);
+        assert_eq!(got.totals.issued, 3);
         assert_eq!(got.totals.answered + got.totals.timed_out, 3);
+        assert_eq!(got.totals.ended() + got.in_flight, got.totals.issued);
         assert_eq!(got.series[2].rcodes.get("NXDOMAIN"), Some(&1));
         assert_eq!(got.latency.count(), 2);
         assert_eq!(got.cpu_ns, 12);

@@ -86,6 +86,23 @@ kinds! {
 }
 
 kinds! {
+    /// Why a query never left the generator before its timeout (the fate `unsent`): it
+    /// waited for the transport the whole time, and the server never saw it.
+    Unsent {
+        /// No connection of its lane was up: being opened, backing off after failures, or
+        /// waiting for a `--conn-rate` slot.
+        NoConnection = "no_connection",
+        /// It waited for the server to allow another stream: handed to a QUIC connection (DoQ,
+        /// DoH/3) for MAX_STREAMS, or on an HTTP/2 connection whose streams were all in use
+        /// (SETTINGS_MAX_CONCURRENT_STREAMS).
+        NoStreamCredit = "no_stream_credit",
+        /// A connection was up but did not take it: HTTP/1.1 busy with an earlier request, or
+        /// behind other queries in its lane.
+        Queued = "queued",
+    }
+}
+
+kinds! {
     /// Responses that matched no query in flight: counted, never taken as answers.
     Unexpected {
         /// Its query had already timed out.
@@ -98,14 +115,48 @@ kinds! {
     }
 }
 
+kinds! {
+    /// Why a query handed to a lane waited before it left: the transport was not ready to
+    /// carry it (the server's or the protocol's doing, not the generator's). It counts in the
+    /// query's latency, and apart from the generator's own lateness.
+    Wait {
+        /// The lane's first connection was being opened: the run's set-up (a closed loop's
+        /// first queries wait for it).
+        Setup = "setup",
+        /// A later connection was being opened (TCP, TLS or QUIC handshake) for the lane: after
+        /// the server closed or refused the last one, or the client's policy ended it.
+        Connecting = "connecting",
+        /// The lane's next connection waited for its slot under `--conn-rate`.
+        ConnRate = "conn_rate",
+        /// The lane waited out a backoff after a failed or refused connection.
+        Backoff = "backoff",
+        /// The server's stream limit was reached (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS, QUIC
+        /// MAX_STREAMS): the query waited for a stream to end.
+        StreamCredit = "stream_credit",
+        /// HTTP/1.1: the connection was busy with earlier requests (one at a time, or
+        /// `--h1-pipeline` deep).
+        Http1Slot = "http1_slot",
+        /// The lane's connection had spent its budget (`--conn-queries`, `--conn-lifetime`) and
+        /// the next one was not opening yet (the spent one drains in the background; this is
+        /// the moment between the two).
+        Rotation = "rotation",
+    }
+}
+
 /// Event counts of one worker, one second, or a whole run.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Counters {
     /// Queries issued by the load model (each gets exactly one fate).
+    pub issued: u64,
+    /// Queries that left the generator (counted once, when they first left).
     pub sent: u64,
     pub answered: u64,
     pub timed_out: u64,
     pub failed: u64,
+    /// Queries whose timeout came before they could leave (a fate).
+    pub unsent: u64,
+    /// `unsent` by why.
+    pub unsent_reasons: [u64; Unsent::COUNT],
     /// Answered queries per header RCODE (0..=15).
     pub rcodes: [u64; 16],
     pub errors: [u64; ErrorKind::COUNT],
@@ -129,10 +180,13 @@ pub const AGAIN_MAX: usize = 16;
 
 impl Counters {
     pub fn merge(&mut self, o: &Counters) {
+        self.issued += o.issued;
         self.sent += o.sent;
         self.answered += o.answered;
         self.timed_out += o.timed_out;
         self.failed += o.failed;
+        self.unsent += o.unsent;
+        add(&mut self.unsent_reasons, &o.unsent_reasons);
         add(&mut self.rcodes, &o.rcodes);
         add(&mut self.errors, &o.errors);
         add(&mut self.unexpected, &o.unexpected);
@@ -157,9 +211,14 @@ impl Counters {
             .collect()
     }
 
-    /// Fates so far; with `in_flight` it equals `sent` at the end of a run.
+    /// Fates so far; with `in_flight` it equals `issued` at the end of a run.
     pub fn ended(&self) -> u64 {
-        self.answered + self.timed_out + self.failed
+        self.answered + self.timed_out + self.failed + self.unsent
+    }
+
+    /// Why queries were unsent, by name, zero entries left out.
+    pub fn unsent_map(&self) -> BTreeMap<String, u64> {
+        Unsent::map(&self.unsent_reasons)
     }
 
     /// RCODE name → count, zero entries left out.

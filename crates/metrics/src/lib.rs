@@ -6,7 +6,8 @@
 //! summary type every printer (text, JSON, later CSV/HTML) reads.
 //!
 //! Fates: every query the load model issues ends as exactly one of answered (by RCODE),
-//! timed out, failed (by [`ErrorKind`]) or in flight at the end. Responses that match no
+//! timed out, failed (by [`ErrorKind`]), unsent (its timeout came before it could leave, by
+//! [`Unsent`]) or in flight at the end. Responses that match no
 //! query in flight are counted apart, as [`Unexpected`].
 
 #[macro_use]
@@ -22,9 +23,9 @@ pub use connections::ConnHistograms;
 pub use connections::{
     Close, ConnCounters, ConnectionSummary, DrainEnd, DrainSummary, EarlyData, Handshake, SecondConnections,
 };
-pub use counters::{Counters, ErrorKind, Unexpected, WireStats};
+pub use counters::{Counters, ErrorKind, Unexpected, Unsent, Wait, WireStats};
 pub use histogram::{Histogram, SparseHistogram};
-pub use recorder::{GroupAcc, Recorder, SecondSample, WorkerFinal, WorkerMessage};
+pub use recorder::{GroupAcc, Recorder, SecondSample, TransportWaits, WorkerFinal, WorkerMessage};
 pub use result::*;
 
 /// Version tag of the results file; bump on any incompatible change (docs/results-schema.md).

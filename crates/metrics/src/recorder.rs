@@ -1,7 +1,7 @@
 use std::sync::mpsc::Sender;
 
 use crate::connections::{ConnHistograms, SecondHandshakes};
-use crate::{Close, Counters, EarlyData, ErrorKind, Handshake, Histogram, Unexpected, WireStats};
+use crate::{Close, Counters, EarlyData, ErrorKind, Handshake, Histogram, Unexpected, Unsent, Wait, WireStats};
 
 const NS: u64 = 1_000_000_000;
 
@@ -28,6 +28,14 @@ pub struct WorkerFinal {
     pub latency: Histogram,
     /// How late each query left against its scheduled time (open loop; 3 significant figures).
     pub lateness: Histogram,
+    /// How late the scheduler handed each query to its lane (open loop): the generator's own
+    /// lateness, without the time the query then waited for the transport.
+    pub schedule_lateness: Histogram,
+    /// The transport waits: how long each query that waited for its transport waited (boxed:
+    /// a histogram and two tables, sent once).
+    pub waits: Box<TransportWaits>,
+    /// The most queries sent and not yet ended at one moment.
+    pub peak_on_wire: u64,
     /// Queries still without a fate when the run ended.
     pub in_flight: u64,
     /// CPU time the worker's thread used.
@@ -67,6 +75,40 @@ impl GroupAcc {
     }
 }
 
+/// The time queries waited for their transport (a connection being opened, stream credit...):
+/// one histogram of each waiting query's wait, and per cause ([`Wait`]) the queries and their
+/// total wait.
+#[derive(Debug, Clone)]
+pub struct TransportWaits {
+    pub wait: Histogram,
+    pub queries: [u64; Wait::COUNT],
+    pub total_ns: [u64; Wait::COUNT],
+}
+
+impl Default for TransportWaits {
+    fn default() -> Self {
+        TransportWaits { wait: Histogram::new(3), queries: [0; Wait::COUNT], total_ns: [0; Wait::COUNT] }
+    }
+}
+
+impl TransportWaits {
+    /// A query waited `ns` for its transport, mostly for `why`.
+    #[inline]
+    pub fn record(&mut self, why: Wait, ns: u64) {
+        self.wait.record(ns);
+        self.queries[why as usize] += 1;
+        self.total_ns[why as usize] += ns;
+    }
+
+    pub fn merge(&mut self, o: &TransportWaits) {
+        self.wait.merge(&o.wait);
+        for i in 0..Wait::COUNT {
+            self.queries[i] += o.queries[i];
+            self.total_ns[i] += o.total_ns[i];
+        }
+    }
+}
+
 /// A message from a worker to the collector.
 #[derive(Debug, Clone)]
 pub enum WorkerMessage {
@@ -85,6 +127,9 @@ pub struct Recorder {
     cur_handshake: SecondHandshakes,
     latency: Histogram,
     lateness: Histogram,
+    schedule_lateness: Histogram,
+    waits: TransportWaits,
+    peak_on_wire: u64,
     conns: ConnHistograms,
     groups: Vec<GroupAcc>,
     out: Sender<WorkerMessage>,
@@ -107,10 +152,19 @@ impl Recorder {
             cur_handshake: SecondHandshakes::default(),
             latency: Histogram::new(3),
             lateness: Histogram::new(3),
+            schedule_lateness: Histogram::new(3),
+            waits: TransportWaits::default(),
+            peak_on_wire: 0,
             conns: ConnHistograms::default(),
             groups: if groups > 1 { vec![GroupAcc::default(); groups] } else { Vec::new() },
             out,
         }
+    }
+
+    /// Sets the run's start, once known: what was counted before it (set-up: connections
+    /// opened before the clock started) stays in second 0.
+    pub fn set_start(&mut self, start_ns: u64) {
+        self.start_ns = start_ns;
     }
 
     /// Moves to the second containing `now_ns`, flushing the finished one. Call it at least
@@ -150,6 +204,13 @@ impl Recorder {
 
     /// A query was issued by the load model (its fate comes later).
     #[inline]
+    pub fn issued(&mut self, now_ns: u64, g: u16) {
+        self.tick(now_ns);
+        self.count(g, |c| c.issued += 1);
+    }
+
+    /// A query left the generator for the first time.
+    #[inline]
     pub fn sent(&mut self, now_ns: u64, g: u16) {
         self.tick(now_ns);
         self.count(g, |c| c.sent += 1);
@@ -159,6 +220,23 @@ impl Recorder {
     #[inline]
     pub fn lateness(&mut self, late_ns: u64) {
         self.lateness.record(late_ns);
+    }
+
+    /// Records how late the scheduler handed a query to its lane against its scheduled time.
+    #[inline]
+    pub fn schedule_lateness(&mut self, late_ns: u64) {
+        self.schedule_lateness.record(late_ns);
+    }
+
+    /// A query waited `ns` for its transport before it left, mostly for `why`.
+    #[inline]
+    pub fn transport_wait(&mut self, why: Wait, ns: u64) {
+        self.waits.record(why, ns);
+    }
+
+    /// The most queries on the wire (sent, not yet ended) at one moment of the run.
+    pub fn peak_on_wire(&mut self, n: u64) {
+        self.peak_on_wire = self.peak_on_wire.max(n);
     }
 
     /// Counts the bytes of a DNS message written to the transport (the query left).
@@ -188,6 +266,16 @@ impl Recorder {
     pub fn timed_out(&mut self, now_ns: u64, g: u16) {
         self.tick(now_ns);
         self.count(g, |c| c.timed_out += 1);
+    }
+
+    /// A query's timeout came before it could leave: its fate, `why` it never left.
+    #[inline]
+    pub fn unsent(&mut self, now_ns: u64, why: Unsent, g: u16) {
+        self.tick(now_ns);
+        self.count(g, |c| {
+            c.unsent += 1;
+            c.unsent_reasons[why as usize] += 1;
+        });
     }
 
     #[inline]
@@ -288,6 +376,9 @@ impl Recorder {
             worker: self.worker,
             latency: self.latency,
             lateness: self.lateness,
+            schedule_lateness: self.schedule_lateness,
+            waits: Box::new(self.waits),
+            peak_on_wire: self.peak_on_wire,
             in_flight,
             cpu_ns,
             conns: self.conns,

@@ -31,6 +31,11 @@ pub struct RunResult {
     pub duration_s: f64,
     /// Sending plus waiting for the last answers, seconds.
     pub elapsed_s: f64,
+    /// Set-up before the run's clock started (second 0 of `series`), seconds: worker threads,
+    /// sockets, and the connections the run opens at its start. Not part of `elapsed_s`;
+    /// absent in results of versions that made sockets on the clock.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub setup_s: Option<f64>,
     pub target: TargetInfo,
     pub load: LoadInfo,
     pub totals: Totals,
@@ -39,6 +44,21 @@ pub struct RunResult {
     /// Open loop only: how late queries left against their schedule.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub send_lateness: Option<LatencySummary>,
+    /// Scheduled loads: how late the generator's scheduler handed each query to its transport
+    /// against its schedule, the generator's own part of `send_lateness` (the rest is
+    /// `transport_wait`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub schedule_lateness: Option<LatencySummary>,
+    /// Queries that waited for their transport before they left (a connection being opened,
+    /// the server's stream limit, an HTTP/1.1 connection busy...), by cause; absent when none
+    /// waited. The wait counts in latency: it is the server's or the protocol's doing.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub transport_wait: Option<TransportWait>,
+    /// The most queries on the wire at one moment (sent and not yet ended; the sum of each
+    /// worker's peak): the concurrency the server allowed. In a closed loop, below its
+    /// concurrency when the server allowed fewer at once (its streams, HTTP/1.1 connections).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub peak_on_wire: Option<u64>,
     pub generator: GeneratorInfo,
     /// The target's CPU time over the run, when it runs on this host (`--target-pid`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -57,6 +77,24 @@ pub struct RunResult {
     /// Things the reader must know to trust the figures (e.g. the generator fell behind).
     #[serde(default)]
     pub warnings: Vec<String>,
+}
+
+impl RunResult {
+    /// Reads a file written before `issued` existed as one written now: its `sent` counted
+    /// the queries issued (totals, series, groups, qps). Files with `issued` are unchanged.
+    pub fn upgrade(&mut self) {
+        if !self.totals.is_old() {
+            return;
+        }
+        self.totals.upgrade();
+        self.qps.issued = self.qps.sent;
+        for r in &mut self.series {
+            r.issued = r.sent;
+        }
+        for g in &mut self.groups {
+            g.totals.upgrade();
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -91,13 +129,25 @@ pub struct LoadInfo {
     pub queries: String,
 }
 
-/// Fates of every query and the events around them. `sent = answered + timed_out + failed + in_flight`.
+/// Fates of every query and the events around them.
+/// `issued = answered + timed_out + failed + unsent + in_flight`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
+    /// Queries the load model issued (absent in files written before it existed, whose
+    /// `sent` counted them: see [`RunResult::upgrade`]).
+    #[serde(default)]
+    pub issued: u64,
+    /// Queries that left the generator.
     pub sent: u64,
     pub answered: u64,
     pub timed_out: u64,
     pub failed: u64,
+    /// Queries whose timeout came before they could leave the generator.
+    #[serde(default)]
+    pub unsent: u64,
+    /// `unsent` by why (`no_connection`, `no_stream_credit`, `queued`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub unsent_reasons: BTreeMap<String, u64>,
     pub in_flight: u64,
     pub truncated: u64,
     pub rcodes: BTreeMap<String, u64>,
@@ -117,10 +167,13 @@ pub struct Totals {
 impl Totals {
     pub fn from_counters(c: &Counters, in_flight: u64) -> Totals {
         Totals {
+            issued: c.issued,
             sent: c.sent,
             answered: c.answered,
             timed_out: c.timed_out,
             failed: c.failed,
+            unsent: c.unsent,
+            unsent_reasons: c.unsent_map(),
             in_flight,
             truncated: c.truncated,
             rcodes: c.rcode_map(),
@@ -133,23 +186,44 @@ impl Totals {
         }
     }
 
-    /// True when every query has exactly one fate.
-    pub fn balanced(&self) -> bool {
-        self.sent == self.answered + self.timed_out + self.failed + self.in_flight
+    /// The fates added up (with `in_flight`): `issued` when every query has exactly one.
+    pub fn fates(&self) -> u128 {
+        [self.answered, self.timed_out, self.failed, self.unsent, self.in_flight].iter().map(|n| *n as u128).sum()
     }
 
+    /// True when every query has exactly one fate.
+    pub fn balanced(&self) -> bool {
+        self.issued as u128 == self.fates()
+    }
+
+    /// Answered queries over queries issued.
     pub fn answered_ratio(&self) -> f64 {
-        if self.sent == 0 {
+        if self.issued == 0 {
             0.0
         } else {
-            self.answered as f64 / self.sent as f64
+            self.answered as f64 / self.issued as f64
+        }
+    }
+
+    /// A file written before `issued` existed counted issued queries as `sent`, and had no
+    /// `unsent` (`sent` can never exceed `issued`, so `issued` 0 with `sent` above 0 marks it).
+    fn is_old(&self) -> bool {
+        self.issued == 0 && self.sent > 0
+    }
+
+    fn upgrade(&mut self) {
+        if self.is_old() {
+            self.issued = self.sent;
         }
     }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Qps {
-    /// Queries issued per second of the sending phase.
+    /// Queries issued per second of the sending phase (absent in older files: `sent` then).
+    #[serde(default)]
+    pub issued: f64,
+    /// Queries that left the generator per second of the sending phase.
     pub sent: f64,
     /// Answers per second of the sending phase.
     pub answered: f64,
@@ -185,6 +259,47 @@ impl LatencySummary {
     }
 }
 
+/// The time queries waited for their transport before they left.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TransportWait {
+    /// Queries that waited (counted once, at their first send).
+    pub queries: u64,
+    /// How long each of them waited.
+    pub wait: LatencySummary,
+    /// By cause ([`crate::Wait`] names): the queries whose wait was (mostly) for it, and how
+    /// long they waited in all.
+    pub causes: BTreeMap<String, WaitCause>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct WaitCause {
+    pub queries: u64,
+    pub total_s: f64,
+}
+
+impl TransportWait {
+    /// The summary of a run's waits; None when no query waited.
+    pub fn of(w: &crate::TransportWaits) -> Option<TransportWait> {
+        if w.wait.count() == 0 {
+            return None;
+        }
+        let causes = crate::Wait::ALL
+            .iter()
+            .filter(|k| w.queries[**k as usize] > 0)
+            .map(|k| {
+                let i = *k as usize;
+                (k.to_string(), WaitCause { queries: w.queries[i], total_s: w.total_ns[i] as f64 / 1e9 })
+            })
+            .collect();
+        Some(TransportWait { queries: w.wait.count(), wait: LatencySummary::of(&w.wait), causes })
+    }
+
+    /// The cause most of the waiting was for.
+    pub fn main_cause(&self) -> Option<&str> {
+        self.causes.iter().max_by(|a, b| a.1.total_s.total_cmp(&b.1.total_s)).map(|(k, _)| k.as_str())
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct GeneratorInfo {
     /// CPU time (user + system) of the generator's worker threads.
@@ -213,14 +328,21 @@ impl TargetCpu {
 }
 
 /// One second of the run (second 0 starts at `started_unix_ms`). Fates are counted in the
-/// second they happened; `sent` in the second the query was issued.
+/// second they happened; `issued` in the second the query was issued, `sent` in the second it
+/// first left.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SecondRow {
     pub second: u32,
+    #[serde(default)]
+    pub issued: u64,
     pub sent: u64,
     pub answered: u64,
     pub timed_out: u64,
     pub failed: u64,
+    #[serde(default)]
+    pub unsent: u64,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub unsent_reasons: BTreeMap<String, u64>,
     pub truncated: u64,
     pub rcodes: BTreeMap<String, u64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
@@ -266,10 +388,13 @@ impl SecondRow {
     pub fn of(second: u32, c: &Counters, h: &Histogram) -> SecondRow {
         SecondRow {
             second,
+            issued: c.issued,
             sent: c.sent,
             answered: c.answered,
             timed_out: c.timed_out,
             failed: c.failed,
+            unsent: c.unsent,
+            unsent_reasons: c.unsent_map(),
             truncated: c.truncated,
             rcodes: c.rcode_map(),
             errors: c.error_map(),
@@ -297,4 +422,28 @@ pub struct GroupSummary {
     pub latency: LatencySummary,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub connections: Option<crate::ConnectionSummary>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file written before `issued` existed counted the queries issued as `sent`: read back,
+    /// they are `issued`, and its equation holds as it did.
+    #[test]
+    fn older_files_count_sent_as_issued() {
+        let old = r#"{"sent": 10, "answered": 8, "timed_out": 1, "failed": 1, "in_flight": 0, "truncated": 0,
+            "rcodes": {"NOERROR": 8}, "errors": {"reset": 1}, "unexpected": {}, "bytes_out": 400, "bytes_in": 480}"#;
+        let mut t: Totals = serde_json::from_str(old).unwrap();
+        assert_eq!((t.issued, t.unsent), (0, 0));
+        t.upgrade();
+        assert_eq!((t.issued, t.sent), (10, 10));
+        assert!(t.balanced());
+        // A file of now: unsent queries never left, and nothing moves.
+        let mut now = Totals { issued: 10, sent: 7, answered: 6, timed_out: 1, unsent: 3, ..Totals::default() };
+        now.upgrade();
+        assert_eq!((now.issued, now.sent), (10, 7));
+        assert!(now.balanced());
+        assert!(!Totals { unsent: 2, ..now }.balanced());
+    }
 }

@@ -15,7 +15,7 @@ pub struct BenchRow {
     pub transport: String,
     /// Answers per second.
     pub qps: f64,
-    /// Answered queries over queries sent, 0..=1.
+    /// Answered queries over queries issued, 0..=1.
     pub answered_ratio: f64,
     /// Median latency, nanoseconds.
     pub p50_ns: u64,

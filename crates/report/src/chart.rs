@@ -181,8 +181,9 @@ pub fn response_rate_series(runs: &[NamedRun]) -> ChartData {
         rcodes.sort_by_key(|n| (rcode_rank(n), n.to_string()));
         rcodes.dedup();
         let pct = |n: u64, d: u64| n as f64 * 100.0 / d as f64;
-        let rows = r.series.iter().filter(|s| s.answered + s.timed_out + s.failed > 0);
-        let points = rows.clone().map(|s| (s.second as f64, pct(s.answered, s.answered + s.timed_out + s.failed)));
+        let ended = |s: &volley_metrics::SecondRow| s.answered + s.timed_out + s.failed + s.unsent;
+        let rows = r.series.iter().filter(move |s| ended(s) > 0);
+        let points = rows.clone().map(|s| (s.second as f64, pct(s.answered, ended(s))));
         c.series.push(Series {
             name: label(runs, run, "answered"),
             run: i,
@@ -193,7 +194,7 @@ pub fn response_rate_series(runs: &[NamedRun]) -> ChartData {
         for (k, rc) in rcodes.iter().enumerate() {
             let points = rows.clone().map(|s| {
                 let n = s.rcodes.get(*rc).copied().unwrap_or(0);
-                (s.second as f64, pct(n, s.answered + s.timed_out + s.failed))
+                (s.second as f64, pct(n, ended(s)))
             });
             c.series.push(Series {
                 name: label(runs, run, rc),
@@ -434,7 +435,7 @@ pub fn cdf_points(h: &SparseHistogram) -> Vec<(f64, f64)> {
 pub struct LimitStep {
     /// Clients or queries per second offered in this step (see [`LimitResult::unit`]).
     pub load: f64,
-    /// Answered queries over queries sent in this step, 0..=1.
+    /// Answered queries over queries issued in this step, 0..=1.
     pub answered_ratio: f64,
     /// 99th percentile of the response time in this step, ns.
     pub p99_ns: u64,

@@ -26,7 +26,7 @@ pub enum Metric {
     QpsAnswered,
     /// Queries sent per second of the sending phase.
     QpsSent,
-    /// Answered queries over queries sent, percent.
+    /// Answered queries over queries issued, percent.
     AnsweredPct,
     /// Median response time, ns.
     P50,
@@ -125,7 +125,7 @@ impl Metric {
         match self {
             Metric::QpsAnswered => Some(r.qps.answered),
             Metric::QpsSent => Some(r.qps.sent),
-            Metric::AnsweredPct => (t.sent > 0).then(|| t.answered as f64 * 100.0 / t.sent as f64),
+            Metric::AnsweredPct => (t.issued > 0).then(|| t.answered as f64 * 100.0 / t.issued as f64),
             Metric::P50 => answered.map(|_| r.latency.p50_ns as f64),
             Metric::P99 => answered.map(|_| r.latency.p99_ns as f64),
             Metric::P999 => answered.map(|_| r.latency.p999_ns as f64),

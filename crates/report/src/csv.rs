@@ -3,15 +3,15 @@
 use std::collections::BTreeSet;
 use std::io::{self, Write};
 
-use volley_metrics::{Close, ErrorKind, RunResult, SecondRow, Unexpected};
+use volley_metrics::{Close, ErrorKind, RunResult, SecondRow, Unexpected, Unsent};
 
 use crate::text::rcode_rank;
 
 /// Writes the per-second series as CSV with a header row. Columns: `second, sent, answered,
-/// timed_out, failed, truncated, p50_ns, p90_ns, p99_ns, p999_ns, max_ns`, then one column per
-/// RCODE seen in the run (its name, e.g. `NOERROR`, in registry order), one per error kind seen
-/// (`error_KIND`, e.g. `error_reset`) and one per kind of unexpected response seen
-/// (`unexpected_KIND`); for connection-based transports `conns_active` (open at the end of
+/// timed_out, failed, truncated, p50_ns, p90_ns, p99_ns, p999_ns, max_ns, issued, unsent`, then
+/// one column per RCODE seen in the run (its name, e.g. `NOERROR`, in registry order), one per
+/// error kind seen (`error_KIND`, e.g. `error_reset`), one per kind of unexpected response seen
+/// (`unexpected_KIND`) and one per reason queries were unsent (`unsent_WHY`); for connection-based transports `conns_active` (open at the end of
 /// the second), `conns_opened`, `conns_closed`, `conns_failed`, `conns_resumed`,
 /// `conns_early_offered`, `conns_early_accepted` (0-RTT), the median and p99 handshake time of
 /// the connections opened in that second (`hs_p50_ns`, `hs_p99_ns`; empty without any) and the
@@ -33,6 +33,10 @@ pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
         kinds_seen(r.totals.unexpected.keys().chain(r.series.iter().flat_map(|s| s.unexpected.keys())), |n| {
             Unexpected::from_name(n).map(|k| k as usize)
         });
+    let unsent =
+        kinds_seen(r.totals.unsent_reasons.keys().chain(r.series.iter().flat_map(|s| s.unsent_reasons.keys())), |n| {
+            Unsent::from_name(n).map(|k| k as usize)
+        });
 
     let mut header: Vec<String> = [
         "second",
@@ -46,6 +50,8 @@ pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
         "p99_ns",
         "p999_ns",
         "max_ns",
+        "issued",
+        "unsent",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -53,6 +59,7 @@ pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
     header.extend(rcodes.iter().cloned());
     header.extend(errors.iter().map(|k| format!("error_{k}")));
     header.extend(unexpected.iter().map(|k| format!("unexpected_{k}")));
+    header.extend(unsent.iter().map(|k| format!("unsent_{k}")));
     // Connection-based transports: the connection series, closes by who closed and how.
     let conns = r.series.iter().any(|s| s.connections.is_some());
     let closed_by =
@@ -88,7 +95,7 @@ pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
     write_record(w, &header)?;
 
     for s in &r.series {
-        let mut cells = row_cells(s, &rcodes, &errors, &unexpected);
+        let mut cells = row_cells(s, &rcodes, &errors, &unexpected, &unsent);
         if conns {
             let c = s.connections.clone().unwrap_or_default();
             cells.extend(
@@ -126,17 +133,25 @@ pub fn write_csv_series(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
-fn row_cells(s: &SecondRow, rcodes: &[String], errors: &[String], unexpected: &[String]) -> Vec<String> {
+fn row_cells(
+    s: &SecondRow,
+    rcodes: &[String],
+    errors: &[String],
+    unexpected: &[String],
+    unsent: &[String],
+) -> Vec<String> {
     let mut cells: Vec<String> =
         [s.second as u64, s.sent, s.answered, s.timed_out, s.failed, s.truncated].iter().map(u64::to_string).collect();
     let l = &s.latency;
     for v in [l.p50_ns, l.p90_ns, l.p99_ns, l.p999_ns, l.max_ns] {
         cells.push(if s.answered == 0 { String::new() } else { v.to_string() });
     }
+    cells.extend([s.issued, s.unsent].iter().map(u64::to_string));
     let get = |m: &std::collections::BTreeMap<String, u64>, k: &String| m.get(k).copied().unwrap_or(0).to_string();
     cells.extend(rcodes.iter().map(|k| get(&s.rcodes, k)));
     cells.extend(errors.iter().map(|k| get(&s.errors, k)));
     cells.extend(unexpected.iter().map(|k| get(&s.unexpected, k)));
+    cells.extend(unsent.iter().map(|k| get(&s.unsent_reasons, k)));
     cells
 }
 

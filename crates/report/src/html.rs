@@ -135,6 +135,9 @@ fn params(out: &mut String, run: &NamedRun) {
     ];
     if let Some(c) = l.concurrency {
         rows.push(("concurrency", c.to_string()));
+        if let Some(p) = r.peak_on_wire.filter(|p| *p < c) {
+            rows.push(("on the wire at most", format!("{p} (the server's limit)")));
+        }
     }
     if let Some(q) = l.rate {
         rows.push(("rate", format!("{} qps", fmt_rate(q))));
@@ -151,7 +154,15 @@ fn params(out: &mut String, run: &NamedRun) {
         ("connections", l.connections.to_string()),
         ("queries", l.queries.clone()),
         ("started", r.started_at.clone()),
-        ("duration", format!("{:.2}s sending, {:.2}s with the wait for the last answers", r.duration_s, r.elapsed_s)),
+        (
+            "duration",
+            format!(
+                "{:.2}s sending, {:.2}s with the wait for the last answers{}",
+                r.duration_s,
+                r.elapsed_s,
+                r.setup_s.map_or(String::new(), |s| format!(" (set-up before: {s:.2}s)"))
+            ),
+        ),
         (
             "status",
             match r.status {
@@ -223,19 +234,24 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
     }
 
     out.push_str("<h3>Summary</h3>\n");
-    table_open(out, "summary", &["", "queries", "of sent"]);
+    table_open(out, "summary", &["", "queries", "of issued"]);
     for (label, n) in [
-        ("sent", t.sent),
+        ("issued", t.issued),
+        ("sent (left the generator)", t.sent),
         ("answered", t.answered),
         ("timed out", t.timed_out),
         ("failed", t.failed),
+        ("unsent (never left)", t.unsent),
         ("in flight", t.in_flight),
     ] {
-        table_row(out, &[label.to_string(), n.to_string(), fmt_pct(n, t.sent)]);
+        table_row(out, &[label.to_string(), n.to_string(), fmt_pct(n, t.issued)]);
     }
-    table_row(out, &["truncated (TC=1)".into(), t.truncated.to_string(), fmt_pct(t.truncated, t.sent)]);
+    table_row(out, &["truncated (TC=1)".into(), t.truncated.to_string(), fmt_pct(t.truncated, t.issued)]);
     table_row(out, &["answers/s".into(), fmt_rate(r.qps.answered), String::new()]);
     table_row(out, &["queries/s".into(), fmt_rate(r.qps.sent), String::new()]);
+    if t.issued != t.sent {
+        table_row(out, &["queries issued/s".into(), fmt_rate(r.qps.issued), String::new()]);
+    }
     if t.bytes_out > 0 || t.bytes_in > 0 {
         let per = |b: u64, n: u64| if n == 0 { "-".to_string() } else { fmt_bytes(b as f64 / n as f64) };
         table_row(
@@ -289,12 +305,14 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
     let ok = t.balanced();
     let _ = writeln!(
         out,
-        "<p class=\"equation {}\">sent = answered + timed out + failed + in flight: {} = {} + {} + {} + {} {}</p>",
+        "<p class=\"equation {}\">issued = answered + timed out + failed + unsent + in flight: {} = {} + {} + {} + {} + \
+         {} {}</p>",
         if ok { "ok" } else { "bad" },
-        t.sent,
+        t.issued,
         t.answered,
         t.timed_out,
         t.failed,
+        t.unsent,
         t.in_flight,
         if ok { "✓" } else { "✗ the fates do not add up: do not trust these figures" }
     );
@@ -314,6 +332,12 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
     if let Some(l) = r.send_lateness.as_ref().filter(|l| l.count > 0) {
         latency_rows(out, "send lateness", l, "sends");
     }
+    if let Some(w) = &r.transport_wait {
+        if let Some(l) = r.schedule_lateness.as_ref().filter(|l| l.count > 0) {
+            latency_rows(out, "scheduler lateness", l, "sends");
+        }
+        latency_rows(out, "transport wait", &w.wait, "waited");
+    }
     if let Some(c) = &r.connections {
         for (label, h) in [
             ("handshake TCP", &c.handshake_tcp),
@@ -329,14 +353,22 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
     }
     table_close(out);
 
+    if let Some(w) = &r.transport_wait {
+        let _ = writeln!(out, "<p class=\"waits\">Waited for the transport: {}</p>", esc(&crate::text::wait_causes(w)));
+    }
+
     counts_table(out, "rcodes", "Answers by RCODE", &ordered_rcodes(&t.rcodes), t.answered, "of answers");
     let errors: Vec<(String, u64)> = t.errors.iter().map(|(k, v)| (k.clone(), *v)).collect();
-    counts_table(out, "errors", "Errors by kind", &errors, t.sent, "of sent");
+    counts_table(out, "errors", "Errors by kind", &errors, t.issued, "of issued");
+    if t.unsent > 0 {
+        let why: Vec<(String, u64)> = t.unsent_reasons.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        counts_table(out, "unsent", "Unsent queries by why (they never left)", &why, t.issued, "of issued");
+    }
     let unexpected: Vec<(String, u64)> = t.unexpected.iter().map(|(k, v)| (k.clone(), *v)).collect();
-    counts_table(out, "unexpected", "Unexpected responses (not fates)", &unexpected, t.sent, "of sent");
+    counts_table(out, "unexpected", "Unexpected responses (not fates)", &unexpected, t.issued, "of issued");
     if !r.events.is_empty() {
         let events: Vec<(String, u64)> = r.events.iter().map(|(k, v)| (k.clone(), *v)).collect();
-        counts_table(out, "events", "Transport events", &events, t.sent, "of sent");
+        counts_table(out, "events", "Transport events", &events, t.issued, "of issued");
     }
     if let Some(c) = &r.connections {
         out.push_str("<h3>Connections</h3>\n");

@@ -67,7 +67,8 @@ impl NamedRun {
             Some(v) => serde_json::from_value(v).map_err(json_err)?,
             None => Vec::new(),
         };
-        let result: RunResult = serde_json::from_value(value).map_err(json_err)?;
+        let mut result: RunResult = serde_json::from_value(value).map_err(json_err)?;
+        result.upgrade();
         let name = match label {
             Some(l) => l.to_string(),
             None => stem(path),

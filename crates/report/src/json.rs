@@ -198,5 +198,7 @@ pub fn read_json_file(path: &Path) -> Result<RunResult, ReportError> {
     if found != Some(SCHEMA) {
         return Err(ReportError::Schema { path: path.to_path_buf(), found: found.map(str::to_string) });
     }
-    serde_json::from_value(value).map_err(json_err)
+    let mut r: RunResult = serde_json::from_value(value).map_err(json_err)?;
+    r.upgrade();
+    Ok(r)
 }

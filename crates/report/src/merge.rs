@@ -125,7 +125,8 @@ fn sum_opt<T: Copy + std::iter::Sum<T>>(values: impl Iterator<Item = Option<T>> 
 /// file's `command` (the parts' commands go to [`Merged::parts`]).
 ///
 /// - totals, RCODEs, errors, unexpected responses, bytes and events are added;
-/// - the latency, send lateness and handshake histograms are rebuilt from their sparse form
+/// - the latency, send lateness, schedule lateness, transport wait and handshake histograms
+///   (and the transport waits' causes) are rebuilt from their sparse form
 ///   and added bucket by bucket; count, min, mean, max and percentiles are recomputed from the
 ///   merged histogram, so they equal those of one run that recorded every value;
 /// - series rows are added by wall-clock second: a part that started `d` ms after the earliest
@@ -151,6 +152,10 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     let mut totals = Totals::default();
     let mut latency = HistSum::new("latency");
     let mut lateness = HistSum::new("send_lateness");
+    let mut schedule_lateness = HistSum::new("schedule_lateness");
+    let mut wait = HistSum::new("transport_wait");
+    let mut wait_causes: BTreeMap<String, volley_metrics::WaitCause> = BTreeMap::new();
+    let mut peak_on_wire = None;
     let mut events = BTreeMap::new();
     let mut warnings = Vec::new();
     let mut parts = Vec::new();
@@ -171,6 +176,21 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
         latency.add(&file, &r.latency.histogram)?;
         if let Some(l) = &r.send_lateness {
             lateness.add(&file, &l.histogram)?;
+        }
+        if let Some(l) = &r.schedule_lateness {
+            schedule_lateness.add(&file, &l.histogram)?;
+        }
+        if let Some(w) = &r.transport_wait {
+            wait.add(&file, &w.wait.histogram)?;
+            for (k, c) in &w.causes {
+                let acc = wait_causes.entry(k.clone()).or_default();
+                acc.queries += c.queries;
+                acc.total_s += c.total_s;
+            }
+        }
+        // Parts ran at the same time: their peaks add up (an upper bound, as across workers).
+        if let Some(p) = r.peak_on_wire {
+            *peak_on_wire.get_or_insert(0) += p;
         }
         cpu_s += r.generator.cpu_s;
         gen_threads += r.generator.threads;
@@ -245,7 +265,11 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     let series: Vec<SecondRow> = rows.into_iter().enumerate().map(|(k, acc)| acc.row(k as u32)).collect();
     let latency = latency.summary().unwrap_or_default();
     let qps = if duration_s > 0.0 {
-        Qps { sent: totals.sent as f64 / duration_s, answered: totals.answered as f64 / duration_s }
+        Qps {
+            issued: totals.issued as f64 / duration_s,
+            sent: totals.sent as f64 / duration_s,
+            answered: totals.answered as f64 / duration_s,
+        }
     } else {
         Qps::default()
     };
@@ -280,11 +304,17 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     result.started_unix_ms = earliest;
     result.duration_s = duration_s;
     result.elapsed_s = elapsed_s;
+    // Each part set itself up before its own clock: the longest set-up.
+    result.setup_s = all().filter_map(|r| r.setup_s).reduce(f64::max);
     result.target = target;
     result.load = load;
     result.qps = qps;
     result.latency = latency;
     result.send_lateness = lateness.summary();
+    result.schedule_lateness = schedule_lateness.summary();
+    result.transport_wait =
+        wait.summary().map(|w| volley_metrics::TransportWait { queries: w.count, wait: w, causes: wait_causes });
+    result.peak_on_wire = peak_on_wire;
     result.generator = GeneratorInfo {
         cpu_s,
         cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
@@ -340,10 +370,13 @@ fn not_simultaneous(runs: &[NamedRun], span_s: f64) -> Vec<String> {
 }
 
 fn add_totals(into: &mut Totals, t: &Totals) {
+    into.issued += t.issued;
     into.sent += t.sent;
     into.answered += t.answered;
     into.timed_out += t.timed_out;
     into.failed += t.failed;
+    into.unsent += t.unsent;
+    add_map(&mut into.unsent_reasons, &t.unsent_reasons);
     into.in_flight += t.in_flight;
     into.truncated += t.truncated;
     into.bytes_out += t.bytes_out;
@@ -409,10 +442,13 @@ struct HistSumRow {
 impl HistSumRow {
     fn add(&mut self, file: &str, k: usize, r: &SecondRow) -> Result<(), MergeError> {
         let m = &mut self.row;
+        m.issued += r.issued;
         m.sent += r.sent;
         m.answered += r.answered;
         m.timed_out += r.timed_out;
         m.failed += r.failed;
+        m.unsent += r.unsent;
+        add_map(&mut m.unsent_reasons, &r.unsent_reasons);
         m.truncated += r.truncated;
         add_map(&mut m.rcodes, &r.rcodes);
         add_map(&mut m.errors, &r.errors);

@@ -107,7 +107,8 @@ pub fn cumulative_buckets(h: &SparseHistogram) -> Vec<(u64, u64)> {
 /// Writes the OpenMetrics text of a finished (or interrupted) run, ending with `# EOF`.
 ///
 /// Families: `volley_run` (info: target, transport, model, status), `volley_queries`
-/// (counter by `fate`: sent, answered, timed_out, failed), `volley_in_flight` (gauge),
+/// (counter by `fate`: issued, sent (left the generator), answered, timed_out, failed,
+/// unsent), `volley_unsent` (by `why`), `volley_in_flight` (gauge),
 /// `volley_answers` (by `rcode`), `volley_truncated`, `volley_errors` (by `kind`),
 /// `volley_unexpected` (by `kind`), `volley_bytes` (by `direction`: out, in),
 /// `volley_wire_bytes` and `volley_wire_packets` (by `direction`; when the run has `totals.wire`),
@@ -134,10 +135,18 @@ pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
         1,
     )?;
     let t = &r.totals;
-    om.family("volley_queries", "counter", None, "Queries sent, and their fates.")?;
-    for (fate, n) in [("sent", t.sent), ("answered", t.answered), ("timed_out", t.timed_out), ("failed", t.failed)] {
+    om.family("volley_queries", "counter", None, "Queries issued, sent (left the generator), and their fates.")?;
+    for (fate, n) in [
+        ("issued", t.issued),
+        ("sent", t.sent),
+        ("answered", t.answered),
+        ("timed_out", t.timed_out),
+        ("failed", t.failed),
+        ("unsent", t.unsent),
+    ] {
         om.sample("volley_queries_total", &[("fate", fate)], n)?;
     }
+    om.counter_map("volley_unsent", "why", "Queries that never left the generator, by why.", &t.unsent_reasons)?;
     om.family("volley_in_flight", "gauge", None, "Queries without a fate yet.")?;
     om.sample("volley_in_flight", &[], t.in_flight)?;
     om.counter_map("volley_answers", "rcode", "Answers by RCODE.", &t.rcodes)?;
@@ -204,6 +213,15 @@ pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
     }
     om.family("volley_elapsed_seconds", "gauge", Some("seconds"), "Time since the run started.")?;
     om.sample("volley_elapsed_seconds", &[], format_float(r.elapsed_s))?;
+    if let Some(setup) = r.setup_s {
+        om.family(
+            "volley_setup_seconds",
+            "gauge",
+            Some("seconds"),
+            "Set-up before the run's clock started: sockets, connections opened at the start.",
+        )?;
+        om.sample("volley_setup_seconds", &[], format_float(setup))?;
+    }
     writeln!(om.w, "# EOF")
 }
 
@@ -215,6 +233,8 @@ pub struct LiveTotals {
     /// Complete seconds absorbed.
     pub seconds: u32,
     /// Queries issued.
+    pub issued: u64,
+    /// Queries that left the generator.
     pub sent: u64,
     /// Fates so far.
     pub answered: u64,
@@ -222,6 +242,8 @@ pub struct LiveTotals {
     pub timed_out: u64,
     /// Fates so far.
     pub failed: u64,
+    /// Fates so far.
+    pub unsent: u64,
     /// Answers with TC=1.
     pub truncated: u64,
     /// Answers by RCODE.
@@ -241,10 +263,12 @@ impl Default for LiveTotals {
     fn default() -> Self {
         LiveTotals {
             seconds: 0,
+            issued: 0,
             sent: 0,
             answered: 0,
             timed_out: 0,
             failed: 0,
+            unsent: 0,
             truncated: 0,
             rcodes: BTreeMap::new(),
             errors: BTreeMap::new(),
@@ -265,10 +289,12 @@ impl LiveTotals {
     /// Adds one complete second (call once per [`Progress`], in order).
     pub fn add(&mut self, row: &SecondRow) {
         self.seconds = self.seconds.max(row.second + 1);
+        self.issued += row.issued;
         self.sent += row.sent;
         self.answered += row.answered;
         self.timed_out += row.timed_out;
         self.failed += row.failed;
+        self.unsent += row.unsent;
         self.truncated += row.truncated;
         if let Some(c) = row.target_cpu_s {
             *self.target_cpu_s.get_or_insert(0.0) += c;
@@ -295,7 +321,7 @@ impl LiveTotals {
 
     /// Queries issued that have no fate yet.
     pub fn in_flight(&self) -> u64 {
-        self.sent.saturating_sub(self.answered + self.timed_out + self.failed)
+        self.issued.saturating_sub(self.answered + self.timed_out + self.failed + self.unsent)
     }
 
     /// The latency of every answer so far (2 significant figures).
@@ -323,10 +349,15 @@ impl LiveTotals {
 /// `volley_elapsed_seconds` (complete seconds). Ends with `# EOF`.
 pub fn progress_metrics(p: &Progress, live: &LiveTotals, w: &mut impl Write) -> io::Result<()> {
     let mut om = Om { w };
-    om.family("volley_queries", "counter", None, "Queries sent, and their fates.")?;
-    for (fate, n) in
-        [("sent", live.sent), ("answered", live.answered), ("timed_out", live.timed_out), ("failed", live.failed)]
-    {
+    om.family("volley_queries", "counter", None, "Queries issued, sent (left the generator), and their fates.")?;
+    for (fate, n) in [
+        ("issued", live.issued),
+        ("sent", live.sent),
+        ("answered", live.answered),
+        ("timed_out", live.timed_out),
+        ("failed", live.failed),
+        ("unsent", live.unsent),
+    ] {
         om.sample("volley_queries_total", &[("fate", fate)], n)?;
     }
     om.family("volley_in_flight", "gauge", None, "Queries without a fate yet.")?;
@@ -365,10 +396,15 @@ pub fn progress_metrics(p: &Progress, live: &LiveTotals, w: &mut impl Write) -> 
         om.sample("volley_target_cpu_seconds_total", &[], format_float(c))?;
     }
     let row = &p.row;
-    om.family("volley_second_queries", "gauge", None, "Queries sent and fates in the last complete second.")?;
-    for (fate, n) in
-        [("sent", row.sent), ("answered", row.answered), ("timed_out", row.timed_out), ("failed", row.failed)]
-    {
+    om.family("volley_second_queries", "gauge", None, "Queries issued, sent and fates in the last complete second.")?;
+    for (fate, n) in [
+        ("issued", row.issued),
+        ("sent", row.sent),
+        ("answered", row.answered),
+        ("timed_out", row.timed_out),
+        ("failed", row.failed),
+        ("unsent", row.unsent),
+    ] {
         om.sample("volley_second_queries", &[("fate", fate)], n)?;
     }
     om.family("volley_second_latency_p99_seconds", "gauge", Some("seconds"), "p99 of the last complete second.")?;

@@ -10,14 +10,15 @@ use crate::units::{fmt_ns, fmt_pct, fmt_secs};
 /// closed in it, and `N failed` when attempts failed).
 ///
 /// `qps` is the queries issued in that second; `answered` is the share of answers among the
-/// fates that happened in that second (answered + timed out + failed), `-` when none did;
+/// fates that happened in that second (answered + timed out + failed + unsent), `-` when none
+/// did; `unsent N` shows the queries whose timeout came before they could leave, when any;
 /// `p99` is of that second's answers. `total_s` is the planned length, `None` for a run bounded
 /// by a count; a second past it in which nothing was sent reads `[3s/3s] ... waiting for the
 /// last answers`. No newline: the caller prints it after `\r` and clears the rest of the line.
 pub fn progress_line(p: &Progress, elapsed_s: f64, total_s: Option<f64>) -> String {
     let row = &p.row;
     // Past the planned length the run only waits for its last answers: the clock stops there.
-    let waiting = total_s.is_some_and(|t| elapsed_s > t + 0.5) && row.sent == 0;
+    let waiting = total_s.is_some_and(|t| elapsed_s > t + 0.5) && row.issued == 0;
     let shown = match total_s {
         Some(t) if waiting => t,
         _ => elapsed_s,
@@ -31,7 +32,8 @@ pub fn progress_line(p: &Progress, elapsed_s: f64, total_s: Option<f64>) -> Stri
         }
         None => format!("[{elapsed:>4}]"),
     };
-    let ended = row.answered + row.timed_out + row.failed;
+    let ended = row.answered + row.timed_out + row.failed + row.unsent;
+    let unsent = if row.unsent > 0 { format!("  unsent {}", row.unsent) } else { String::new() };
     let p99 = if row.answered == 0 { "-".to_string() } else { fmt_ns(row.latency.p99_ns) };
     // Connection-based transports: open at the end of the second, opened and closed in it,
     // and failed attempts when there were any.
@@ -44,8 +46,8 @@ pub fn progress_line(p: &Progress, elapsed_s: f64, total_s: Option<f64>) -> Stri
     let target = row.target_cpu_s.map_or(String::new(), |c| format!("  target cpu {:.0}%", c * 100.0));
     let wait = if waiting { "  waiting for the last answers" } else { "" };
     format!(
-        "{clock}  qps {}  answered {}  p99 {p99}  timeouts {}  errors {}{conns}{target}{wait}",
-        row.sent,
+        "{clock}  qps {}  answered {}  p99 {p99}  timeouts {}  errors {}{unsent}{conns}{target}{wait}",
+        row.issued,
         fmt_pct(row.answered, ended),
         row.timed_out,
         row.failed

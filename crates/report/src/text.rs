@@ -50,25 +50,30 @@ fn text_lines(r: &RunResult) -> Vec<String> {
         push_labeled(&mut out, "started", &r.started_at);
     }
     let wait = (r.elapsed_s - r.duration_s).max(0.0);
-    push_labeled(
-        &mut out,
-        "duration",
-        &format!("{:.2}s sending + {:.2}s waiting for answers = {:.2}s", r.duration_s, wait, r.elapsed_s),
-    );
+    let mut duration = format!("{:.2}s sending + {:.2}s waiting for answers = {:.2}s", r.duration_s, wait, r.elapsed_s);
+    if let Some(setup) = r.setup_s {
+        duration.push_str(&format!(" (set-up before: {setup:.2}s)"));
+    }
+    push_labeled(&mut out, "duration", &duration);
     out.push(String::new());
 
     // Fates, one aligned block, then the equation that must hold.
+    // `sent` (the queries that left) is not a fate: it sits under `issued`, as a share of it.
     let mut fates = Table::new().column("", Align::Right).column("", Align::Right).without_header();
-    fates.row([t.sent.to_string(), String::new()]);
-    for n in [t.answered, t.timed_out, t.failed, t.in_flight] {
-        fates.row([n.to_string(), fmt_pct(n, t.sent)]);
+    fates.row([t.issued.to_string(), String::new()]);
+    for n in [t.sent, t.answered, t.timed_out, t.failed, t.unsent, t.in_flight] {
+        fates.row([n.to_string(), fmt_pct(n, t.issued)]);
     }
-    let labels = ["sent", "answered", "timed out", "failed", "in flight"];
+    let labels = ["issued", "sent", "answered", "timed out", "failed", "unsent", "in flight"];
     for (label, line) in labels.iter().zip(fates.lines()) {
         out.push(format!("{label:<LABEL$}{line}"));
     }
     push_equation(&mut out, t);
-    push_labeled(&mut out, "qps", &format!("{} sent/s, {} answered/s", fmt_rate(r.qps.sent), fmt_rate(r.qps.answered)));
+    let mut qps = format!("{} sent/s, {} answered/s", fmt_rate(r.qps.sent), fmt_rate(r.qps.answered));
+    if t.issued != t.sent {
+        qps.push_str(&format!(" ({} issued/s)", fmt_rate(r.qps.issued)));
+    }
+    push_labeled(&mut out, "qps", &qps);
     out.push(String::new());
 
     // Simulated clients in a mixture: one line per group.
@@ -110,8 +115,12 @@ fn text_lines(r: &RunResult) -> Vec<String> {
         "truncated",
         vec![["TC=1".into(), t.truncated.to_string(), fmt_pct(t.truncated, t.answered), "of answers".into()]],
     );
-    let errors = share_rows(&t.errors.iter().map(|(k, v)| (k.clone(), *v)).collect::<Vec<_>>(), t.sent, "of sent");
+    let errors = share_rows(&t.errors.iter().map(|(k, v)| (k.clone(), *v)).collect::<Vec<_>>(), t.issued, "of issued");
     group(&mut tbl, &mut labels, "errors", if errors.is_empty() { none("") } else { errors });
+    if t.unsent > 0 {
+        let why = t.unsent_reasons.iter().map(|(k, v)| (k.clone(), *v)).collect::<Vec<_>>();
+        group(&mut tbl, &mut labels, "unsent", share_rows(&why, t.issued, "of issued"));
+    }
     let unexpected: Vec<[String; 4]> =
         t.unexpected.iter().map(|(k, v)| [k.clone(), v.to_string(), String::new(), String::new()]).collect();
     group(&mut tbl, &mut labels, "unexpected", if unexpected.is_empty() { none("") } else { unexpected });
@@ -202,6 +211,13 @@ fn text_lines(r: &RunResult) -> Vec<String> {
     if let Some(late) = r.send_lateness.as_ref().filter(|l| l.count > 0) {
         lat_row(&mut lat, "lateness", late, "sends");
     }
+    // The lateness split: the scheduler's own, and the wait for the transport.
+    if let Some(w) = &r.transport_wait {
+        if let Some(own) = r.schedule_lateness.as_ref().filter(|l| l.count > 0) {
+            lat_row(&mut lat, "  scheduler", own, "sends");
+        }
+        lat_row(&mut lat, "  transport", &w.wait, "waited");
+    }
     if let Some(c) = &r.connections {
         for (label, h) in [
             ("hs tcp", &c.handshake_tcp),
@@ -241,6 +257,16 @@ fn text_lines(r: &RunResult) -> Vec<String> {
                 "lateness: how late queries left against their schedule; latency counts from the schedule",
             );
         }
+        if let Some(w) = &r.transport_wait {
+            if r.send_lateness.as_ref().is_some_and(|l| l.count > 0) {
+                push_labeled(
+                    &mut out,
+                    "",
+                    "scheduler: how late the generator handed queries over; transport: how long they then waited",
+                );
+            }
+            push_labeled(&mut out, "waited for", &wait_causes(w));
+        }
     }
     out.push(String::new());
 
@@ -273,6 +299,18 @@ fn text_lines(r: &RunResult) -> Vec<String> {
     out
 }
 
+/// `stream_credit 5120 queries (4.21s in all), connecting 10 queries (30.0ms in all)`: what
+/// queries waited for before they left, the longest first.
+pub(crate) fn wait_causes(w: &volley_metrics::TransportWait) -> String {
+    let mut causes: Vec<_> = w.causes.iter().collect();
+    causes.sort_by(|a, b| b.1.total_s.total_cmp(&a.1.total_s));
+    causes
+        .iter()
+        .map(|(k, c)| format!("{k} {} queries ({} in all)", c.queries, fmt_ns((c.total_s * 1e9).round() as u64)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `12.3kB out, 45.6kB in; 300 packets out, 280 in; per answered query: 290B, 2.9 packets`:
 /// what crossed the wire, headers included, both directions together per answered query.
 fn wire_line(t: &Totals) -> String {
@@ -298,7 +336,7 @@ fn wire_line(t: &Totals) -> String {
 
 /// The columns of the table of a mixture's groups, in the text summary and the HTML report.
 pub(crate) const GROUP_COLUMNS: [&str; 10] =
-    ["group", "clients", "qps/client", "sent", "answered", "timed out", "failed", "p50", "p99", "conns"];
+    ["group", "clients", "qps/client", "issued", "answered", "timed out", "failed", "p50", "p99", "conns"];
 
 /// One group's cells, in the order of [`GROUP_COLUMNS`].
 pub(crate) fn group_cells(grp: &volley_metrics::GroupSummary) -> Vec<String> {
@@ -307,8 +345,8 @@ pub(crate) fn group_cells(grp: &volley_metrics::GroupSummary) -> Vec<String> {
         grp.name.clone(),
         grp.clients.to_string(),
         grp.client_rate.map_or("-".into(), |q| format!("{q}")),
-        t.sent.to_string(),
-        fmt_pct(t.answered, t.sent),
+        t.issued.to_string(),
+        fmt_pct(t.answered, t.issued),
         t.timed_out.to_string(),
         t.failed.to_string(),
         fmt_ns(grp.latency.p50_ns),
@@ -347,7 +385,11 @@ fn describe_load(r: &RunResult) -> String {
         m => m.to_string(),
     }];
     if let Some(c) = l.concurrency {
-        parts.push(format!("concurrency {c}"));
+        match r.peak_on_wire {
+            // The server allowed fewer at once (its streams, HTTP/1.1): the rest queued in volley.
+            Some(p) if p < c => parts.push(format!("concurrency {c} (at most {p} on the wire: the server's limit)")),
+            _ => parts.push(format!("concurrency {c}")),
+        }
     }
     if let Some(q) = l.rate {
         parts.push(format!("rate {} qps", fmt_rate(q)));
@@ -369,10 +411,11 @@ fn push_equation(out: &mut Vec<String>, t: &Totals) {
     let ok = t.balanced();
     let mark = if ok { '✓' } else { '✗' };
     let terms = [
-        format!("{} sent", t.sent),
+        format!("{} issued", t.issued),
         format!("= {} answered", t.answered),
         format!("+ {} timed out", t.timed_out),
         format!("+ {} failed", t.failed),
+        format!("+ {} unsent", t.unsent),
         format!("+ {} in flight  {mark}", t.in_flight),
     ];
     // One line when it fits (it does below a billion queries), else wrapped between terms.
@@ -388,13 +431,12 @@ fn push_equation(out: &mut Vec<String>, t: &Totals) {
     }
     out.push(line);
     if !ok {
-        let accounted = t.answered as u128 + t.timed_out as u128 + t.failed as u128 + t.in_flight as u128;
-        let diff = accounted as i128 - t.sent as i128;
+        let diff = t.fates() as i128 - t.issued as i128;
         let what = if diff < 0 { format!("{} queries have no fate", -diff) } else { format!("{diff} fates too many") };
         push_labeled(
             out,
             "WARNING",
-            &format!("the fates do not add up to the queries sent ({what}); do not trust these figures"),
+            &format!("the fates do not add up to the queries issued ({what}); do not trust these figures"),
         );
     }
 }

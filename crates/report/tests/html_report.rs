@@ -132,7 +132,9 @@ fn report_is_self_contained_and_complete() {
     assert!(html.contains("id=\"comparison\""));
     assert!(html.contains("<pre class=\"command\">volley run udp://127.0.0.1:5353 -l 5s --name &#39;it&#39;\\&#39;&#39;s here&#39;</pre>"), "{}", html.lines().find(|l| l.contains("class=\"command\"")).unwrap_or(""));
     // The accounting equation, balanced.
-    assert!(html.contains("sent = answered + timed out + failed + in flight: 1013 = 1000 + 10 + 3 + 0 ✓"));
+    assert!(
+        html.contains("issued = answered + timed out + failed + unsent + in flight: 1013 = 1000 + 10 + 3 + 0 + 0 ✓")
+    );
     // Warnings are escaped.
     assert!(html.contains("the generator fell behind &lt;by 2 ms&gt; &amp; more"));
     // Charts: 6 combined (both runs) + 4 for the UDP run (no connections, no handshakes) + 6 for TCP.

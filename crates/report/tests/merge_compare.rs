@@ -177,6 +177,38 @@ fn merged_file_records_its_parts_and_reads_back() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
 
+/// A file written before `issued` and `unsent` existed (its `sent` counted the queries issued)
+/// reads as one written now, and merges with one: the equation holds, in the totals and the
+/// series.
+#[test]
+fn files_without_issued_read_and_merge_as_issued() {
+    let dir = tempfile::tempdir().unwrap();
+    let new = build(&Spec::default());
+    let mut old = serde_json::to_value(&new).unwrap();
+    let strip = |o: &mut serde_json::Value| {
+        let o = o.as_object_mut().unwrap();
+        o.remove("issued");
+        o.remove("unsent");
+    };
+    strip(&mut old["totals"]);
+    strip(&mut old["qps"]);
+    for row in old["series"].as_array_mut().unwrap() {
+        strip(row);
+    }
+    let path = dir.path().join("old.json");
+    std::fs::write(&path, old.to_string()).unwrap();
+    let read = NamedRun::read(&path, None).unwrap();
+    let t = &read.result.totals;
+    assert_eq!((t.issued, t.unsent), (new.totals.sent, 0));
+    assert!(t.balanced());
+    assert_eq!(read.result.qps.issued, read.result.qps.sent);
+    assert_eq!(read.result.series.iter().map(|r| r.issued).sum::<u64>(), t.issued);
+    let m = merge_runs(&[read, NamedRun::new("new", new.clone())], vec!["volley".into(), "merge".into()]).unwrap();
+    assert_eq!(m.result.totals.issued, 2 * new.totals.issued);
+    assert!(m.result.totals.balanced(), "{:?}", m.result.totals);
+    assert_eq!(m.result.series.iter().map(|r| r.issued).sum::<u64>(), m.result.totals.issued);
+}
+
 // ---- compare -------------------------------------------------------------------------------
 
 fn figure(c: &Comparison, m: Metric) -> &Figure {

@@ -59,6 +59,15 @@ fn a_finished_run() {
     let sum = sample_value(&text, "volley_latency_seconds_sum");
     assert!((sum - 0.5995).abs() < 0.002, "{sum}");
     assert!(!text.contains("volley_wire_"), "no wire families without totals.wire");
+    // The set-up before the clock: absent from results that have none, given apart otherwise.
+    assert!(!text.contains("volley_setup_seconds"), "no set-up in results without setup_s");
+    let mut with_setup = run.result.clone();
+    with_setup.setup_s = Some(0.125);
+    let mut out = Vec::new();
+    write_openmetrics(&with_setup, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    check_format(&text);
+    assert_eq!(sample_value(&text, "volley_setup_seconds"), 0.125);
 }
 
 #[test]

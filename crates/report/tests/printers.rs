@@ -22,11 +22,14 @@ struct Plan {
     in_flight: u64,
     seconds: u64,
     open_loop: bool,
+    /// Every 4th query waits for stream credit, every 100th for a connection; the closed
+    /// loop's queries on the wire peak at 3 per worker.
+    waits: bool,
 }
 
 impl Default for Plan {
     fn default() -> Self {
-        Plan { answered: 9990, timed_out: 8, failed: 2, in_flight: 0, seconds: 10, open_loop: false }
+        Plan { answered: 9990, timed_out: 8, failed: 2, in_flight: 0, seconds: 10, open_loop: false, waits: false }
     }
 }
 
@@ -39,10 +42,19 @@ fn sample(plan: Plan) -> RunResult {
     for i in 0..sent {
         let w = &mut workers[(i % 2) as usize];
         let t = i * step;
+        w.issued(t, 0);
         w.sent(t, 0);
         w.wrote(40, 0);
         if plan.open_loop {
             w.lateness(i % 50 * 1_000);
+            if plan.waits {
+                w.schedule_lateness(i % 50 * 10);
+            }
+        }
+        if plan.waits && i % 4 == 0 {
+            w.transport_wait(volley_metrics::Wait::StreamCredit, 2_000_000);
+        } else if plan.waits && i % 100 == 1 {
+            w.transport_wait(volley_metrics::Wait::Connecting, 5_000_000);
         }
         if i < plan.answered {
             let latency = 100_000 + (i * 7919 % 400) * 1_000;
@@ -60,6 +72,11 @@ fn sample(plan: Plan) -> RunResult {
     workers[0].unexpected(plan.seconds * S - 1, Unexpected::Late, 60);
     workers[1].unexpected(plan.seconds * S - 1, Unexpected::Late, 60);
     workers[1].unexpected(plan.seconds * S - 1, Unexpected::UnknownId, 60);
+    if plan.waits {
+        for w in &mut workers {
+            w.peak_on_wire(3);
+        }
+    }
     let [a, b] = workers;
     a.finish(plan.seconds * S, in_flight[0], &[], 600_000_000);
     b.finish(plan.seconds * S, in_flight[1], &[], 630_000_000);
@@ -82,6 +99,7 @@ fn sample(plan: Plan) -> RunResult {
         started_unix_ms: 1_735_787_045_678,
         duration_s,
         elapsed_s: duration_s + 0.25,
+        setup_s: Some(0.01),
         target: TargetInfo {
             url: "udp://127.0.0.1:5353".into(),
             transport: "udp".into(),
@@ -100,9 +118,16 @@ fn sample(plan: Plan) -> RunResult {
             connections: 2,
             queries: "name:example.com A".into(),
         },
-        qps: Qps { sent: totals.sent as f64 / duration_s, answered: totals.answered as f64 / duration_s },
+        qps: Qps {
+            issued: totals.issued as f64 / duration_s,
+            sent: totals.sent as f64 / duration_s,
+            answered: totals.answered as f64 / duration_s,
+        },
         latency: LatencySummary::of(&got.latency),
         send_lateness: plan.open_loop.then(|| LatencySummary::of(&got.lateness)),
+        schedule_lateness: plan.open_loop.then(|| LatencySummary::of(&got.schedule_lateness)),
+        transport_wait: volley_metrics::TransportWait::of(&got.waits),
+        peak_on_wire: (got.peak_on_wire > 0).then_some(got.peak_on_wire),
         generator: GeneratorInfo {
             cpu_s,
             cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
@@ -138,7 +163,10 @@ fn text_shows_the_equation_balanced() {
     let r = sample(Plan::default());
     let s = text(&r);
     println!("{s}");
-    assert!(s.contains("fates      10000 sent = 9990 answered + 8 timed out + 2 failed + 0 in flight  ✓"), "{s}");
+    assert!(
+        s.contains("fates      10000 issued = 9990 answered + 8 timed out + 2 failed + 0 unsent + 0 in flight  ✓"),
+        "{s}"
+    );
     assert!(!s.contains('✗') && !s.contains("WARNING"));
     assert!(s.contains("udp://127.0.0.1:5353"));
     assert!(s.contains("closed loop, concurrency 100, duration 10s, timeout 5s, 2 threads, 2 connections"));
@@ -172,9 +200,12 @@ fn text_shows_the_equation_balanced() {
 #[test]
 fn text_marks_an_unbalanced_run_loudly() {
     let mut r = sample(Plan::default());
-    r.totals.sent += 5;
+    r.totals.issued += 5;
     let s = text(&r);
-    assert!(s.contains("fates      10005 sent = 9990 answered + 8 timed out + 2 failed + 0 in flight  ✗"), "{s}");
+    assert!(
+        s.contains("fates      10005 issued = 9990 answered + 8 timed out + 2 failed + 0 unsent + 0 in flight  ✗"),
+        "{s}"
+    );
     assert!(!s.contains('✓'));
     let warn = s.lines().find(|l| l.starts_with("WARNING")).expect("a warning line");
     assert!(warn.contains("5 queries have no fate"), "{warn}");
@@ -190,7 +221,7 @@ fn text_shows_in_flight_and_interruption() {
     println!("{s}");
     assert!(s.lines().next().unwrap().contains("INTERRUPTED"), "{s}");
     assert!(s.contains("status     INTERRUPTED"));
-    assert!(s.contains("10040 sent = 9990 answered + 8 timed out + 2 failed + 40 in flight  ✓"), "{s}");
+    assert!(s.contains("10040 issued = 9990 answered + 8 timed out + 2 failed + 0 unsent + 40 in flight  ✓"), "{s}");
     assert!(s.lines().any(|l| l.starts_with("warnings   ! the run was interrupted")));
     assert_narrow(&s);
 }
@@ -204,6 +235,52 @@ fn text_open_loop_shows_rate_and_lateness() {
     let late = s.lines().find(|l| l.starts_with("lateness")).expect("lateness row");
     assert!(late.contains("ns ") && late.contains("µs") && late.contains("(10000 sends)"), "{late}");
     assert_narrow(&s);
+}
+
+/// The lateness split into the scheduler's and the wait for the transport, the causes of the
+/// wait, and the concurrency the server allowed: in the text, the HTML, the JSON (read back
+/// equal) and a merge (added up exactly).
+#[test]
+fn transport_waits_are_shown_apart_from_the_schedulers_lateness() {
+    let r = sample(Plan { open_loop: true, waits: true, ..Plan::default() });
+    let s = text(&r);
+    let row =
+        |label: &str| s.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("{label}: {s}")).to_string();
+    assert!(row("  scheduler").ends_with("(10000 sends)"), "{s}");
+    // 2500 for stream credit (i % 4 == 0) and 75 for a connection (i % 100 == 1, odd).
+    assert!(row("  transport").ends_with("(2600 waited)"), "{s}");
+    let causes = row("waited for");
+    assert!(
+        causes.contains("stream_credit 2500 queries (5000ms in all), connecting 100 queries (500ms in all)"),
+        "{causes}"
+    );
+    assert_narrow(&s);
+    let w = r.transport_wait.as_ref().unwrap();
+    assert_eq!((w.queries, w.causes["stream_credit"].queries), (2600, 2500));
+
+    let mut json = Vec::new();
+    write_json(&r, &mut json).unwrap();
+    let back: RunResult = serde_json::from_slice(&json).unwrap();
+    assert_eq!(back.transport_wait.as_ref().unwrap().causes, w.causes);
+    assert_eq!(back.schedule_lateness.as_ref().unwrap().histogram, r.schedule_lateness.as_ref().unwrap().histogram);
+
+    let mut html = Vec::new();
+    write_html_report(&[NamedRun::new("a", r.clone())], &mut html).unwrap();
+    let html = String::from_utf8(html).unwrap();
+    assert!(html.contains("scheduler lateness") && html.contains("transport wait"), "{html}");
+    assert!(html.contains("stream_credit 2500 queries"), "{html}");
+
+    let m = merge_runs(&[NamedRun::new("a", r.clone()), NamedRun::new("b", r.clone())], vec![]).unwrap().result;
+    let mw = m.transport_wait.as_ref().unwrap();
+    assert_eq!((mw.queries, mw.wait.count, mw.causes["stream_credit"].queries), (5200, 5200, 5000));
+    assert!((mw.causes["connecting"].total_s - 1.0).abs() < 1e-9);
+    assert_eq!(m.schedule_lateness.as_ref().unwrap().count, 20_000);
+    assert_eq!(m.peak_on_wire, Some(12));
+
+    // A closed loop whose server allowed 6 of the 100 asked: the load line says so.
+    let closed = sample(Plan { waits: true, ..Plan::default() });
+    let s = text(&closed);
+    assert!(s.contains("concurrency 100 (at most 6 on the wire: the server's limit)"), "{s}");
 }
 
 /// Connections: each part of the handshake on its own line, and the handshake over the RTT as
@@ -233,7 +310,7 @@ fn text_shows_handshakes_and_their_round_trips() {
 fn text_of_a_run_without_answers() {
     let r = sample(Plan { answered: 0, timed_out: 50, failed: 0, ..Plan::default() });
     let s = text(&r);
-    assert!(s.contains("50 sent = 0 answered + 50 timed out + 0 failed + 0 in flight  ✓"));
+    assert!(s.contains("50 issued = 0 answered + 50 timed out + 0 failed + 0 unsent + 0 in flight  ✓"));
     assert!(s.contains("latency    no answers"));
     assert!(s.contains("rcodes     none (no answers)"));
     assert!(!s.contains("NaN") && !s.contains("inf"));
@@ -244,11 +321,11 @@ fn text_of_a_run_without_answers() {
 fn huge_numbers_wrap_the_equation_instead_of_overflowing() {
     let mut r = sample(Plan::default());
     let t = &mut r.totals;
-    (t.sent, t.answered, t.timed_out, t.failed, t.in_flight) =
+    (t.issued, t.answered, t.timed_out, t.failed, t.in_flight) =
         (40_000_000_000_000, 39_000_000_000_000, 333_333_333_333, 333_333_333_333, 333_333_333_334);
     let s = text(&r);
-    assert!(s.contains("fates      40000000000000 sent = 39000000000000 answered + 333333333333 timed out\n"), "{s}");
-    assert!(s.contains("\n           + 333333333333 failed + 333333333334 in flight  ✓\n"), "{s}");
+    assert!(s.contains("fates      40000000000000 issued = 39000000000000 answered + 333333333333 timed out\n"), "{s}");
+    assert!(s.contains("\n           + 333333333333 failed + 0 unsent + 333333333334 in flight  ✓\n"), "{s}");
     assert!(s.contains("in flight  ✓"));
     assert_narrow(&s);
 }
@@ -444,6 +521,8 @@ fn csv_columns_sum_to_totals() {
             "p99_ns",
             "p999_ns",
             "max_ns",
+            "issued",
+            "unsent",
             "NOERROR",
             "NXDOMAIN",
             "error_refused",
@@ -460,7 +539,9 @@ fn csv_columns_sum_to_totals() {
         rows.iter().map(|row| row[i].parse::<u64>().unwrap()).sum()
     };
     let t = &r.totals;
+    assert_eq!(sum("issued"), t.issued);
     assert_eq!(sum("sent"), t.sent);
+    assert_eq!(sum("unsent"), t.unsent);
     assert_eq!(sum("answered"), t.answered);
     assert_eq!(sum("timed_out"), t.timed_out);
     assert_eq!(sum("failed"), t.failed);
@@ -570,7 +651,7 @@ fn progress_line_for_a_second() {
     assert!(line.starts_with("[  9s]  qps 1000  answered 99.00%  p99 "), "{line}");
     assert!(line.contains("timeouts 8  errors 2"), "{line}");
     let mut empty = r.series[0].clone();
-    (empty.sent, empty.answered, empty.timed_out, empty.failed) = (0, 0, 0, 0);
+    (empty.issued, empty.sent, empty.answered, empty.timed_out, empty.failed) = (0, 0, 0, 0, 0);
     let line = progress_line(&Progress { row: empty.clone() }, 12.0, Some(3600.0));
     assert_eq!(line, "[  12s/3600s]  qps 0  answered -  p99 -  timeouts 0  errors 0");
     // Past the planned length, with nothing sent: the run waits for its last answers.

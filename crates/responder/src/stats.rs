@@ -45,18 +45,26 @@ pub struct Stats {
     /// Connections turned away because their listener held `--max-conns` already (TCP, DoT,
     /// DoH: closed right after accept; QUIC: refused with CONNECTION_REFUSED).
     pub refused_max_conns: u64,
+    /// Request streams the client stopped (QUIC STOP_SENDING: DoQ, DoH/3) or reset (HTTP/2
+    /// RST_STREAM) before their answer left, with its protocol's cancel code:
+    /// DOQ_REQUEST_CANCELLED (RFC 9250 section 4.3), H3_REQUEST_CANCELLED (RFC 9114 section
+    /// 4.1.1) or CANCEL (RFC 9113 section 7). The stream is freed at once.
+    pub cancelled: u64,
+    /// The same, with any other code (0, say).
+    pub stopped: u64,
 }
 
 impl fmt::Display for Stats {
     /// `stats queries=.. answered=.. dropped=.. delayed=.. truncated=.. formerr=.. tcp_connections=..
     /// dot_connections=.. doh_connections=.. doh3_connections=.. doq_connections=.. tls_resumed=..
-    /// early_data=.. retry_sent=.. closed_max_queries=.. closed_idle=.. refused_max_conns=..`
+    /// early_data=.. retry_sent=.. closed_max_queries=.. closed_idle=.. refused_max_conns=.. cancelled=..
+    /// stopped=..`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "stats queries={} answered={} dropped={} delayed={} truncated={} formerr={} tcp_connections={} \
              dot_connections={} doh_connections={} doh3_connections={} doq_connections={} tls_resumed={} \
-             early_data={} retry_sent={} closed_max_queries={} closed_idle={} refused_max_conns={}",
+             early_data={} retry_sent={} closed_max_queries={} closed_idle={} refused_max_conns={} cancelled={} stopped={}",
             self.queries,
             self.answered,
             self.dropped,
@@ -73,7 +81,9 @@ impl fmt::Display for Stats {
             self.retry_sent,
             self.closed_max_queries,
             self.closed_idle,
-            self.refused_max_conns
+            self.refused_max_conns,
+            self.cancelled,
+            self.stopped
         )
     }
 }
@@ -100,6 +110,8 @@ pub(crate) struct Counters {
     pub closed_max_queries: AtomicU64,
     pub closed_idle: AtomicU64,
     pub refused_max_conns: AtomicU64,
+    pub cancelled: AtomicU64,
+    pub stopped: AtomicU64,
 }
 
 /// Adds `by` to a counter that only the calling thread writes.
@@ -130,7 +142,14 @@ impl Counters {
             closed_max_queries: self.closed_max_queries.load(Relaxed),
             closed_idle: self.closed_idle.load(Relaxed),
             refused_max_conns: self.refused_max_conns.load(Relaxed),
+            cancelled: self.cancelled.load(Relaxed),
+            stopped: self.stopped.load(Relaxed),
         }
+    }
+
+    /// Counts a request stream the client stopped before its answer left, by its code.
+    pub fn stopped_by_client(&self, code: u64, cancel_code: u64) {
+        add(if code == cancel_code { &self.cancelled } else { &self.stopped }, 1);
     }
 
     /// Counts one sent response from its header bytes (TC bit, FORMERR).
@@ -169,5 +188,7 @@ impl std::ops::AddAssign for Stats {
         self.closed_max_queries += o.closed_max_queries;
         self.closed_idle += o.closed_idle;
         self.refused_max_conns += o.refused_max_conns;
+        self.cancelled += o.cancelled;
+        self.stopped += o.stopped;
     }
 }

@@ -1,4 +1,4 @@
-use volley_metrics::{Close, DrainEnd, ErrorKind, Handshake, Unexpected};
+use volley_metrics::{Close, DrainEnd, ErrorKind, Handshake, Unexpected, Wait};
 
 /// A query in flight, as the engine names it: never 0 (0 marks an empty slot in tables).
 pub type Token = u64;
@@ -13,6 +13,12 @@ pub trait Exchange {
     fn encode(&self, token: Token, id: u16, out: &mut Vec<u8>) -> bool;
     /// The query left, `bytes` long (the DNS message, without framing).
     fn sent(&self, token: Token, bytes: usize, now: u64);
+    /// Query `token`, taken from its lane, waited `ns` for its transport before it could
+    /// leave, for `why` (a QUIC stream: the server's MAX_STREAMS). Called before
+    /// [`Exchange::sent`]; waits in the lane itself are read from [`crate::Lane::waited`].
+    fn waited(&self, token: Token, why: Wait, ns: u64) {
+        let _ = (token, why, ns);
+    }
     /// A response for `token` arrived; the engine checks its question and records the fate.
     fn response(&self, token: Token, msg: &[u8], now: u64);
     /// The query failed.
@@ -32,6 +38,13 @@ pub trait Exchange {
     fn unexpected(&self, kind: Unexpected, bytes: usize, now: u64);
     /// Whether `token` still waits for a fate.
     fn is_live(&self, token: Token) -> bool;
+    /// When the engine gives `token` up if no answer came (on the clock of [`Exchange::now`]):
+    /// a transport that makes the query wait (for a stream, say) waits no longer. None when
+    /// it has ended, or the engine does not tell.
+    fn deadline(&self, token: Token) -> Option<u64> {
+        let _ = token;
+        None
+    }
     /// A connection came up.
     fn conn_opened(&self, h: &Handshake, now: u64);
     /// A connection attempt failed.

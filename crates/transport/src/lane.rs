@@ -3,7 +3,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
-use volley_metrics::Close;
+use volley_metrics::{Close, Wait};
 
 use crate::Token;
 
@@ -54,6 +54,13 @@ pub struct Lane {
     attempting: Cell<bool>,
     /// When the current connection's attempt got its `--conn-rate` slot, if it had to wait.
     slot_waited: Cell<Option<Instant>>,
+    /// Why the driver cannot send the lane's queries now, and since when ([`Lane::note_wait`]).
+    stall: Cell<Option<(Wait, Instant)>>,
+    /// How long the lane was stalled before the current stall, ns; and why it stalled last.
+    stalled_ns: Cell<u64>,
+    last_wait: Cell<Option<Wait>>,
+    /// Connection attempts begun so far.
+    attempts: Cell<u64>,
 }
 
 impl Lane {
@@ -113,10 +120,15 @@ impl Lane {
     #[inline]
     pub fn pop(&self) -> Option<Token> {
         if self.spent() {
+            if !self.queue.borrow().is_empty() {
+                self.note_wait(Some(Wait::Rotation));
+            }
             return None;
         }
         let t = self.queue.borrow_mut().pop_front()?;
         self.conn_sent.set(self.conn_sent.get() + 1);
+        // The connection takes queries again (its policy changed): no longer waiting for the next.
+        self.end_wait(Wait::Rotation);
         Some(t)
     }
 
@@ -225,6 +237,8 @@ impl Lane {
     /// A new connection attempt starts: its budget is fresh, and it is in progress until
     /// [`Lane::settle_attempt`].
     pub fn begin_connection(&self) {
+        self.attempts.set(self.attempts.get() + 1);
+        self.note_wait(Some(self.opening_wait()));
         self.attempting.set(true);
         self.conn_sent.set(0);
         self.conn_answers.set(0);
@@ -239,6 +253,8 @@ impl Lane {
     /// reports either).
     pub fn settle_attempt(&self) {
         self.attempting.set(false);
+        self.end_wait(Wait::Connecting);
+        self.end_wait(Wait::Setup);
     }
 
     /// Whether a connection attempt is in progress: begun, neither up nor failed yet.
@@ -264,6 +280,60 @@ impl Lane {
 
     pub(crate) fn set_backing_off(&self, on: bool) {
         self.backing_off.set(on);
+        if on {
+            self.note_wait(Some(Wait::Backoff));
+        } else {
+            self.end_wait(Wait::Backoff);
+        }
+    }
+
+    /// The driver notes why it cannot send the lane's queries now (Some: a connection being
+    /// opened, no stream credit...), or that it can again (None). Queries in the lane
+    /// meanwhile wait for the transport, not for the generator ([`Lane::waited`]).
+    #[inline]
+    pub fn note_wait(&self, why: Option<Wait>) {
+        let cur = self.stall.get();
+        if cur.map(|(w, _)| w) == why {
+            return;
+        }
+        let now = Instant::now();
+        if let Some((_, since)) = cur {
+            self.stalled_ns.set(self.stalled_ns.get() + now.saturating_duration_since(since).as_nanos() as u64);
+        }
+        self.stall.set(why.map(|w| (w, now)));
+        if why.is_some() {
+            self.last_wait.set(why);
+        }
+    }
+
+    /// Ends the current stall if it is for `why`.
+    #[inline]
+    pub fn end_wait(&self, why: Wait) {
+        if self.stall.get().is_some_and(|(w, _)| w == why) {
+            self.note_wait(None);
+        }
+    }
+
+    /// What a query waits for while the current connection is being set up: the run's set-up
+    /// on the lane's first connection, a connection being opened on a later one.
+    pub fn opening_wait(&self) -> Wait {
+        if self.attempts.get() <= 1 {
+            Wait::Setup
+        } else {
+            Wait::Connecting
+        }
+    }
+
+    /// How long the lane has been stalled so far in all (ns, the current stall included), and
+    /// why it stalled last: a query waited for its transport the difference between two
+    /// readings, one when it was handed over and one when it left.
+    #[inline]
+    pub fn waited(&self) -> (u64, Option<Wait>) {
+        let mut ns = self.stalled_ns.get();
+        if let Some((_, since)) = self.stall.get() {
+            ns += since.elapsed().as_nanos() as u64;
+        }
+        (ns, self.last_wait.get())
     }
 
     /// The current connection has sent its last query (by count or by age).
@@ -382,6 +452,55 @@ mod tests {
         assert_eq!(l.pop(), Some(1));
         l.release();
         assert_eq!(l.turn(), None);
+    }
+
+    #[test]
+    fn waits_add_up_and_keep_their_cause() {
+        let l = Lane::new();
+        assert_eq!(l.waited(), (0, None));
+        l.begin_connection();
+        std::thread::sleep(Duration::from_millis(2));
+        let (a, why) = l.waited();
+        assert!(a >= 2_000_000, "{a}");
+        assert_eq!(why, Some(Wait::Setup), "the lane's first connection");
+        l.settle_attempt();
+        l.begin_connection();
+        assert_eq!(l.waited().1, Some(Wait::Connecting), "a later one");
+        // Another cause's end leaves the stall alone; its own ends it.
+        l.end_wait(Wait::StreamCredit);
+        assert!(l.waited().0 > a);
+        l.settle_attempt();
+        let (b, _) = l.waited();
+        std::thread::sleep(Duration::from_millis(1));
+        assert_eq!(l.waited(), (b, Some(Wait::Connecting)), "no stall: no time added");
+        l.note_wait(Some(Wait::StreamCredit));
+        l.note_wait(None);
+        assert_eq!(l.waited().1, Some(Wait::StreamCredit));
+    }
+
+    #[test]
+    fn a_spent_connection_with_work_waits_for_rotation() {
+        let l = Lane::with_policy(ConnPolicy { max_queries: Some(1), ..Default::default() });
+        l.set_capacity(10);
+        l.begin_connection();
+        l.settle_attempt();
+        l.push(1);
+        l.push(2);
+        assert_eq!(l.pop(), Some(1));
+        assert_eq!(l.pop(), None);
+        assert_eq!(l.waited().1, Some(Wait::Rotation));
+        l.begin_connection();
+        assert_eq!(l.waited().1, Some(Wait::Connecting));
+        l.settle_attempt();
+        // A policy that no longer spends the connection ends the wait at the next query out.
+        assert_eq!(l.pop(), Some(2));
+        l.push(3);
+        assert_eq!(l.pop(), None);
+        l.set_policy(ConnPolicy::default());
+        assert_eq!(l.pop(), Some(3));
+        let (a, _) = l.waited();
+        std::thread::sleep(Duration::from_millis(1));
+        assert_eq!(l.waited().0, a, "the stall ended");
     }
 
     #[test]

@@ -148,7 +148,10 @@ pub fn spawn_lane<X: Exchange + 'static>(target: &Target, lane: Rc<Lane>, x: Rc<
     lane.set_capacity(opts.max_in_flight);
     match target.scheme {
         Scheme::Udp => {
-            tokio::task::spawn_local(udp::drive(target.addr, lane, x, opts.clone()));
+            // The socket is made now, not when the driver first runs: a run makes its lanes'
+            // sockets before its clock starts.
+            let sock = udp::prepare(target.addr, opts.local);
+            tokio::task::spawn_local(udp::drive(sock, target.addr, lane, x, opts.clone()));
         }
         Scheme::Tcp => {
             tokio::task::spawn_local(tcp::drive(target.addr, lane, x, opts.clone()));

@@ -137,6 +137,41 @@ pub fn probe_with(target: &Target, query: &[u8], timeout: Duration, opts: &LaneO
     }
 }
 
+/// What [`probe_addresses`] found: the target at the address that answered (or, when none
+/// did but one could be reached, the first reached), how it answered, and why each address
+/// tried before it did not do.
+#[derive(Debug)]
+pub struct Probed {
+    pub target: Target,
+    pub probe: Probe,
+    pub passed: Vec<String>,
+}
+
+/// Probes each address of `target` in turn (IPv6 and IPv4 alike, as dig and kdig do) until
+/// one answers: a name whose first address has nothing listening is measured at the one that
+/// does. An error lists every address's failure.
+pub fn probe_addresses(target: &Target, query: &[u8], timeout: Duration, opts: &LaneOptions) -> Result<Probed, String> {
+    let mut passed = Vec::new();
+    let mut silent: Option<Target> = None;
+    let addrs = if target.addrs.is_empty() { vec![target.addr] } else { target.addrs.clone() };
+    for a in addrs {
+        let t = target.at(a);
+        match probe_with(&t, query, timeout, opts) {
+            Ok(Probe::Silent) => {
+                passed.push(format!("{a}: no answer within {timeout:?}"));
+                silent.get_or_insert(t);
+            }
+            Ok(probe) => return Ok(Probed { target: t, probe, passed }),
+            Err(e) => passed.push(e),
+        }
+    }
+    match silent {
+        Some(target) => Ok(Probed { target, probe: Probe::Silent, passed }),
+        None if passed.len() == 1 => Err(passed.remove(0)),
+        None => Err(format!("no address of '{}' could be reached: {}", target.host, passed.join("; "))),
+    }
+}
+
 /// The engine side of a one-query run: holds the query, takes its fate.
 struct One {
     query: Vec<u8>,

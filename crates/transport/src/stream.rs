@@ -107,6 +107,12 @@ impl Buffers {
                 n += 1;
             }
         }
+        // HTTP/1.1: queries left in the lane wait for the answers ahead of them.
+        if f.has_room() {
+            lane.end_wait(volley_metrics::Wait::Http1Slot);
+        } else {
+            lane.note_wait(Some(volley_metrics::Wait::Http1Slot));
+        }
         n
     }
 
@@ -417,6 +423,7 @@ pub(crate) async fn may_connect(lane: &Lane, opts: &crate::LaneOptions) -> bool 
     if let Some(gate) = &opts.conn_gate {
         let wait = gate.reserve();
         if !wait.is_zero() {
+            lane.note_wait(Some(volley_metrics::Wait::ConnRate));
             tokio::select! {
                 () = tokio::time::sleep(wait) => slot = Some(std::time::Instant::now()),
                 () = closed(lane) => return false,
@@ -481,9 +488,11 @@ pub(crate) fn end_connection<X: Exchange + ?Sized, F: Framing>(lane: &Lane, x: &
 }
 
 /// Whether a query that a connection left unanswered with `kind` is sent again: when the
-/// server ended the connection (FIN, RST, GOAWAY, a QUIC close or stateless reset, an idle
-/// timeout) or refused the query's HTTP/2 stream unprocessed (REFUSED_STREAM); not after a
-/// fault of the answer itself or of TLS, nor after another stream reset.
+/// server ended the connection (FIN, RST, GOAWAY, a QUIC close or stateless reset) or refused
+/// the query's HTTP/2 stream unprocessed (REFUSED_STREAM): it did not process the query, or
+/// said it would not answer it. Not after a fault of the answer itself or of TLS, nor after
+/// another stream reset, nor after a QUIC idle timeout (the server fell silent with the query:
+/// it may have taken it and dropped it, as a lost answer over UDP; it fails `idle_timeout`).
 pub(crate) fn resendable(kind: ErrorKind) -> bool {
     matches!(
         kind,
@@ -492,7 +501,6 @@ pub(crate) fn resendable(kind: ErrorKind) -> bool {
             | ErrorKind::Goaway
             | ErrorKind::RefusedStream
             | ErrorKind::QuicClosed
-            | ErrorKind::IdleTimeout
             | ErrorKind::StatelessReset
     )
 }

@@ -74,8 +74,13 @@ pub struct Target {
     /// Host as written (a name or an address), without brackets.
     pub host: String,
     pub port: u16,
-    /// The address connected to (the first the host resolves to).
+    /// The address connected to: the first of `addrs`, or the one a probe found answering
+    /// ([`crate::probe::probe_addresses`]).
     pub addr: SocketAddr,
+    /// Every address the host has, in the order they are tried (RFC 8305 in spirit): the
+    /// resolver's order with IPv6 and IPv4 interleaved; a `localhost` name has both loopback
+    /// addresses (RFC 6761) whatever the hosts file says. One address when written as one.
+    pub addrs: Vec<SocketAddr>,
     /// DoH: the path and query of the URL (`/dns-query` when the URL has none); empty for
     /// the other schemes.
     pub path: String,
@@ -160,15 +165,55 @@ impl FromStr for Target {
         if port == 0 {
             return Err(bad("port 0 is not a destination"));
         }
-        let addr = match host.parse::<IpAddr>() {
-            Ok(ip) => SocketAddr::new(ip, port),
-            Err(_) => (host.as_str(), port)
-                .to_socket_addrs()
-                .ok()
-                .and_then(|mut a| a.next())
-                .ok_or_else(|| TargetError::Resolve(url.to_string(), host.clone()))?,
+        let addrs = match host.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            Err(_) => {
+                let found: Vec<SocketAddr> =
+                    (host.as_str(), port).to_socket_addrs().map(Iterator::collect).unwrap_or_default();
+                order_addresses(&host, port, found)
+            }
         };
-        Ok(Target { scheme, host, port, addr, path, url: url.to_string() })
+        let addr = *addrs.first().ok_or_else(|| TargetError::Resolve(url.to_string(), host.clone()))?;
+        Ok(Target { scheme, host, port, addr, addrs, path, url: url.to_string() })
+    }
+}
+
+/// The addresses of `host` in the order they are tried: the resolver's order (RFC 6724), each
+/// once, the two families interleaved from the first one's (RFC 8305 section 4); a
+/// `localhost` name gets the loopback address of a family its resolver left out (RFC 6761
+/// section 6.3: such names always resolve to loopback).
+fn order_addresses(host: &str, port: u16, found: Vec<SocketAddr>) -> Vec<SocketAddr> {
+    let mut found = found;
+    let name = host.trim_end_matches('.').to_ascii_lowercase();
+    if name == "localhost" || name.ends_with(".localhost") {
+        for ip in [IpAddr::from(std::net::Ipv6Addr::LOCALHOST), IpAddr::from(std::net::Ipv4Addr::LOCALHOST)] {
+            if !found.iter().any(|a| a.is_ipv6() == ip.is_ipv6()) {
+                found.push(SocketAddr::new(ip, port));
+            }
+        }
+    }
+    let mut seen = Vec::with_capacity(found.len());
+    for a in found {
+        if !seen.contains(&a) {
+            seen.push(a);
+        }
+    }
+    let first_v6 = seen.first().is_some_and(|a| a.is_ipv6());
+    let (mut a, mut b): (std::collections::VecDeque<_>, std::collections::VecDeque<_>) =
+        seen.into_iter().partition(|x| x.is_ipv6() == first_v6);
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    loop {
+        match (a.pop_front(), b.pop_front()) {
+            (None, None) => return out,
+            (x, y) => out.extend(x.into_iter().chain(y)),
+        }
+    }
+}
+
+impl Target {
+    /// The same target at another of its addresses.
+    pub fn at(&self, addr: SocketAddr) -> Target {
+        Target { addr, ..self.clone() }
     }
 }
 
@@ -221,6 +266,28 @@ mod tests {
         }
         let e = "foo://x".parse::<Target>().unwrap_err().to_string();
         assert!(e.contains("unknown scheme 'foo'"), "{e}");
+    }
+
+    #[test]
+    fn addresses_interleave_families_and_localhost_has_both_loopbacks() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let got = order_addresses(
+            "example.test",
+            53,
+            vec![a("[2001:db8::1]:53"), a("[2001:db8::2]:53"), a("192.0.2.1:53"), a("[2001:db8::1]:53")],
+        );
+        assert_eq!(got, [a("[2001:db8::1]:53"), a("192.0.2.1:53"), a("[2001:db8::2]:53")]);
+        let got =
+            order_addresses("example.test", 53, vec![a("192.0.2.1:53"), a("[2001:db8::1]:53"), a("192.0.2.2:53")]);
+        assert_eq!(got, [a("192.0.2.1:53"), a("[2001:db8::1]:53"), a("192.0.2.2:53")]);
+        // A hosts file that gives localhost only 127.0.0.1: ::1 is tried too (RFC 6761).
+        assert_eq!(order_addresses("LocalHost.", 853, vec![a("127.0.0.1:853")]), [a("127.0.0.1:853"), a("[::1]:853")]);
+        assert_eq!(order_addresses("localhost", 853, vec![]), [a("[::1]:853"), a("127.0.0.1:853")]);
+        assert!(order_addresses("example.test", 53, vec![]).is_empty());
+        let t: Target = "tls://localhost:853".parse().unwrap();
+        assert!(t.addrs.len() >= 2 && t.addr == t.addrs[0], "{:?}", t.addrs);
+        let t: Target = "tls://[::1]:853".parse().unwrap();
+        assert_eq!(t.addrs, [t.addr]);
     }
 
     #[test]

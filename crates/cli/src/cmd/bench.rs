@@ -240,7 +240,7 @@ pub fn run(a: BenchArgs) -> CliResult {
                 lane.sources = Some(FRESH_SOURCES.parse().map_err(CliError::usage)?);
             }
         }
-        let plan = Plan {
+        let mut plan = Plan {
             queries,
             load: Load::Closed { concurrency: a.concurrency },
             duration: Some(a.duration),
@@ -253,7 +253,7 @@ pub fn run(a: BenchArgs) -> CliResult {
             target_pids: target_pids.clone(),
             target: case.target,
         };
-        check_target(&plan)?;
+        check_target(&mut plan)?;
         let srv0 = embedded.as_ref().map(|r| r.cpu_ns());
         let mut result = execute(&plan, a.progress, None, interrupt.clone())?;
         if let (Some(r), Some(srv0)) = (&embedded, srv0) {

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use volley_engine::limit::{search, Growth, Measured, Objective, Outcome, Search};
+use volley_engine::limit::{search, GeneratorFigures, Growth, Measured, Objective, Outcome, Search};
 use volley_metrics::{Histogram, RunResult};
 
 use crate::args::parse_duration;
-use crate::cmd::run::{check_output, check_target, execute, interrupt_flag, plan, RunArgs};
+use crate::cmd::run::{check_output, check_target, execute, interrupt_flag, plan, same_addresses, RunArgs};
 use crate::error::{CliError, CliResult};
 
 const EXAMPLES: &str = "\
@@ -26,9 +26,10 @@ Examples:
 Each step runs for --step-duration at a load; the load grows (--growth x2: doubles; +5000:
 adds) until a step breaks the objective, then the search bisects between the last good and
 the first bad step (--refine). A step where the generator, not the target, was the
-bottleneck (its CPU saturated, its sends late by more than 1 ms at the median, or less than
-95 % of the load sent) ends the search: the
-limit is then at least the last good load, and the table says so.
+bottleneck (its CPU saturated, its scheduler late by more than 1 ms at the median, or less
+than 95 % of the load sent) ends the search: the limit is then at least the last good load,
+and the table says so. Queries that waited for the transport (the server's stream limit, a
+connection being opened) are the target's doing: such a step is judged like any other.
 
 Every other flag of `volley run` applies to each step (queries, TLS, connections, profiles).";
 
@@ -143,17 +144,28 @@ fn parse_growth(s: &str) -> Result<Growth, String> {
 }
 
 /// Whether a step measured the generator rather than the target: its CPU was saturated, or
-/// it sent systematically late (median lateness over 1 ms: a busy machine's hiccups move the
-/// tail, not the median), or it sent less than 95 % of the load asked for.
+/// its scheduler handed queries over systematically late (median lateness over 1 ms: a busy
+/// machine's hiccups move the tail, not the median), or it issued less than 95 % of the load
+/// asked for. Queries that waited for the transport (the server's streams, a connection being
+/// opened), or never left for want of them (unsent), do not make a step generator-bound: that
+/// is the target's doing, and the step is judged by its answers and latency like any other.
 fn generator_bound(r: &RunResult, load: f64, by: By) -> bool {
-    let busy = r.generator.cpu_s / (r.duration_s.max(1e-3) * r.generator.threads.max(1) as f64);
-    let late = r.send_lateness.as_ref().is_some_and(|l| l.count > 0 && l.p50_ns > 1_000_000);
     let asked = match by {
         By::Qps => load,
         By::Clients => r.load.rate.unwrap_or(0.0),
     };
-    let short = asked > 0.0 && r.qps.sent < 0.95 * asked;
-    busy > volley_engine::GENERATOR_BUSY || late || short
+    volley_engine::limit::generator_bound(&GeneratorFigures {
+        busy: r.generator.cpu_s / (r.duration_s.max(1e-3) * r.generator.threads.max(1) as f64),
+        schedule_late_p50_ns: r.schedule_lateness.as_ref().filter(|l| l.count > 0).map(|l| l.p50_ns),
+        // Issued, not sent: queries the server held back (no stream credit) are its doing.
+        sent_share: if asked > 0.0 { r.qps.issued / asked } else { 1.0 },
+    })
+}
+
+/// How busy the target was during a step: its CPU time over the time the load ran (not the
+/// step's whole elapsed time, which adds the wait for the last answers after the load).
+fn target_cpu_share(cpu_s: f64, load_s: f64) -> f64 {
+    cpu_s / load_s.max(1e-3)
 }
 
 pub fn run(a: LimitArgs) -> CliResult {
@@ -193,8 +205,8 @@ pub fn run(a: LimitArgs) -> CliResult {
             }
             r
         };
-        let first = plan(&step_args(a.start))?;
-        check_target(&first)?;
+        let mut first = plan(&step_args(a.start))?;
+        check_target(&mut first)?;
         let name = first.target.to_string();
         eprintln!("searching the limit of {name} by {} ({})", a.by.unit(), describe(&objective));
         let mut failure = None;
@@ -203,7 +215,11 @@ pub fn run(a: LimitArgs) -> CliResult {
             if failure.is_some() || interrupt.load(Ordering::Relaxed) {
                 return Measured { interrupted: true, ..Default::default() };
             }
-            let step = plan(&step_args(load)).and_then(|p| execute(&p, a.run.progress, None, interrupt.clone()));
+            let step = plan(&step_args(load)).and_then(|mut p| {
+                // Measured at the address the probe found answering.
+                same_addresses(&mut p, &first);
+                execute(&p, a.run.progress, None, interrupt.clone())
+            });
             match step {
                 Ok(mut r) => {
                     r.command = std::env::args().collect();
@@ -219,7 +235,7 @@ pub fn run(a: LimitArgs) -> CliResult {
                     let target = r.target_cpu.as_ref().map_or(String::new(), |c| {
                         format!(
                             "  target CPU {:.0}% ({}/answer)",
-                            c.cpu_s * 100.0 / r.elapsed_s.max(1e-3),
+                            target_cpu_share(c.cpu_s, r.duration_s) * 100.0,
                             volley_report::fmt_ns((c.cpu_us_per_answer * 1000.0).round() as u64)
                         )
                     });
@@ -338,5 +354,13 @@ mod tests {
         assert_eq!(parse_growth("x1.5").unwrap(), Growth::Factor(1.5));
         assert_eq!(parse_growth("+500").unwrap(), Growth::Add(500.0));
         assert!(parse_growth("x1").is_err());
+    }
+
+    /// A step of 5 s of load that took 7.9 s with its wait for late answers, the target busy
+    /// 3 s: 60 % of the load's time, not 38 % of the step's.
+    #[test]
+    fn target_cpu_is_a_share_of_the_load_time() {
+        assert!((target_cpu_share(3.0, 5.0) - 0.6).abs() < 1e-9);
+        assert!(target_cpu_share(3.0, 0.0).is_finite());
     }
 }

@@ -74,10 +74,23 @@ pub fn behind_link(spec: &str, seed: Option<u64>, plan: &mut volley_engine::Plan
     let seed = seed.unwrap_or_else(volley_link::rng::random_seed);
     let link = Link::start(cfg.clone(), seed).map_err(|e| CliError::usage(format!("--link: {e}")))?;
     let host = std::net::IpAddr::V4(link.addrs.host);
+    // Loopback (127.0.0.1, ::1, localhost's addresses) is the namespace's own: such a target
+    // is reached at the link's host end, once.
     let reach = |t: &mut volley_transport::Target| {
-        if t.addr.ip().is_loopback() {
-            t.addr.set_ip(host);
+        let to_host = |a: &mut std::net::SocketAddr| {
+            if a.ip().is_loopback() {
+                *a = std::net::SocketAddr::new(host, a.port());
+            }
+        };
+        to_host(&mut t.addr);
+        let mut seen = Vec::new();
+        for mut a in std::mem::take(&mut t.addrs) {
+            to_host(&mut a);
+            if !seen.contains(&a) {
+                seen.push(a);
+            }
         }
+        t.addrs = seen;
     };
     reach(&mut plan.target);
     if let volley_engine::Load::Clients(c) = &mut plan.load {

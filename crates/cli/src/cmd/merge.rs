@@ -59,10 +59,10 @@ pub fn run(a: MergeArgs) -> CliResult {
     write_merged_file(&merged, &a.output).map_err(CliError::failure)?;
     let t = &merged.result.totals;
     eprintln!(
-        "volley: merged {} files into {}: {} sent, {} answered, p99 {}",
+        "volley: merged {} files into {}: {} issued, {} answered, p99 {}",
         merged.parts.len(),
         a.output.display(),
-        t.sent,
+        t.issued,
         t.answered,
         volley_report::fmt_ns(merged.result.latency.p99_ns)
     );

@@ -84,14 +84,35 @@ pub fn run(a: QueryArgs) -> CliResult {
         let w = b";; WARNING: --insecure: the server's certificate was not verified\n";
         let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), w);
     }
-    let ask = |scheme: Scheme| {
-        exchange_with(&target, scheme, &wire, a.timeout, &lane).map_err(|e| match e {
+    let ask = |target: &Target, scheme: Scheme| {
+        exchange_with(target, scheme, &wire, a.timeout, &lane).map_err(|e| match e {
             OneShotError::Unreachable(m) => CliError::usage(m),
             OneShotError::NoAnswer(m) | OneShotError::NotDns(m) => CliError::failure(m),
         })
     };
     let mut scheme = target.scheme;
-    let (mut msg, mut took) = ask(scheme)?;
+    // Each address of a name in turn, as dig does, until one can be reached.
+    let mut target = target;
+    let mut unreachable = Vec::new();
+    let mut first = None;
+    for addr in target.addrs.clone() {
+        let at = target.at(addr);
+        match ask(&at, scheme) {
+            Err(e) if e.code == 2 && addr != *target.addrs.last().unwrap_or(&addr) => unreachable.push(e.message),
+            r => {
+                target = at;
+                first = Some(r);
+                break;
+            }
+        }
+    }
+    let (mut msg, mut took) = match first {
+        Some(r) => r?,
+        None => ask(&target, scheme)?,
+    };
+    for m in &unreachable {
+        eprintln!("volley: {m}; trying the next address of {}", target.host);
+    }
     // After the first answer, so that an unusable target is still one line.
     for w in a.tls.unused(&[&target]) {
         eprintln!("volley: warning: {w}");
@@ -100,7 +121,7 @@ pub fn run(a: QueryArgs) -> CliResult {
     if truncated && scheme == Scheme::Udp && !a.ignore_tc {
         let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), b";; Truncated, retrying over TCP\n");
         scheme = Scheme::Tcp;
-        (msg, took) = ask(scheme)?;
+        (msg, took) = ask(&target, scheme)?;
     }
     // As dig does, say when what came back does not look like the response to this query (it
     // is still printed: the point of a one-shot query is to see what the server sent).

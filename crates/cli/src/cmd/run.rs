@@ -9,7 +9,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use volley_engine::{Arrivals, ClientsLoad, Group, Load, Plan, Profile, QuerySet};
 use volley_metrics::{RunResult, Status};
-use volley_transport::{probe::probe_with, ConnGate, ConnPolicy, HttpVersion, LaneOptions, Scheme, Sources, Target};
+use volley_transport::{
+    probe::probe_addresses, ConnGate, ConnPolicy, HttpVersion, LaneOptions, Scheme, Sources, Target,
+};
 use volley_wire::{Edns, QType, QueryOptions};
 
 use crate::args::{parse_duration, TlsArgs};
@@ -248,7 +250,10 @@ pub enum ProgressMode {
 /// Builds a plan from the flags, or says which flag is wrong.
 pub fn plan(a: &RunArgs) -> CliResult<Plan> {
     let replayed = a.replay.as_deref().map(crate::cmd::replay::load).transpose()?;
-    let clients = clients_load(a, replayed.as_ref().map(|(r, _)| r.clone()))?;
+    let (clients, conn_sockets) = match clients_load(a, replayed.as_ref().map(|(r, _)| r.clone()))? {
+        Some((c, n)) => (Some(c), n),
+        None => (None, 0),
+    };
     let target: Target = match (&clients, &a.target) {
         (Some(c), _) => c.groups[0].target.clone(),
         (None, Some(t)) => t.parse().map_err(CliError::usage)?,
@@ -312,6 +317,7 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         None => lane_options(a, &target)?,
     };
     let connections = match (a.connections, &load) {
+        (_, Load::Clients(c)) => Some(udp_sockets(a.connections, c, threads, conn_sockets)?),
         (None, Load::Closed { concurrency }) => h1_connections(*concurrency, &lane, &target).map(|n| n.max(threads)),
         (c, _) => c,
     }
@@ -334,8 +340,73 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
     })
 }
 
-/// The simulated clients of the flags: one group (TARGET with --profile) or a --mix.
-fn clients_load(a: &RunArgs, replay: Option<Arc<volley_engine::clients::Replay>>) -> CliResult<Option<ClientsLoad>> {
+/// Simulated UDP clients of a run: how many.
+fn udp_clients(c: &ClientsLoad) -> usize {
+    c.assignments().iter().filter(|&&g| c.groups[g as usize].target.scheme == Scheme::Udp).count()
+}
+
+/// The UDP sockets the simulated UDP clients of `c` get: one each, unless `--connections`
+/// (`asked`) gives fewer, or the open-files limit of the worker threads (after the `conn`
+/// sockets of the clients of connection-based groups) or the source addresses' ports allow
+/// fewer; the clients then share them evenly (see [`udp_sharing`]). `--connections` on a run
+/// without UDP clients is an error rather than a flag that does nothing.
+fn udp_sockets(asked: Option<usize>, c: &ClientsLoad, threads: usize, conn: u64) -> CliResult<usize> {
+    let clients = udp_clients(c);
+    if clients == 0 {
+        if asked.is_some() {
+            return Err(CliError::usage(
+                "--connections with --clients is the number of UDP sockets simulated UDP clients share; \
+                 these clients each open their profile's connections: drop --connections",
+            ));
+        }
+        return Ok(threads);
+    }
+    let threads = threads.min(c.count as usize).max(1) as u64;
+    let tables = if volley_engine::threads_own_descriptor_tables() { threads } else { 1 };
+    let per_table = open_files_limit().saturating_sub(RESERVED_FILES + conn.div_ceil(tables));
+    let udp = c.groups.iter().find(|g| g.target.scheme == Scheme::Udp).expect("a UDP group");
+    let ports = volley_engine::local_ports() * udp.lane.sources.as_ref().map_or(1, |s| s.count());
+    let budget = (per_table.saturating_mul(tables)).min(ports).max(threads);
+    Ok(asked.unwrap_or(clients).min(clients).min(budget.min(usize::MAX as u64) as usize).max(1))
+}
+
+/// What a run whose simulated UDP clients share sockets says before it starts (and in its
+/// results): how many clients per socket, and why.
+pub fn udp_sharing(plan: &Plan, asked: Option<usize>) -> Option<String> {
+    let Load::Clients(c) = &plan.load else { return None };
+    let clients = udp_clients(c);
+    let sockets = plan.connections;
+    if let Some(n) = asked.filter(|&n| clients > 0 && n > clients) {
+        return Some(format!("--connections {n}: the {clients} simulated UDP clients have one socket each"));
+    }
+    if clients == 0 || sockets >= clients {
+        return None;
+    }
+    let why = if asked == Some(sockets) {
+        format!("--connections {sockets}")
+    } else {
+        format!(
+            "the open-files limit: {} files per worker thread; raise it (ulimit -n) or add --threads",
+            open_files_limit()
+        )
+    };
+    let (fewest, most) = (clients / sockets, clients.div_ceil(sockets));
+    let per = if fewest == most { format!("{most}") } else { format!("{fewest} to {most}") };
+    Some(format!(
+        "{clients} simulated UDP clients share {sockets} UDP sockets, {per} clients per socket ({why}): \
+         the clients of one socket send from one address and port, as one client to the server"
+    ))
+}
+
+/// Descriptors kept free of sockets (runtime, timers, files, the standard streams).
+const RESERVED_FILES: u64 = 256;
+
+/// The simulated clients of the flags, one group (TARGET with --profile) or a --mix, with the
+/// sockets its clients of connection-based groups hold at once (about).
+fn clients_load(
+    a: &RunArgs,
+    replay: Option<Arc<volley_engine::clients::Replay>>,
+) -> CliResult<Option<(ClientsLoad, u64)>> {
     if a.clients.is_none() && a.mix.is_empty() && a.replay.is_none() {
         return Ok(None);
     }
@@ -426,7 +497,7 @@ fn clients_load(a: &RunArgs, replay: Option<Arc<volley_engine::clients::Replay>>
         })
         .sum();
     check_sockets(sockets, worker_threads(a), &groups[0].lane, &format!("{count} clients"))?;
-    Ok(Some(ClientsLoad { count, arrivals, groups, replay }))
+    Ok(Some((ClientsLoad { count, arrivals, groups, replay }, sockets)))
 }
 
 /// The transport settings of the flags (TLS, HTTP), checked.
@@ -546,21 +617,39 @@ pub fn check_output(path: &Option<PathBuf>) -> CliResult {
 /// did not answer, or answered with no DNS message (a DoH status such as 503, another content
 /// type: its doing, which the run measures), is measured anyway: the warnings, each printed on
 /// stderr now, are returned for the results.
-pub fn check_target(plan: &Plan) -> CliResult<Vec<String>> {
+///
+/// A target given by a name with several addresses is probed at each in turn until one
+/// answers, and measured there (the plan's target moves to it); which one is said.
+pub fn check_target(plan: &mut Plan) -> CliResult<Vec<String>> {
     use volley_transport::probe::Probe;
     let q = plan.queries.first_wire();
     let mut silent = Vec::new();
     let mut warnings = Vec::new();
+    let mut chosen = Vec::new();
     for (target, lane) in targets(plan) {
-        match probe_with(target, &q, plan.timeout.min(Duration::from_secs(2)), lane) {
-            Ok(Probe::Answered) => {}
-            Ok(Probe::Silent) => silent.push(target.to_string()),
-            Ok(Probe::NotDns(e)) => {
+        let p = probe_addresses(target, &q, plan.timeout.min(Duration::from_secs(2)), lane).map_err(CliError::usage)?;
+        if target.addrs.len() > 1 {
+            let all: Vec<String> = target.addrs.iter().map(|a| a.ip().to_string()).collect();
+            let passed =
+                if p.passed.is_empty() { String::new() } else { format!(" (before it: {})", p.passed.join("; ")) };
+            let how = if p.probe == Probe::Silent { "the first reached" } else { "the first that answered" };
+            eprintln!(
+                "volley: {} has addresses {}: measuring {}, {how}{passed}",
+                target.host,
+                all.join(", "),
+                p.target.addr
+            );
+        }
+        match &p.probe {
+            Probe::Answered => {}
+            Probe::Silent => silent.push(p.target.to_string()),
+            Probe::NotDns(e) => {
                 warnings.push(format!("first probe query: {e}; measuring anyway (answers like it count as failures)"))
             }
-            Err(e) => return Err(CliError::usage(e)),
         }
+        chosen.push(p.target);
     }
+    set_targets(plan, chosen);
     if !silent.is_empty() {
         warnings.push(format!("{} did not answer a first probe query; measuring anyway", silent.join(", ")));
     }
@@ -568,6 +657,36 @@ pub fn check_target(plan: &Plan) -> CliResult<Vec<String>> {
         eprintln!("volley: warning: {w}");
     }
     Ok(warnings)
+}
+
+/// Puts `chosen` (each target at the address to measure, in the order of [`targets`]) into
+/// the plan.
+fn set_targets(plan: &mut Plan, chosen: Vec<Target>) {
+    match &mut plan.load {
+        Load::Clients(c) => {
+            for (g, t) in c.groups.iter_mut().zip(chosen) {
+                g.target = t;
+            }
+            if let Some(g) = c.groups.first() {
+                plan.target = g.target.clone();
+            }
+        }
+        _ => {
+            if let Some(t) = chosen.into_iter().next() {
+                plan.target = t;
+            }
+        }
+    }
+}
+
+/// Measures `plan` at the addresses a probe chose for `probed` (the same targets, planned
+/// again: `volley limit` plans each step anew).
+pub fn same_addresses(plan: &mut Plan, probed: &Plan) {
+    let chosen: Vec<Target> = targets(probed).into_iter().map(|(t, _)| t.clone()).collect();
+    let same = targets(plan).iter().map(|(t, _)| &t.url).eq(chosen.iter().map(|t| &t.url));
+    if same {
+        set_targets(plan, chosen);
+    }
 }
 
 /// The targets of a plan, with their lane settings: the run's, or each group's.
@@ -649,11 +768,12 @@ pub fn run(a: RunArgs) -> CliResult {
         Some(spec) => Some(super::link::behind_link(spec, a.link_seed, &mut plan)?),
         None => None,
     };
-    let probed = check_target(&plan)?;
+    let probed = check_target(&mut plan)?;
     // Said once the input is known good (a usage error stays one line), and again in the
     // results: flags that do nothing here, --insecure.
     let mut warnings = a.tls.unused(&targets(&plan).iter().map(|(t, _)| *t).collect::<Vec<_>>());
     warnings.extend(insecure_warning(&plan));
+    warnings.extend(udp_sharing(&plan, a.connections));
     for w in &warnings {
         eprintln!("volley: warning: {w}");
     }
@@ -730,7 +850,7 @@ fn check_sockets(sockets: u64, threads: usize, lane: &LaneOptions, what: &str) -
     let tables = if own { threads as u64 } else { 1 };
     let each = sockets.div_ceil(tables);
     let whose = if tables > 1 { format!("each of {tables} worker threads") } else { "this process".to_string() };
-    if each + 256 > limit {
+    if each + RESERVED_FILES > limit {
         let more = if own { ", add worker threads (--threads: each has a descriptor table of its own)" } else { "" };
         return Err(CliError::usage(format!(
             "{what} need about {each} sockets but {whose} may open {limit} files: \

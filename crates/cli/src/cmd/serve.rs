@@ -53,7 +53,7 @@ Output:
     stats queries=.. answered=.. dropped=.. delayed=.. truncated=.. formerr=.. tcp_connections=..
           dot_connections=.. doh_connections=.. doh3_connections=.. doq_connections=..
           tls_resumed=.. early_data=.. retry_sent=.. closed_max_queries=.. closed_idle=..
-          refused_max_conns=..
+          refused_max_conns=.. cancelled=.. stopped=..
 
 Examples:
   Serve on 127.0.0.1:5353, UDP and TCP, one thread per core:

@@ -606,27 +606,38 @@ pub fn map_sum(map: &Value) -> u64 {
 
 /// The accounting every results file must satisfy:
 /// - schema `volley.results/1`;
-/// - sent == answered + timed_out + failed + in_flight;
-/// - the rcodes sum to answered; truncated <= answered;
-/// - the per-second series sum to the totals for sent, answered, timed_out and failed;
+/// - issued == answered + timed_out + failed + unsent + in_flight, sent <= issued;
+/// - the rcodes sum to answered, the unsent reasons to unsent; truncated <= answered;
+/// - the per-second series sum to the totals for issued, sent, answered, timed_out, failed
+///   and unsent;
 /// - latency percentiles are ordered and latency.count <= answered.
 pub fn check_accounting(v: &Value) {
     assert_eq!(v["schema"], "volley.results/1", "schema in\n{v:#}");
+    let issued = total(v, "issued");
     let sent = total(v, "sent");
     let answered = total(v, "answered");
     let timed_out = total(v, "timed_out");
     let failed = total(v, "failed");
+    let unsent = total(v, "unsent");
     let in_flight = total(v, "in_flight");
     assert_eq!(
-        sent,
-        answered + timed_out + failed + in_flight,
-        "sent ({sent}) != answered ({answered}) + timed_out ({timed_out}) + failed ({failed}) + in_flight ({in_flight})"
+        issued,
+        answered + timed_out + failed + unsent + in_flight,
+        "issued ({issued}) != answered ({answered}) + timed_out ({timed_out}) + failed ({failed}) + unsent \
+         ({unsent}) + in_flight ({in_flight})"
     );
+    assert!(sent <= issued, "sent {sent} > issued {issued}");
     assert_eq!(map_sum(&v["totals"]["rcodes"]), answered, "rcodes must sum to answered in\n{:#}", v["totals"]);
+    assert_eq!(
+        map_sum(&v["totals"]["unsent_reasons"]),
+        unsent,
+        "unsent_reasons must sum to unsent in\n{:#}",
+        v["totals"]
+    );
     assert!(total(v, "truncated") <= answered, "truncated > answered in\n{:#}", v["totals"]);
 
     let series = v["series"].as_array().unwrap_or_else(|| panic!("series missing or not an array in\n{v:#}"));
-    for key in ["sent", "answered", "timed_out", "failed"] {
+    for key in ["issued", "sent", "answered", "timed_out", "failed", "unsent"] {
         let sum: u64 = series
             .iter()
             .map(|s| s[key].as_u64().unwrap_or_else(|| panic!("series entry without integer {key}: {s}")))
@@ -1255,7 +1266,7 @@ pub fn check_encrypted_run(v: &Value, count: u64, rcode_name: &str, e: &Expect) 
 pub fn check_encrypted_run_closing(v: &Value, count: u64, rcode_name: &str, e: &Expect, max_closed: u64) {
     check_accounting(v);
     assert_eq!(v["status"], "complete", "{v:#}");
-    assert_eq!(total(v, "sent"), count, "-n {count}:\n{:#}", v["totals"]);
+    assert_eq!(total(v, "issued"), count, "-n {count}:\n{:#}", v["totals"]);
     let closed = v["totals"]["errors"]["closed"].as_u64().unwrap_or(0);
     assert!(closed <= max_closed, "at most {max_closed} queries lost to server closes:\n{:#}", v["totals"]);
     assert_eq!(total(v, "failed"), closed, "no failure but server closes:\n{:#}", v["totals"]);
@@ -1467,4 +1478,61 @@ impl Drop for BackgroundRun {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// One TCP packet of a capture, as tshark reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpPacket {
+    /// Seconds from the capture's start.
+    pub t: f64,
+    /// tshark's number of its TCP connection.
+    pub stream: u64,
+    pub src_port: u16,
+    pub syn: bool,
+    pub fin: bool,
+    /// Payload bytes.
+    pub len: u64,
+}
+
+/// The TCP packets of capture `file`, in order.
+pub fn tcp_packets(file: &Path) -> Vec<TcpPacket> {
+    let out = run_cmd(
+        Command::new(require("tshark")).arg("-r").arg(file).args([
+            "-T",
+            "fields",
+            "-E",
+            "separator=/t",
+            "-e",
+            "frame.time_relative",
+            "-e",
+            "tcp.stream",
+            "-e",
+            "tcp.srcport",
+            "-e",
+            "tcp.flags.syn",
+            "-e",
+            "tcp.flags.fin",
+            "-e",
+            "tcp.len",
+        ]),
+        CAPTURE_WAIT,
+    );
+    assert!(out.status.success(), "tshark: {}", out.stderr);
+    let flag = |s: &str| s == "1" || s == "True";
+    out.stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            assert_eq!(f.len(), 6, "tshark line {line:?}");
+            TcpPacket {
+                t: f[0].parse().unwrap_or_else(|_| panic!("time in {line:?}")),
+                stream: f[1].parse().unwrap_or_else(|_| panic!("stream in {line:?}")),
+                src_port: f[2].parse().unwrap_or_else(|_| panic!("port in {line:?}")),
+                syn: flag(f[3]),
+                fin: flag(f[4]),
+                len: f[5].parse().unwrap_or(0),
+            }
+        })
+        .collect()
 }

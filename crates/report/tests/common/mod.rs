@@ -73,6 +73,7 @@ pub fn build(spec: &Spec) -> RunResult {
     for (i, &lat) in spec.latencies.iter().enumerate() {
         let t = i as u64 * span / n.max(1);
         let s = &mut secs[at(t)].0;
+        s.issued += 1;
         s.sent += 1;
         s.bytes_out += 40;
         let rcode = match spec.nxdomain_every {
@@ -88,11 +89,13 @@ pub fn build(spec: &Spec) -> RunResult {
     }
     let last = &mut secs[spec.seconds as usize - 1].0;
     for _ in 0..spec.timed_out {
+        last.issued += 1;
         last.sent += 1;
         last.bytes_out += 40;
         last.timed_out += 1;
     }
     for _ in 0..spec.failed {
+        last.issued += 1;
         last.sent += 1;
         last.bytes_out += 40;
         last.failed += 1;
@@ -128,7 +131,7 @@ pub fn build(spec: &Spec) -> RunResult {
             "threads": 1, "connections": 1, "queries": "name:www.example.test A"
         },
         "totals": totals,
-        "qps": {"sent": totals.sent as f64 / duration_s, "answered": totals.answered as f64 / duration_s},
+        "qps": {"issued": totals.issued as f64 / duration_s, "sent": totals.sent as f64 / duration_s, "answered": totals.answered as f64 / duration_s},
         "latency": LatencySummary::of(&latency),
         "generator": {
             "cpu_s": cpu_s,

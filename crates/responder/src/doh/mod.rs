@@ -228,28 +228,46 @@ fn h2_outcome(ctx: &Ctx, mut respond: H2Respond, outcome: Outcome, out: &[u8], c
             let counters = ctx.counters.clone();
             let mut closed = closed.clone();
             tokio::task::spawn_local(async move {
-                tokio::select! {
-                    _ = tokio::time::sleep(d) => {
-                        counters.sent(&body);
-                        let end = body.is_empty();
-                        if let Ok(mut s) = respond.send_response(head, end) {
-                            if !end {
-                                let _ = s.send_data(body, true);
-                            }
+                // A client that resets the stream (gives the query up) ends the wait at once.
+                let reset = tokio::select! {
+                    _ = tokio::time::sleep(d) => false,
+                    r = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
+                        note_reset(&counters, r);
+                        true
+                    }
+                    _ = closed.changed() => true,
+                };
+                if !reset {
+                    counters.sent(&body);
+                    let end = body.is_empty();
+                    if let Ok(mut s) = respond.send_response(head, end) {
+                        if !end {
+                            let _ = s.send_data(body, true);
                         }
                     }
-                    _ = closed.changed() => {}
                 }
             });
         }
         Outcome::Drop => {
-            // Hold the stream, unanswered, until the connection ends.
-            let mut closed = closed.clone();
+            // Hold the stream, unanswered, until the client resets it (gives the query up) or
+            // the connection ends.
+            let (counters, mut closed) = (ctx.counters.clone(), closed.clone());
             tokio::task::spawn_local(async move {
-                let _ = closed.changed().await;
+                tokio::select! {
+                    r = std::future::poll_fn(|cx| respond.poll_reset(cx)) => note_reset(&counters, r),
+                    _ = closed.changed() => {}
+                }
                 drop(respond);
             });
         }
+    }
+}
+
+/// Counts an HTTP/2 stream the client reset before its answer left, by its code (`cancelled`
+/// for CANCEL, `stopped` for others).
+fn note_reset(counters: &crate::stats::Counters, r: Result<h2::Reason, h2::Error>) {
+    if let Ok(reason) = r {
+        counters.stopped_by_client(u32::from(reason).into(), u32::from(h2::Reason::CANCEL).into());
     }
 }
 

@@ -1,5 +1,9 @@
 //! DNS over HTTPS over HTTP/3 (h3 on quinn, ALPN `h3`): the same requests, checks, answers
-//! and faults as HTTP/1.1 and HTTP/2 ([`crate::doh::request`]), one task per request.
+//! and faults as HTTP/1.1 and HTTP/2 ([`crate::doh::request`]), one task per request. A
+//! request whose answer is dropped or delayed ends as soon as the client stops its stream
+//! (STOP_SENDING, H3_REQUEST_CANCELLED when it cancels, RFC 9114 section 4.1.1): quinn resets
+//! it with the client's code and the stream's credit goes back to the client (MAX_STREAMS),
+//! as DoQ does; a dropped request never holds a stream past the client's interest in it.
 
 use std::rc::Rc;
 
@@ -40,14 +44,16 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
         note_idle(&quic, &ctx);
         return;
     };
-    // Dropped when the connection ends: releases streams held unanswered.
+    // Dropped when the connection ends: releases the requests held unanswered whose stream's
+    // stop was not seen (none, as h3 hands out every stream it accepts).
     let (_closed_tx, closed) = watch::channel(());
     let mut served = 0u64;
     let mut closing = false;
     while let Ok(Some(resolver)) = h3c.accept().await {
         crate::quic::note_first_stream(&ctx, &mut zero_rtt);
         served += 1;
-        tokio::task::spawn_local(request(resolver, ctx.clone(), closed.clone()));
+        let stopped = shared.take_stopped(resolver.frame_stream.id());
+        tokio::task::spawn_local(request(resolver, ctx.clone(), stopped, closed.clone()));
         if closing {
             continue;
         }
@@ -77,7 +83,8 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
                     // Keeps h3 reading its control streams; new requests are refused.
                     r = h3c.accept(), if accepting => match r {
                         Ok(Some(resolver)) => {
-                            tokio::task::spawn_local(request(resolver, ctx.clone(), closed.clone()));
+                            let stopped = shared.take_stopped(resolver.frame_stream.id());
+                            tokio::task::spawn_local(request(resolver, ctx.clone(), stopped, closed.clone()));
                         }
                         // The client's GOAWAY: nothing more comes, the answers may still go.
                         Ok(None) => accepting = false,
@@ -94,6 +101,8 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
 
 /// H3_NO_ERROR (RFC 9114 section 8.1).
 pub(crate) const H3_NO_ERROR: u32 = 0x100;
+/// H3_REQUEST_CANCELLED: the code a client stops a request stream with when it cancels it.
+const H3_REQUEST_CANCELLED: u64 = 0x10c;
 /// How long a connection closed by `--max-queries-per-conn` waits, once its responses are
 /// acknowledged, for the client to close it before the server does.
 const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -115,7 +124,22 @@ async fn send(stream: &mut Stream, head: http::Response<()>, body: &[u8]) -> boo
     stream.finish().await.is_ok()
 }
 
-async fn request(resolver: Resolver, ctx: Rc<Ctx>, mut closed: watch::Receiver<()>) {
+/// Waits until the client stops the request's stream (counted by its code), or the
+/// connection ends.
+async fn stopped(ctx: &Ctx, stopped: Option<streams::Stopped>, closed: &mut watch::Receiver<()>) {
+    match stopped {
+        Some(s) => {
+            if let Ok(Some(code)) = s.await {
+                ctx.counters.stopped_by_client(code.into_inner(), H3_REQUEST_CANCELLED);
+            }
+        }
+        None => {
+            let _ = closed.changed().await;
+        }
+    }
+}
+
+async fn request(resolver: Resolver, ctx: Rc<Ctx>, stop: Option<streams::Stopped>, mut closed: watch::Receiver<()>) {
     let Ok((req, mut stream)) = resolver.resolve_request().await else { return };
     let mut scratch = Vec::new();
     let kind = match request::check(&ctx, req.method(), req.uri(), req.headers(), &mut scratch) {
@@ -152,11 +176,15 @@ async fn request(resolver: Resolver, ctx: Rc<Ctx>, mut closed: watch::Receiver<(
             stream.stop_sending(Code::H3_INTERNAL_ERROR);
         }
         Outcome::Drop => {
-            let _ = closed.changed().await;
+            // The stream (dropped here) is reset with the client's code.
+            stopped(&ctx, stop, &mut closed).await;
         }
         Outcome::Reply { head, delay } => {
             if let Some(d) = delay {
-                tokio::time::sleep(d).await;
+                tokio::select! {
+                    () = tokio::time::sleep(d) => {}
+                    () = stopped(&ctx, stop, &mut closed) => return,
+                }
             }
             let ok = head.status() == StatusCode::OK;
             if send(&mut stream, head, &out).await && ok {

@@ -1,9 +1,12 @@
 //! h3's QUIC interface on quinn, as h3-quinn has it, but with the request streams in hand:
 //! h3-quinn keeps quinn's streams to itself, and a graceful close needs to know when each
-//! response was acknowledged (quinn's `SendStream::stopped`), and to refuse the requests at
-//! or beyond its GOAWAY. The control and QPACK streams stay h3-quinn's.
+//! response was acknowledged (quinn's `SendStream::stopped`), a request whose answer is
+//! dropped or delayed needs to know when the client stops its stream (to free it at once), and
+//! the requests at or beyond a GOAWAY are refused. The control and QPACK streams stay
+//! h3-quinn's.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::rc::Rc;
@@ -19,6 +22,10 @@ use crate::quic::Unacked;
 
 type Accept = Pin<Box<dyn Future<Output = Result<(quinn::SendStream, quinn::RecvStream), ConnectionError>>>>;
 
+/// Resolves when the client stops a request stream (`Some(code)`), once its response was
+/// acknowledged (`None`), or when the connection ends (quinn's `SendStream::stopped`).
+pub(crate) type Stopped = Pin<Box<dyn Future<Output = Result<Option<VarInt>, quinn::StoppedError>>>>;
+
 /// What the connection's task and its transport share.
 #[derive(Default)]
 pub(crate) struct Shared {
@@ -27,6 +34,9 @@ pub(crate) struct Shared {
     /// Request streams from this ID on are refused unprocessed (H3_REQUEST_REJECTED): the
     /// ID a GOAWAY announced.
     refuse_from: Cell<Option<u64>>,
+    /// For each request stream handed to h3 and not yet taken by its request's task: when
+    /// the client stops it. (h3 hands out the request, not the stream.)
+    stopped: RefCell<HashMap<StreamId, Stopped>>,
 }
 
 impl Shared {
@@ -34,6 +44,11 @@ impl Shared {
     /// GOAWAY carries, RFC 9114 section 5.2), or from the first when none was, are refused.
     pub(crate) fn goaway(&self) {
         self.refuse_from.set(Some(self.last.get().map_or(0, |l| l + 4)));
+    }
+
+    /// When the client stops request stream `id` (taken once, by the request's task).
+    pub(crate) fn take_stopped(&self, id: StreamId) -> Option<Stopped> {
+        self.stopped.borrow_mut().remove(&id)
     }
 }
 
@@ -80,6 +95,7 @@ impl<B: Buf> quic::Connection<B> for Conn {
                     if let Some(u) = &self.unacked {
                         u.track(&send);
                     }
+                    self.shared.stopped.borrow_mut().insert(sid, Box::pin(send.stopped()));
                     let (send, recv) = (Send { stream: send, writing: None, id: sid }, Recv { stream: recv, id: sid });
                     return Poll::Ready(Ok(Bidi { send, recv }));
                 }

@@ -1,7 +1,10 @@
 //! DNS over QUIC (RFC 9250): ALPN `doq`, one query per bidirectional stream with a 2-byte
 //! length prefix; the answer (ID 0, as the query's must be) goes back on the same stream,
 //! which is then finished. Delayed answers wait in their stream's task without holding up
-//! others; a dropped query's stream stays open, unanswered, until the client gives up.
+//! others; a dropped query's stream stays open, unanswered, until the client gives up. A
+//! stream the client stops (STOP_SENDING, DOQ_REQUEST_CANCELLED when it cancels a query,
+//! RFC 9250 section 4.3) while its answer is dropped or delayed ends at once: quinn resets it
+//! with the client's code, and its credit goes back to the client (MAX_STREAMS).
 
 use std::rc::Rc;
 
@@ -20,6 +23,8 @@ const DOQ_INTERNAL_ERROR: u32 = 1;
 const DOQ_PROTOCOL_ERROR: u32 = 2;
 /// DOQ_NO_ERROR: the code of a graceful close (`--max-queries-per-conn`).
 pub(crate) const DOQ_NO_ERROR: u32 = 0;
+/// DOQ_REQUEST_CANCELLED: the code a client stops a stream with when it cancels its query.
+const DOQ_REQUEST_CANCELLED: u64 = 3;
 
 /// Serves one DoQ connection: a task per stream. With `--max-queries-per-conn N`, the N-th
 /// stream is the last one accepted: once the answers of every accepted stream have been
@@ -84,7 +89,7 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, ctx: Rc<Ctx>) {
         Verdict::Drop => {
             add(&ctx.counters.dropped, 1);
             // Unanswered until the client gives up the stream or the connection ends.
-            let _ = send.stopped().await;
+            note_stopped(&ctx, send.stopped().await);
             return;
         }
         Verdict::Invalid => {
@@ -97,7 +102,14 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, ctx: Rc<Ctx>) {
     };
     if let Some(d) = delay {
         add(&ctx.counters.delayed, 1);
-        tokio::time::sleep(d).await;
+        // A client that gives up the query meanwhile has its stream back at once.
+        tokio::select! {
+            () = tokio::time::sleep(d) => {}
+            r = send.stopped() => {
+                note_stopped(&ctx, r);
+                return;
+            }
+        }
     }
     // RFC 9250 4.2.1: the ID is 0 in both directions.
     if out.len() >= 2 {
@@ -110,5 +122,13 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, ctx: Rc<Ctx>) {
     if send.write_all(&frame).await.is_ok() {
         ctx.counters.sent(&out);
         let _ = send.finish();
+    }
+}
+
+/// Counts a stream the client stopped before its answer left, by its code (`cancelled`,
+/// `stopped`); the stream's end (the connection's, or the answer acknowledged) is not counted.
+fn note_stopped(ctx: &Ctx, r: Result<Option<quinn::VarInt>, quinn::StoppedError>) {
+    if let Ok(Some(code)) = r {
+        ctx.counters.stopped_by_client(code.into_inner(), DOQ_REQUEST_CANCELLED);
     }
 }

@@ -1,6 +1,7 @@
 //! DNS over HTTPS over HTTP/3 (RFC 8484 on RFC 9114), with h3 and h3-quinn: one QUIC
 //! connection per lane, one request stream per query, awaited by its own local task.
-//! Requests are written as for HTTP/2 (`https::RequestTemplate`).
+//! Requests are written as for HTTP/2 (`https::RequestTemplate`). A request given up (timed
+//! out) is cancelled with H3_REQUEST_CANCELLED ([`streams`]).
 
 use std::future::poll_fn;
 use std::rc::Rc;
@@ -22,7 +23,9 @@ const H3_NO_ERROR: u32 = 0x100;
 /// H3_REQUEST_REJECTED: the server did not process the request (RFC 9114 section 8.1).
 const H3_REQUEST_REJECTED: u64 = 0x10b;
 
-type Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
+mod streams;
+
+type Sender = h3::client::SendRequest<streams::Opener, Bytes>;
 
 /// The error kind of an HTTP/3 stream error.
 fn stream_kind(e: &h3::error::StreamError) -> ErrorKind {
@@ -70,7 +73,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
     loop {
         let Some(conn) = quic::open(&ep, &target, &cfg, &opts, &lane, &x, true, &mut backoff).await else { return };
         let end = quic::watch(&conn, &x, true);
-        let (mut driver, send) = match h3::client::new(h3_quinn::Connection::new(conn.clone())).await {
+        let (mut driver, send) = match h3::client::new(streams::Conn::new(conn.clone())).await {
             Ok(v) => v,
             Err(e) => {
                 quic::close_and_report(&conn, 0, &lane, &x);
@@ -185,8 +188,14 @@ async fn request<X: Exchange>(
     limit: Duration,
     mut on: stream::OnConn,
 ) {
-    let r = tokio::time::timeout(limit, async {
-        let mut s = send.send_request(req).await.map_err(|e| stream_kind(&e))?;
+    let left = quic::time_left(&*x, t, limit);
+    if left.is_zero() {
+        // Given up already (the engine tells its fate): it never leaves.
+        return;
+    }
+    // Timed out, the request's stream (when it was opened) is dropped: cancelled.
+    let r = tokio::time::timeout(left, async {
+        let mut s = quic::stream_credit(&*x, t, send.send_request(req)).await.map_err(|e| stream_kind(&e))?;
         if let Some(b) = body {
             s.send_data(b).await.map_err(|e| stream_kind(&e))?;
         }

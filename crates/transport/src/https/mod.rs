@@ -27,7 +27,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
-use volley_metrics::{Close, ErrorKind};
+use volley_metrics::{Close, ErrorKind, Wait};
 
 mod h1;
 mod responses;
@@ -648,16 +648,39 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                 // Wait for a free stream (the server's limit) before taking a query. While
                 // waiting, what the cork holds must go out: the answers that free streams
                 // depend on it.
+                let mut waited = false;
+                // At the server's limit, h2 would take the request all the same and queue it
+                // until a stream ends (it would count as sent while it waits): it waits here.
+                // Until the first answer, the server's SETTINGS may not have come (h2 allows one
+                // stream until they do): the connection is still being set up.
+                let credit = || if lane.conn_answers() == 0 { lane.opening_wait() } else { Wait::StreamCredit };
+                while responses.open() >= send.current_max_send_streams() {
+                    cork.set(false);
+                    lane.note_wait(Some(credit()));
+                    waited = true;
+                    tokio::select! {
+                        () = responses.freed() => {}
+                        _ = end.wait() => break 'conn,
+                    }
+                }
                 let ready = tokio::select! {
                     r = poll_fn(|cx| {
                         let p = send.poll_ready(cx);
                         if p.is_pending() {
                             cork.set(false);
+                            lane.note_wait(Some(credit()));
+                            waited = true;
                         }
                         p
                     }) => r,
                     _ = end.wait() => break 'conn,
                 };
+                if waited {
+                    lane.note_wait(None);
+                    // The answer whose stream just ended goes to the engine before the next
+                    // query leaves (the responses' task was woken by the same frame).
+                    run_others_first().await;
+                }
                 if ready.is_err() {
                     break 'conn;
                 }
@@ -896,6 +919,8 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             let req = Request::from_parts(parts, Full::new(body.unwrap_or_default()));
             let fut = send.send_request(req);
             x.sent(t, msg.len(), x.now());
+            // One request at a time: the queries behind it wait for its answer.
+            lane.note_wait(Some(Wait::Http1Slot));
             let r = tokio::time::timeout(opts.query_timeout, async {
                 let resp = fut.await.map_err(|e| hyper_kind(&e))?;
                 check_head(&*x, resp.status(), resp.headers())?;
@@ -903,6 +928,7 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                 Ok::<_, ErrorKind>(body)
             })
             .await;
+            lane.end_wait(Wait::Http1Slot);
             let now = rx.arrival(&*x);
             match r {
                 Ok(Ok(body)) => x.response(t, &body, now),

@@ -146,6 +146,8 @@ struct Inner {
 pub(crate) struct Responses {
     inner: Rc<RefCell<Inner>>,
     list: Arc<ReadyList>,
+    /// Signalled when a stream ends (answered, failed or dropped).
+    freed: Rc<tokio::sync::Notify>,
 }
 
 impl Responses {
@@ -161,6 +163,7 @@ impl Responses {
                 closed: false,
             })),
             list: Arc::default(),
+            freed: Rc::default(),
         };
         tokio::task::spawn_local(r.clone().run(x, lane, sweep));
         r
@@ -188,6 +191,16 @@ impl Responses {
         };
         // Polled first on the task's next turn, which registers the slot's waker with h2.
         self.list.mark(slot);
+    }
+
+    /// Streams awaited (open on the connection, or queued in h2 for one).
+    pub(crate) fn open(&self) -> usize {
+        self.inner.borrow().open
+    }
+
+    /// Resolves once a stream has ended since the last call.
+    pub(crate) async fn freed(&self) {
+        self.freed.notified().await
     }
 
     /// Ends the task, dropping (resetting) what it still awaits.
@@ -220,6 +233,7 @@ impl Responses {
                 let Some(mut w) = inn.waiting[s as usize].take() else { continue };
                 inn.free.push(s);
                 inn.open -= 1;
+                self.freed.notify_one();
                 let now = w.rx.arrival(&*x);
                 // The engine is called with no borrow held: it may issue more queries.
                 drop(inn);
@@ -243,6 +257,7 @@ impl Responses {
                         *w = None;
                         inn.free.push(s as u32);
                         inn.open -= 1;
+                        self.freed.notify_one();
                     }
                 }
             }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use quinn::{ConnectionError, ReadError, ReadToEndError, WriteError};
-use volley_metrics::{Close, EarlyData, ErrorKind, Handshake};
+use volley_metrics::{Close, EarlyData, ErrorKind, Handshake, Wait};
 
 use crate::https::ConnEnd;
 use crate::meter;
@@ -519,6 +519,33 @@ enum Fail {
     ZeroRttRejected,
 }
 
+/// A query's stream that is cancelled if it is dropped before its answer was read (the
+/// query timed out): STOP_SENDING and, where the query is not all acknowledged yet,
+/// RESET_STREAM, both with DOQ_REQUEST_CANCELLED as RFC 9250 section 4.3 asks (quinn's own
+/// drop would stop it with code 0).
+struct Cancelling {
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    /// Its answer was read, or it failed: nothing to cancel.
+    done: bool,
+}
+
+impl Drop for Cancelling {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.recv.stop(DOQ_REQUEST_CANCELLED.into());
+            let _ = self.send.reset(DOQ_REQUEST_CANCELLED.into());
+        }
+    }
+}
+
+/// How long a query task may wait for `t`'s answer: until the engine gives it up, so that a
+/// query that waited for its stream is never sent after its fate was told (or `limit` when
+/// the engine names no deadline).
+pub(crate) fn time_left<X: Exchange + ?Sized>(x: &X, t: Token, limit: Duration) -> Duration {
+    x.deadline(t).map_or(limit, |d| Duration::from_nanos(d.saturating_sub(x.now())))
+}
+
 /// One DoQ query on its own stream; reports its fate. A query the connection's end left
 /// unanswered goes to the lane's next connection ([`stream::unanswered`]). `on`: it is
 /// outstanding on the connection until the task ends.
@@ -536,27 +563,37 @@ async fn query<X: Exchange>(
     let once = |framed: Bytes| {
         let (x, conn) = (&x, &conn);
         async move {
-            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| Fail::Kind(conn_kind(&e)))?;
+            let (send, recv) = stream_credit(&**x, t, conn.open_bi()).await.map_err(|e| Fail::Kind(conn_kind(&e)))?;
+            let mut s = Cancelling { send, recv, done: false };
             let len = framed.len() - 2;
-            send.write_chunk(framed).await.map_err(|e| match e {
-                WriteError::ZeroRttRejected => Fail::ZeroRttRejected,
-                e => Fail::Kind(write_kind(&e)),
-            })?;
-            let _ = send.finish();
+            if let Err(e) = s.send.write_chunk(framed).await {
+                s.done = true;
+                return Err(match e {
+                    WriteError::ZeroRttRejected => Fail::ZeroRttRejected,
+                    e => Fail::Kind(write_kind(&e)),
+                });
+            }
+            let _ = s.send.finish();
             x.sent(t, len, x.now());
-            let r = recv.read_to_end(2 + 65_535).await;
+            let r = s.recv.read_to_end(2 + 65_535).await;
+            s.done = true;
             let data = r.map_err(|e| match e {
                 ReadToEndError::Read(ReadError::ZeroRttRejected) => Fail::ZeroRttRejected,
                 ReadToEndError::Read(e) => Fail::Kind(read_kind(&e)),
                 ReadToEndError::TooLong => {
-                    let _ = recv.stop(DOQ_REQUEST_CANCELLED.into());
+                    let _ = s.recv.stop(DOQ_REQUEST_CANCELLED.into());
                     Fail::Kind(ErrorKind::Malformed)
                 }
             })?;
             Ok::<_, Fail>(data)
         }
     };
-    let r = tokio::time::timeout(limit, async {
+    let left = time_left(&*x, t, limit);
+    if left.is_zero() {
+        // Given up already (the engine tells its fate): it never leaves.
+        return;
+    }
+    let r = tokio::time::timeout(left, async {
         match once(framed.clone()).await {
             Err(Fail::ZeroRttRejected) => once(framed).await,
             r => r,
@@ -574,9 +611,25 @@ async fn query<X: Exchange>(
         },
         Ok(Err(Fail::Kind(k))) => stream::unanswered(&lane, &*x, &[t], k),
         Ok(Err(Fail::ZeroRttRejected)) => x.failed(t, ErrorKind::QuicClosed, now),
-        // Timed out by the engine already; the streams were dropped (reset).
+        // Timed out by the engine (now or a moment later); the stream, if it was opened, was
+        // cancelled.
         Err(_) => {}
     }
+}
+
+/// Opens query `t`'s stream (`open`): when the server's MAX_STREAMS allows no more yet, the
+/// query waits for stream credit, and the engine is told how long ([`Exchange::waited`]).
+pub(crate) async fn stream_credit<X: Exchange + ?Sized, F: std::future::Future>(x: &X, t: Token, open: F) -> F::Output {
+    let mut open = std::pin::pin!(open);
+    if let std::task::Poll::Ready(r) =
+        std::future::poll_fn(|cx| std::task::Poll::Ready(std::future::Future::poll(open.as_mut(), cx))).await
+    {
+        return r;
+    }
+    let began = x.now();
+    let r = open.await;
+    x.waited(t, Wait::StreamCredit, x.now().saturating_sub(began));
+    r
 }
 
 /// The DNS message in a DoQ stream: a 2-byte length, then exactly that many bytes.

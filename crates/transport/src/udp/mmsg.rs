@@ -1,7 +1,17 @@
 //! Batched datagram I/O on a connected socket: `sendmmsg(2)` and `recvmmsg(2)`.
 
+use std::cell::RefCell;
 use std::io;
 use std::os::fd::RawFd;
+
+/// Datagrams per system call.
+pub const BATCH: usize = 64;
+
+thread_local! {
+    /// Batches not in use on this thread, for [`Batch::take`]: a thread's UDP lanes borrow
+    /// them for each system call rather than each holding its own.
+    static POOL: RefCell<Vec<Batch>> = const { RefCell::new(Vec::new()) };
+}
 
 /// Control bytes per datagram: room for one SCM_TIMESTAMPNS message.
 const CTRL: usize = 64;
@@ -18,6 +28,8 @@ pub struct Batch {
     stamps: Vec<u64>,
     /// Datagrams filled for sending.
     pub count: usize,
+    /// The size each buffer was made with.
+    size: usize,
 }
 
 impl Batch {
@@ -26,7 +38,25 @@ impl Batch {
         let iovs = bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: size }).collect();
         // SAFETY: mmsghdr is plain old data; all-zero is a valid empty header.
         let hdrs = (0..n).map(|_| unsafe { std::mem::zeroed::<libc::mmsghdr>() }).collect();
-        Batch { bufs, lens: vec![0; n], iovs, hdrs, ctrl: vec![0; n * CTRL / 8], stamps: vec![0; n], count: 0 }
+        Batch { bufs, lens: vec![0; n], iovs, hdrs, ctrl: vec![0; n * CTRL / 8], stamps: vec![0; n], count: 0, size }
+    }
+
+    /// A batch of [`BATCH`] buffers of `size` bytes from this thread's pool (made when none is
+    /// free); hand it back with [`Batch::give_back`]. A thread with thousands of lanes then
+    /// holds a few batches, not one per lane: a lane needs one only while it sends or reads.
+    pub fn take(size: usize) -> Batch {
+        let pooled = POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            let i = p.iter().position(|b| b.size == size)?;
+            Some(p.swap_remove(i))
+        });
+        pooled.unwrap_or_else(|| Batch::new(BATCH, size))
+    }
+
+    /// Returns a batch taken with [`Batch::take`] to this thread's pool.
+    pub fn give_back(mut self) {
+        self.count = 0;
+        POOL.with(|p| p.borrow_mut().push(self));
     }
 
     pub fn capacity(&self) -> usize {

@@ -16,9 +16,6 @@ use crate::{deliver, error_kind, meter, Exchange, IdTable, Lane, LaneOptions, To
 
 pub use mmsg::Batch;
 
-/// Datagrams per system call.
-const BATCH: usize = 64;
-
 /// Opens a non-blocking UDP socket connected to `addr` from `local` (any address when
 /// `None`), with large buffers.
 pub fn connect(addr: SocketAddr, local: Option<std::net::IpAddr>) -> io::Result<std::net::UdpSocket> {
@@ -33,14 +30,44 @@ pub fn connect(addr: SocketAddr, local: Option<std::net::IpAddr>) -> io::Result<
     Ok(s.into())
 }
 
+/// A lane's socket, made before its driver runs (so that a run can make all of them before
+/// its clock starts): connected, with kernel receive stamps on when the kernel allows them.
+pub struct Prepared {
+    sock: std::net::UdpSocket,
+    stamped: bool,
+}
+
+/// Makes a lane's socket: [`connect`], and kernel receive time stamps on.
+pub fn prepare(addr: SocketAddr, local: Option<std::net::IpAddr>) -> io::Result<Prepared> {
+    let sock = connect(addr, local)?;
+    // Answers are timed by the kernel when they arrive, so reading them later (in batches, or
+    // in lazy mode) does not change their latency.
+    let stamped = crate::stamp::enable(sock.as_raw_fd()).is_ok();
+    Ok(Prepared { sock, stamped })
+}
+
 /// The driver of one UDP lane: sends what the engine queues, delivers what comes back. What
 /// crosses the wire is reported per batch of datagrams: payload plus IP and UDP headers.
-pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
-    let sock = connect(addr, opts.local).and_then(|s| match opts.udp_lazy_receive {
-        Some(_) => Ok(Sock::Raw(s)),
-        None => UdpSocket::from_std(s).map(Sock::Tokio),
+///
+/// The socket was made beforehand ([`prepare`]); the batch buffers are the thread's (see
+/// [`Batch::take`]), borrowed for each system call, so that a lane costs its socket, its
+/// table of IDs and its task, however many lanes a thread has. A lane with nothing
+/// outstanding waits only for its next query: it costs nothing until then.
+pub async fn drive<X: Exchange>(
+    prepared: io::Result<Prepared>,
+    addr: SocketAddr,
+    lane: Rc<Lane>,
+    x: Rc<X>,
+    opts: LaneOptions,
+) {
+    let sock = prepared.and_then(|p| {
+        let sock = match opts.udp_lazy_receive {
+            Some(_) => Sock::Raw(p.sock),
+            None => UdpSocket::from_std(p.sock).map(Sock::Tokio)?,
+        };
+        Ok((sock, p.stamped))
     });
-    let sock = match sock {
+    let (sock, stamped) = match sock {
         Ok(s) => s,
         Err(e) => {
             let kind = error_kind(&e);
@@ -53,24 +80,28 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
         }
     };
     let fd = sock.as_raw_fd();
-    // Answers are timed by the kernel when they arrive, so reading them later (in batches, or
-    // in lazy mode) does not change their latency.
-    let stamped = crate::stamp::enable(fd).is_ok();
     let header = meter::udp_header(addr);
-    let mut ids = IdTable::with_capacity(1024);
-    let mut out = Batch::new(BATCH, 512.max(opts.udp_payload.min(65_535)));
-    let mut inb = Batch::new(BATCH, opts.udp_payload.clamp(512, 65_535));
-    let mut tokens: Vec<Token> = Vec::with_capacity(BATCH);
+    let mut ids = IdTable::with_capacity(64);
+    let out_size = 512.max(opts.udp_payload.min(65_535));
+    let in_size = opts.udp_payload.clamp(512, 65_535);
+    let mut tokens: Vec<Token> = Vec::new();
     loop {
         while lane.queued() > 0 {
+            let mut out = Batch::take(out_size);
             send_batch(&sock, fd, &lane, &*x, &mut ids, &mut out, &mut tokens, header).await;
+            out.give_back();
         }
         if let Some(poll) = opts.udp_lazy_receive {
-            // Scheduled loads: read what arrived whenever this lane wakes to send, or every
-            // `poll`, instead of waking for every answer — half the wake-ups per query.
-            receive(&sock, fd, &mut inb, &mut ids, &*x, header, stamped);
+            // Scheduled loads with many queries a lane: read what arrived whenever this lane
+            // wakes to send, or every `poll` while it has answers to come, instead of waking
+            // for every answer. With nothing outstanding the lane sleeps until its next query.
+            receive(&sock, fd, in_size, &mut ids, &*x, header, stamped);
             if lane.closing() {
                 return;
+            }
+            if lane.in_flight() == 0 {
+                lane.wait().await;
+                continue;
             }
             tokio::select! {
                 biased;
@@ -89,7 +120,7 @@ pub async fn drive<X: Exchange>(addr: SocketAddr, lane: Rc<Lane>, x: Rc<X>, opts
                 if r.is_err() {
                     return;
                 }
-                receive(&sock, fd, &mut inb, &mut ids, &*x, header, stamped);
+                receive(&sock, fd, in_size, &mut ids, &*x, header, stamped);
             }
             _ = lane.wait() => {}
         }
@@ -134,9 +165,40 @@ impl Sock {
 
 /// Reads every datagram waiting on the socket, in batches, and hands them to the engine with
 /// their kernel receive time.
-fn receive<X: Exchange>(sock: &Sock, fd: i32, inb: &mut Batch, ids: &mut IdTable, x: &X, header: u64, stamped: bool) {
+fn receive<X: Exchange>(sock: &Sock, fd: i32, size: usize, ids: &mut IdTable, x: &X, header: u64, stamped: bool) {
+    let mut inb = Batch::take(size);
+    receive_into(sock, fd, &mut inb, ids, x, header, stamped);
+    inb.give_back();
+}
+
+fn receive_into<X: Exchange>(
+    sock: &Sock,
+    fd: i32,
+    inb: &mut Batch,
+    ids: &mut IdTable,
+    x: &X,
+    header: u64,
+    stamped: bool,
+) {
+    let registered = matches!(sock, Sock::Tokio(_));
     loop {
-        match sock.try_io(Interest::READABLE, || inb.recv(fd)) {
+        // A short batch most likely emptied the socket: the closure then says WouldBlock, so
+        // that the runtime clears the socket's readiness now (unless a datagram came since it
+        // was seen) rather than after one more system call that would find nothing.
+        let mut short = None;
+        let got = sock.try_io(Interest::READABLE, || {
+            let n = inb.recv(fd)?;
+            if registered && n < inb.capacity() {
+                short = Some(n);
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        });
+        let got = match (got, short) {
+            (Err(e), Some(n)) if e.kind() == io::ErrorKind::WouldBlock => Ok(n),
+            (got, _) => got,
+        };
+        match got {
             Ok(n) => {
                 let now = x.now();
                 // Kernel stamps are CLOCK_REALTIME; the run's clock is CLOCK_MONOTONIC.
@@ -155,7 +217,6 @@ fn receive<X: Exchange>(sock: &Sock, fd: i32, inb: &mut Batch, ids: &mut IdTable
                     x.wire(&WireStats { bytes_in: bytes + n * header, packets_in: n, ..WireStats::default() });
                 }
                 if n < inb.capacity() {
-                    // Probably empty now; tokio clears readiness on the next WouldBlock.
                     return;
                 }
             }
