@@ -211,10 +211,21 @@ fn bad_input_is_one_line_exit_2() {
     // No command; a command that does not exist.
     let out = run_cmd(Command::new(volley()).args(["link", "delay=1ms"]), RUN_WAIT);
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
-    let out = run_cmd(Command::new(volley()).args(["link", "--", "/nonexistent/cmd"]), RUN_WAIT);
-    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
-    assert!(out.stderr.contains("volley: error: cannot run '/nonexistent/cmd'"), "{}", out.stderr);
-    assert_eq!(out.stderr.lines().filter(|l| l.starts_with("volley: error")).count(), 1, "{}", out.stderr);
+    // The link was up when the command failed to start: it is taken down all the same.
+    let child = Command::new(volley())
+        .args(["link", "--", "/nonexistent/cmd"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("volley: error: cannot run '/nonexistent/cmd'"), "{stderr}");
+    assert_eq!(stderr.lines().filter(|l| l.starts_with("volley: error")).count(), 1, "{stderr}");
+    assert!(devices_of(pid).is_empty(), "{:?}", devices_of(pid));
 }
 
 /// `volley run --link`: the generator's sockets live behind the link (a target on 127.0.0.1 is

@@ -123,7 +123,8 @@ pub struct DirConfig {
     /// Probability (0..=1) that a packet skips the delay and leaves at once (netem's `reorder`).
     pub reorder: f64,
     pub rate: Rate,
-    /// The bottleneck queue's limit; None: unbounded (only with a rate; see docs/link.md).
+    /// The bottleneck queue's limit; None: unbounded (specs always give a rate one, see
+    /// `spec::DEFAULT_QUEUE`).
     pub queue: Option<QueueLimit>,
 }
 

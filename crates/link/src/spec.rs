@@ -50,6 +50,9 @@ pub struct SpecBuilder {
     down: DirDraft,
 }
 
+/// The bottleneck queue's limit when none is given, in packets (netem's default `limit`).
+pub const DEFAULT_QUEUE: u64 = 1000;
+
 /// The built-in profiles (crates/link/profiles/), exactly as seeds/001 defines them.
 const BUILTIN: &[(&str, &str)] = &[
     ("4g", include_str!("../profiles/4g.toml")),
@@ -268,6 +271,13 @@ impl DirDraft {
         if self.queue.is_some() && rate == Rate::Unlimited {
             return Err("a queue limit needs a rate or a trace: without a bottleneck nothing queues".into());
         }
+        // A bottleneck always has a limit (netem's default, 1000 packets): an unbounded queue
+        // would grow with the run under overload.
+        let queue = match (&rate, self.queue) {
+            (Rate::Unlimited, _) => None,
+            (_, Some(q)) => Some(q),
+            (_, None) => Some(QueueLimit::Packets(DEFAULT_QUEUE)),
+        };
         let delay = self.delay.unwrap_or(0);
         let reorder = self.reorder.unwrap_or(0.0);
         if reorder > 0.0 && delay == 0 {
@@ -283,7 +293,7 @@ impl DirDraft {
             keep_order: self.keep_order.unwrap_or(false),
             reorder,
             rate,
-            queue: self.queue,
+            queue,
         })
     }
 }
@@ -403,6 +413,8 @@ mod tests {
         assert_eq!(c.down.queue, Some(QueueLimit::Bytes(64_000)));
         assert_eq!(c.up.outages, vec![(5_000_000_000, 7_000_000_000), (9_000_000_000, 9_500_000_000)]);
         assert_eq!(p(&["rate=500kbit"]).unwrap().up.rate, Rate::Bits(500_000));
+        assert_eq!(p(&["rate=500kbit"]).unwrap().up.queue, Some(QueueLimit::Packets(DEFAULT_QUEUE)));
+        assert_eq!(p(&["delay=5ms"]).unwrap().up.queue, None);
         assert_eq!(p(&["rate=1Gbit"]).unwrap().up.rate, Rate::Bits(1_000_000_000));
         assert_eq!(p(&["delay=150us"]).unwrap().up.delay, 150_000);
     }
