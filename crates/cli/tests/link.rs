@@ -264,6 +264,20 @@ fn run_behind_a_link_measures_the_emulated_rtt_and_round_trips() {
         assert!(counter(&r.stderr, "up", "out") >= 21, "{url}: {}", r.stderr);
         let min = ms(v, "min_ns");
         assert!(min >= 20.0 * 0.999, "{url}: latency min {min} ms below the link's 20 ms");
+        // The results carry the link: spec, seed, and the counters printed on stderr.
+        let l = &v["link"];
+        assert_eq!((l["spec"].as_str(), l["seed"].as_u64()), (Some("delay=10ms"), Some(1)), "{url}: {l}");
+        assert_eq!(l["up"]["settings"], "delay 10ms");
+        for (dir, key, field) in
+            [("up", "out", "packets_out"), ("down", "in", "packets_in"), ("up", "loss", "dropped_loss")]
+        {
+            assert_eq!(l[dir][field].as_u64(), Some(counter(&r.stderr, dir, key)), "{url}: {dir}.{field}");
+        }
+        assert_eq!(
+            l["lateness"]["count"].as_u64(),
+            Some(l["up"]["packets_out"].as_u64().unwrap() + l["down"]["packets_out"].as_u64().unwrap())
+        );
+        assert!(r.stdout.contains("link up") && r.stdout.contains("link late"), "{url}: {}", r.stdout);
         let Some(trips) = trips else { continue };
         let rtt = v["connections"]["rtt"]["p50_ns"].as_u64().unwrap() as f64 / 1e6;
         assert!((rtt / 20.0 - 1.0).abs() < 0.05, "{url}: RTT {rtt} ms, the link's 20 ms within 5 %");

@@ -2,7 +2,7 @@
 
 use clap::Args;
 use volley_link::{spec, Link, LinkReport};
-use volley_metrics::Histogram;
+use volley_metrics::{Histogram, LatencySummary, LinkDirection, LinkInfo};
 
 use crate::error::{CliError, CliResult};
 
@@ -68,7 +68,7 @@ pub fn run(a: LinkArgs) -> CliResult {
 
 /// `--link SPEC` of `volley run`: starts the link, reaches loopback targets at its host end,
 /// and moves the calling thread (and so every thread it starts) into the link's namespace.
-pub fn behind_link(spec: &str, seed: Option<u64>, plan: &mut volley_engine::Plan) -> CliResult<Link> {
+pub fn behind_link(spec: &str, seed: Option<u64>, plan: &mut volley_engine::Plan) -> CliResult<BehindLink> {
     let items: Vec<String> = spec.split_whitespace().map(str::to_string).collect();
     let cfg = spec::parse(&items).map_err(|e| CliError::usage(format!("--link: {e}")))?;
     let seed = seed.unwrap_or_else(volley_link::rng::random_seed);
@@ -106,7 +106,49 @@ pub fn behind_link(spec: &str, seed: Option<u64>, plan: &mut volley_engine::Plan
         cfg.up.describe(),
         cfg.down.describe()
     );
-    Ok(link)
+    Ok(BehindLink { link, spec: spec.to_string(), up: cfg.up.describe(), down: cfg.down.describe() })
+}
+
+/// A run's link, with what its results say of it.
+pub struct BehindLink {
+    link: Link,
+    spec: String,
+    up: String,
+    down: String,
+}
+
+impl BehindLink {
+    /// Stops the link, prints its lines on stderr and returns the results' `link` and the
+    /// warning of an emulator that fell behind.
+    pub fn finish(self) -> CliResult<(LinkInfo, Option<String>)> {
+        let seed = self.link.seed;
+        let r = self.link.finish().map_err(CliError::failure)?;
+        print_report(&r);
+        let dir = |settings: String, c: &volley_link::Counters, q: &Histogram| LinkDirection {
+            settings,
+            packets_in: c.packets_in,
+            bytes_in: c.bytes_in,
+            packets_out: c.packets_out,
+            bytes_out: c.bytes_out,
+            dropped_loss: c.dropped_loss,
+            dropped_queue: c.dropped_queue,
+            dropped_outage: c.dropped_outage,
+            reordered: c.reordered,
+            duplicated: c.duplicated,
+            queue_delay: (!q.is_empty()).then(|| LatencySummary::of(q)),
+        };
+        let info = LinkInfo {
+            spec: self.spec,
+            seed,
+            up: dir(self.up, &r.up, &r.up_queue_delay),
+            down: dir(self.down, &r.down, &r.down_queue_delay),
+            lateness: LatencySummary::of(&r.lateness),
+            held_at_end: r.held_at_end,
+            forwarder_cpu_s: r.cpu.as_secs_f64(),
+            realtime: r.realtime,
+        };
+        Ok((info, lateness_warning(&r)))
+    }
 }
 
 /// The warning a run carries when the emulator fell behind.

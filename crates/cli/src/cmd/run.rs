@@ -782,9 +782,9 @@ pub fn run(a: RunArgs) -> CliResult {
     let mut result = execute(&plan, a.progress, a.metrics_file.as_deref(), interrupt)?;
     result.command = std::env::args().collect();
     if let Some(link) = link {
-        let report = link.finish().map_err(CliError::failure)?;
-        super::link::print_report(&report);
-        warnings.extend(super::link::lateness_warning(&report));
+        let (info, warning) = link.finish()?;
+        result.link = Some(info);
+        warnings.extend(warning);
     }
     result.warnings.splice(0..0, warnings);
     if let Some(path) = &a.output {
