@@ -288,4 +288,38 @@ fn run_behind_a_link_measures_the_emulated_rtt_and_round_trips() {
     let r = run_volley(&[&format!("udp://127.0.0.1:{}", port("udp")), "--link", "delay=oops", "-n", "1"]);
     let e = assert_usage_error(&r);
     assert!(e.contains("--link"), "{e}");
+
+    // Not permitted (without CAP_NET_ADMIN and CAP_SYS_ADMIN), and no /dev/net/tun (hidden in a
+    // mount namespace of its own): one line, exit 2.
+    let v = volley();
+    let v = v.to_str().unwrap();
+    for (cmd, what) in [
+        (
+            vec![
+                require("setpriv").to_str().unwrap().to_string(),
+                "--bounding-set=-net_admin,-sys_admin".into(),
+                "--inh-caps=-net_admin,-sys_admin".into(),
+                v.into(),
+            ],
+            "not permitted to make a TUN device",
+        ),
+        (
+            vec![
+                require("unshare").to_str().unwrap().to_string(),
+                "-m".into(),
+                "sh".into(),
+                "-c".into(),
+                format!("mount -t tmpfs none /dev/net && exec {v} \"$@\""),
+                "sh".into(),
+            ],
+            "no TUN device: cannot open /dev/net/tun",
+        ),
+    ] {
+        let mut c = Command::new(&cmd[0]);
+        c.args(&cmd[1..]).args(["link", "delay=1ms", "--", "true"]);
+        let out = run_cmd(&mut c, RUN_WAIT);
+        assert_eq!(out.status.code(), Some(2), "{cmd:?}: {}", out.stderr);
+        assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+        assert!(out.stderr.starts_with(&format!("volley: error: {what}")), "{}", out.stderr);
+    }
 }
