@@ -24,7 +24,7 @@ Examples:
   volley serve --listen 0.0.0.0 --port 5353 &
   volley link delay=20ms -- sh -c 'volley query udp://$VOLLEY_LINK_HOST:5353 example.test'
   volley link 4g --seed 7 -- sh -c 'kdig @$VOLLEY_LINK_HOST -p 5353 example.test'
-  volley link up:rate=1mbit,queue=50 down:loss=1%,burst=3 -- dnsperf -s 10.213.0.1 ...
+  volley link up:rate=1mbit,queue=50 down:loss=1%,burst=3 -- sh -c 'dnsperf -s $VOLLEY_LINK_HOST ...'
 
 Exit status: the command's (128+N when killed by signal N); 2 bad input or no link possible.";
 
