@@ -229,8 +229,9 @@ fn bad_input_is_one_line_exit_2() {
 }
 
 /// `volley run --link`: the generator's sockets live behind the link (a target on 127.0.0.1 is
-/// reached at the link's host end). The RTT the transports measure (TCP_INFO, QUIC's path
-/// RTT) is the emulated one within 5 %, and handshakes take their round trips: TCP 1, DoT and
+/// reached at the link's host end). The RTT the transports measure is the emulated one (TCP_INFO
+/// within 5 %; QUIC's path RTT, which holds the server's processing too, within 15 % above),
+/// and handshakes take their round trips: TCP 1, DoT and
 /// DoH 2 (TCP, then TLS 1.3), DoQ 1 or 2 (2 when the server's anti-amplification limit stalls
 /// it).
 #[test]
@@ -280,7 +281,11 @@ fn run_behind_a_link_measures_the_emulated_rtt_and_round_trips() {
         assert!(r.stdout.contains("link up") && r.stdout.contains("link late"), "{url}: {}", r.stdout);
         let Some(trips) = trips else { continue };
         let rtt = v["connections"]["rtt"]["p50_ns"].as_u64().unwrap() as f64 / 1e6;
-        assert!((rtt / 20.0 - 1.0).abs() < 0.05, "{url}: RTT {rtt} ms, the link's 20 ms within 5 %");
+        // TCP_INFO's RTT within 5 %. QUIC's path RTT also holds the server's processing of the
+        // handshake's packets (run.md), about 1 ms for this debug-built responder under the
+        // tests' load: never below the link's, within 15 % above.
+        let above = if url.starts_with("quic") { 0.15 } else { 0.05 };
+        assert!(rtt >= 20.0 * 0.95 && rtt < 20.0 * (1.0 + above), "{url}: RTT {rtt} ms, the link's 20 ms");
         let ratio = v["connections"]["handshake_rtt_ratio_milli"]["p50_ns"].as_u64().unwrap() as f64 / 1000.0;
         assert!(trips.contains(&(ratio.round() as i32)), "{url}: handshake {ratio} round trips, want {trips:?}");
     }
