@@ -328,3 +328,46 @@ fn run_behind_a_link_measures_the_emulated_rtt_and_round_trips() {
         assert!(out.stderr.starts_with(&format!("volley: error: {what}")), "{}", out.stderr);
     }
 }
+
+/// Ctrl-C (SIGINT to the whole foreground process group, as a terminal sends it): the command
+/// gets it once, a `volley run` inside ends with its results (status interrupted, exit 130),
+/// and volley link returns that status, prints its counters and leaves nothing behind.
+#[test]
+fn ctrl_c_reaches_the_command_once_and_the_link_goes() {
+    use std::os::unix::process::CommandExt;
+    let server = Server::start_with(&["--listen", "0.0.0.0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("r.json");
+    let mut child = Command::new(volley())
+        .args(["link", "delay=1ms", "--", "sh", "-c"])
+        .arg(format!(
+            "exec \"$V\" run udp://$VOLLEY_LINK_HOST:{} -Q 100 -l 60s --progress never -q -o {}",
+            server.udp_addr().port(),
+            out_file.display()
+        ))
+        .env("V", volley())
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + STARTUP_WAIT;
+    while devices_of(pid).is_empty() {
+        assert!(Instant::now() < deadline, "no link came up");
+        thread::sleep(Duration::from_millis(20));
+    }
+    thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill(2) of the process group we made.
+    assert_eq!(unsafe { libc::kill(-(pid as i32), libc::SIGINT) }, 0);
+    let status = wait_bounded(&mut child, Duration::from_secs(20)).expect("volley link ended");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    let v = read_results(&out_file).unwrap_or_else(|| panic!("no results after Ctrl-C: {err}"));
+    assert_eq!(v["status"], "interrupted");
+    check_accounting(&v);
+    assert!(err.contains("volley link: lateness"), "{err}");
+    assert!(devices_of(pid).is_empty());
+}

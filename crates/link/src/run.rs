@@ -157,8 +157,11 @@ impl Link {
         c
     }
 
-    /// Runs `argv` in the namespace until it ends; SIGINT, SIGTERM and SIGHUP that volley gets
-    /// are passed on to it (and volley waits for it, so that the link is taken down after).
+    /// Runs `argv` in the namespace until it ends, and volley waits for it, so that the link is
+    /// taken down after. SIGTERM and SIGHUP are passed on to it. SIGINT is not, as a shell
+    /// does with its foreground job: Ctrl-C reaches the command from the terminal itself (same
+    /// process group), and a second SIGINT would make a `volley run` inside quit at once,
+    /// without its results.
     pub fn run_command(&self, argv: &[String]) -> Result<ExitStatus, LinkError> {
         let (program, args) = argv.split_first().ok_or(LinkError::Spawn {
             program: String::new(),
@@ -175,8 +178,10 @@ impl Link {
         let pid = child.id() as libc::pid_t;
         let relay = std::thread::spawn(move || {
             for s in sigs.forever() {
-                // SAFETY: kill(2) of our own child, which we have not yet reaped.
-                unsafe { libc::kill(pid, s) };
+                if s != libc::SIGINT {
+                    // SAFETY: kill(2) of our own child, which we have not yet reaped.
+                    unsafe { libc::kill(pid, s) };
+                }
             }
         });
         let status = child.wait().map_err(|err| LinkError::Io { what: "wait for the command", err });
