@@ -371,3 +371,19 @@ fn ctrl_c_reaches_the_command_once_and_the_link_goes() {
     assert!(err.contains("volley link: lateness"), "{err}");
     assert!(devices_of(pid).is_empty());
 }
+
+/// `volley query --link`: the one query crosses the link both ways.
+#[test]
+fn query_behind_a_link() {
+    let server = Server::start_with(&["--listen", "0.0.0.0"]);
+    let url = format!("udp://127.0.0.1:{}", server.udp_addr().port());
+    let mut cmd = Command::new(volley());
+    let out = run_cmd(cmd.args(["query", &url, "example.test", "--link", "delay=10ms", "--link-seed", "1"]), RUN_WAIT);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("192.0.2.1"), "{}", out.stdout);
+    let took: f64 = out.stdout.split(";; Query time: ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(took >= 20.0 * 0.999, "query time {took} ms through a 20 ms round trip");
+    assert!(out.stdout.contains(";; SERVER: 10.213."), "{}", out.stdout);
+    assert_eq!(counter(&out.stderr, "up", "out"), 1, "{}", out.stderr);
+    assert_eq!(counter(&out.stderr, "down", "out"), 1, "{}", out.stderr);
+}

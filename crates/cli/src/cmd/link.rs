@@ -66,9 +66,22 @@ pub fn run(a: LinkArgs) -> CliResult {
     std::process::exit(code);
 }
 
-/// `--link SPEC` of `volley run`: starts the link, reaches loopback targets at its host end,
-/// and moves the calling thread (and so every thread it starts) into the link's namespace.
-pub fn behind_link(spec: &str, seed: Option<u64>, plan: &mut volley_engine::Plan) -> CliResult<BehindLink> {
+/// `--link SPEC` of `volley run`: the plan's targets (see [`behind_link`]).
+pub fn plan_behind_link(spec: &str, seed: Option<u64>, plan: &mut volley_engine::Plan) -> CliResult<BehindLink> {
+    let mut targets = vec![&mut plan.target];
+    if let volley_engine::Load::Clients(c) = &mut plan.load {
+        targets.extend(c.groups.iter_mut().map(|g| &mut g.target));
+    }
+    behind_link(spec, seed, targets)
+}
+
+/// `--link SPEC`: starts the link, reaches loopback targets at its host end, and moves the
+/// calling thread (and so every thread it starts) into the link's namespace.
+pub fn behind_link(
+    spec: &str,
+    seed: Option<u64>,
+    targets: Vec<&mut volley_transport::Target>,
+) -> CliResult<BehindLink> {
     let items: Vec<String> = spec.split_whitespace().map(str::to_string).collect();
     let cfg = spec::parse(&items).map_err(|e| CliError::usage(format!("--link: {e}")))?;
     let seed = seed.unwrap_or_else(volley_link::rng::random_seed);
@@ -92,11 +105,8 @@ pub fn behind_link(spec: &str, seed: Option<u64>, plan: &mut volley_engine::Plan
         }
         t.addrs = seen;
     };
-    reach(&mut plan.target);
-    if let volley_engine::Load::Clients(c) = &mut plan.load {
-        for g in &mut c.groups {
-            reach(&mut g.target);
-        }
+    for t in targets {
+        reach(t);
     }
     link.enter().map_err(|e| CliError::usage(format!("--link: cannot enter the link's namespace: {e}")))?;
     eprintln!(

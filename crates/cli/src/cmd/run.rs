@@ -765,7 +765,7 @@ pub fn run(a: RunArgs) -> CliResult {
     // Behind a link, every socket of the run (the probe's, the workers') is made in the link's
     // namespace: this thread enters it, and the threads it starts are born there.
     let link = match &a.link {
-        Some(spec) => Some(super::link::behind_link(spec, a.link_seed, &mut plan)?),
+        Some(spec) => Some(super::link::plan_behind_link(spec, a.link_seed, &mut plan)?),
         None => None,
     };
     let probed = check_target(&mut plan)?;
