@@ -39,6 +39,8 @@ pub enum Command {
     Merge(cmd::merge::MergeArgs),
     /// Raise the load until the target stops keeping up, and report the limit per transport.
     Limit(cmd::limit::LimitArgs),
+    /// Run a command behind an emulated network link (delay, jitter, loss, rate, outages).
+    Link(cmd::link::LinkArgs),
 }
 
 pub fn run() -> CliResult {
@@ -66,5 +68,6 @@ pub fn run() -> CliResult {
         Command::Compare(a) => cmd::compare::run(a),
         Command::Merge(a) => cmd::merge::run(a),
         Command::Limit(a) => cmd::limit::run(a),
+        Command::Link(a) => cmd::link::run(a),
     }
 }

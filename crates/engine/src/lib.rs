@@ -639,6 +639,7 @@ pub fn run(
             threads,
         },
         target_cpu,
+        link: None,
         connections: groups
             .iter()
             .any(|g| g.spec.target.scheme != volley_transport::Scheme::Udp || g.fallback.is_some())

@@ -63,6 +63,9 @@ pub struct RunResult {
     /// The target's CPU time over the run, when it runs on this host (`--target-pid`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub target_cpu: Option<TargetCpu>,
+    /// The emulated link the generator was behind (`--link`; docs/link.md).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub link: Option<LinkInfo>,
     /// Connection-based transports only: handshakes, resumption, closes.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub connections: Option<crate::ConnectionSummary>,
@@ -257,6 +260,46 @@ impl LatencySummary {
             histogram: h.to_sparse(),
         }
     }
+}
+
+/// The emulated link a run's generator was behind (`--link`), as its emulator saw it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LinkInfo {
+    /// The spec as given (`--link`).
+    pub spec: String,
+    /// The seed of its random choices (`--link-seed`, or the one drawn).
+    pub seed: u64,
+    /// Namespace to host (the generator's queries).
+    pub up: LinkDirection,
+    /// Host to namespace (the answers).
+    pub down: LinkDirection,
+    /// How late the emulator sent each packet against its due time.
+    pub lateness: LatencySummary,
+    /// Packets still in the link when the run ended.
+    pub held_at_end: u64,
+    /// The forwarder thread's CPU time.
+    pub forwarder_cpu_s: f64,
+    /// The forwarder ran at real-time priority.
+    pub realtime: bool,
+}
+
+/// What one direction of an emulated link did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LinkDirection {
+    /// Its settings in words (`delay 53.3ms, jitter 1ms uniform (reorders), loss 0.5%`).
+    pub settings: String,
+    pub packets_in: u64,
+    pub bytes_in: u64,
+    pub packets_out: u64,
+    pub bytes_out: u64,
+    pub dropped_loss: u64,
+    pub dropped_queue: u64,
+    pub dropped_outage: u64,
+    pub reordered: u64,
+    pub duplicated: u64,
+    /// Time packets waited in the bottleneck queue (with a rate or a trace).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub queue_delay: Option<LatencySummary>,
 }
 
 /// The time queries waited for their transport before they left.

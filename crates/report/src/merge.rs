@@ -296,6 +296,7 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     // Start from the earliest part so that fields added to the schema later keep a value;
     // every field known here is then combined from all parts.
     let mut result = earliest_run.result.clone();
+    result.link = merge_links(runs.iter().map(|r| r.result.link.as_ref()));
     result.schema = SCHEMA.to_string();
     result.volley_version = env!("CARGO_PKG_VERSION").to_string();
     result.status = status;
@@ -590,4 +591,74 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError>
         op: "write",
         source,
     })
+}
+
+/// Runs behind links of the same spec and seed: their counters added, their histograms merged
+/// (exact). Otherwise (a part without a link, or another link) no `link`: each part had its
+/// own, and one figure for all would describe none of them.
+fn merge_links<'a>(
+    mut links: impl Iterator<Item = Option<&'a volley_metrics::LinkInfo>>,
+) -> Option<volley_metrics::LinkInfo> {
+    use volley_metrics::{Histogram, LatencySummary, LinkDirection};
+    let merge_h = |a: &LatencySummary, b: &LatencySummary| {
+        let mut h = Histogram::from_sparse(&a.histogram);
+        h.merge(&Histogram::from_sparse(&b.histogram));
+        LatencySummary::of(&h)
+    };
+    let add = |a: &mut LinkDirection, b: &LinkDirection| {
+        a.packets_in += b.packets_in;
+        a.bytes_in += b.bytes_in;
+        a.packets_out += b.packets_out;
+        a.bytes_out += b.bytes_out;
+        a.dropped_loss += b.dropped_loss;
+        a.dropped_queue += b.dropped_queue;
+        a.dropped_outage += b.dropped_outage;
+        a.reordered += b.reordered;
+        a.duplicated += b.duplicated;
+        a.queue_delay = match (&a.queue_delay, &b.queue_delay) {
+            (Some(x), Some(y)) => Some(merge_h(x, y)),
+            (x, y) => x.clone().or_else(|| y.clone()),
+        };
+    };
+    let mut acc = links.next()??.clone();
+    for l in links {
+        let l = l?;
+        if (&l.spec, l.seed) != (&acc.spec, acc.seed) {
+            return None;
+        }
+        add(&mut acc.up, &l.up);
+        add(&mut acc.down, &l.down);
+        acc.lateness = merge_h(&acc.lateness, &l.lateness);
+        acc.held_at_end += l.held_at_end;
+        acc.forwarder_cpu_s += l.forwarder_cpu_s;
+        acc.realtime &= l.realtime;
+    }
+    Some(acc)
+}
+
+#[cfg(test)]
+mod tests {
+    use volley_metrics::{Histogram, LatencySummary, LinkDirection, LinkInfo};
+
+    use super::merge_links;
+
+    fn link(spec: &str, seed: u64, lost: u64, late_us: u64) -> LinkInfo {
+        let mut h = Histogram::new(3);
+        h.record(late_us * 1000);
+        let up = LinkDirection { packets_in: 100, packets_out: 100 - lost, dropped_loss: lost, ..Default::default() };
+        LinkInfo { spec: spec.into(), seed, up, lateness: LatencySummary::of(&h), realtime: true, ..Default::default() }
+    }
+
+    #[test]
+    fn links_of_one_spec_and_seed_add_up_others_are_left_out() {
+        let (a, b) = (link("4g", 1, 3, 10), link("4g", 1, 5, 50));
+        let m = merge_links([Some(&a), Some(&b)].into_iter()).unwrap();
+        assert_eq!((m.up.packets_in, m.up.packets_out, m.up.dropped_loss), (200, 192, 8));
+        assert_eq!(m.lateness.count, 2);
+        assert!(m.lateness.max_ns >= 50_000 && m.lateness.min_ns <= 10_000);
+        let other_seed = link("4g", 2, 0, 1);
+        assert!(merge_links([Some(&a), Some(&other_seed)].into_iter()).is_none());
+        assert!(merge_links([Some(&a), None].into_iter()).is_none());
+        assert!(merge_links([None, Some(&a)].into_iter()).is_none());
+    }
 }

@@ -289,6 +289,9 @@ fn text_lines(r: &RunResult) -> Vec<String> {
         let pids: Vec<String> = c.pids.iter().map(u32::to_string).collect();
         push_labeled(&mut out, "target cpu", &format!("{:.3}s{per_answer} (pid {})", c.cpu_s, pids.join(", ")));
     }
+    if let Some(l) = &r.link {
+        out.extend(link_lines(l));
+    }
 
     if !r.warnings.is_empty() {
         out.push(String::new());
@@ -357,6 +360,42 @@ pub(crate) fn group_cells(grp: &volley_metrics::GroupSummary) -> Vec<String> {
 
 /// Pushes `label` padded to the label column followed by `text`, wrapped at word boundaries so
 /// that lines stay within [`MAX_COLUMNS`]; continuation lines are indented under the text.
+/// The emulated link (`--link`): its settings, what each direction did, its lateness.
+fn link_lines(l: &volley_metrics::LinkInfo) -> Vec<String> {
+    let mut out = Vec::new();
+    push_labeled(&mut out, "link", &format!("{} (seed {})", if l.spec.is_empty() { "none" } else { &l.spec }, l.seed));
+    for (name, d) in [("link up", &l.up), ("link down", &l.down)] {
+        let mut text = format!(
+            "{}: {} packets in, {} out; dropped: loss {}, queue {}, outage {}; reordered {}, duplicated {}",
+            d.settings,
+            d.packets_in,
+            d.packets_out,
+            d.dropped_loss,
+            d.dropped_queue,
+            d.dropped_outage,
+            d.reordered,
+            d.duplicated
+        );
+        if let Some(q) = &d.queue_delay {
+            text += &format!("; queueing p50 {} p99 {}", fmt_ns(q.p50_ns), fmt_ns(q.p99_ns));
+        }
+        push_labeled(&mut out, name, &text);
+    }
+    let prio = if l.realtime { "real-time priority" } else { "ordinary priority" };
+    push_labeled(
+        &mut out,
+        "link late",
+        &format!(
+            "p50 {} p99 {} max {} ({prio}), forwarder CPU {:.3}s",
+            fmt_ns(l.lateness.p50_ns),
+            fmt_ns(l.lateness.p99_ns),
+            fmt_ns(l.lateness.max_ns),
+            l.forwarder_cpu_s
+        ),
+    );
+    out
+}
+
 fn push_labeled(out: &mut Vec<String>, label: &str, text: &str) {
     let room = MAX_COLUMNS - LABEL;
     let mut line = format!("{label:<LABEL$}");

@@ -134,6 +134,7 @@ fn sample(plan: Plan) -> RunResult {
             threads: 2,
         },
         target_cpu: None,
+        link: None,
         connections: None,
         groups: Vec::new(),
         totals,

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod compare;
 pub mod limit;
+pub mod link;
 pub mod merge;
 pub mod pcap;
 pub mod query;

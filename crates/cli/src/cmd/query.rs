@@ -65,10 +65,32 @@ pub struct QueryArgs {
 
     #[command(flatten)]
     pub tls: TlsArgs,
+
+    /// Ask from behind an emulated network link (docs/link.md): the items of `volley link`,
+    /// space-separated (e.g. "4g", "delay=20ms"). A target on 127.0.0.1 is reached at the
+    /// link's host end: it must listen on 0.0.0.0.
+    #[arg(long, value_name = "SPEC")]
+    pub link: Option<String>,
+
+    /// Seed of the link's random choices [default: a random one, printed].
+    #[arg(long, value_name = "N", requires = "link")]
+    pub link_seed: Option<u64>,
 }
 
 pub fn run(a: QueryArgs) -> CliResult {
-    let target: Target = a.target.parse().map_err(CliError::usage)?;
+    let mut target: Target = a.target.parse().map_err(CliError::usage)?;
+    let link = match &a.link {
+        Some(spec) => Some(super::link::behind_link(spec, a.link_seed, vec![&mut target])?),
+        None => None,
+    };
+    let answered = ask(&a, target);
+    if let Some(link) = link {
+        link.finish()?;
+    }
+    answered
+}
+
+fn ask(a: &QueryArgs, target: Target) -> CliResult {
     let name: Name = a.name.parse().map_err(|e| CliError::usage(format!("invalid name '{}': {e}", a.name)))?;
     let qtype: QType = a.qtype.parse().map_err(|_| CliError::usage(format!("unknown query type '{}'", a.qtype)))?;
     let opts = QueryOptions {

@@ -190,6 +190,17 @@ pub struct RunArgs {
     #[command(flatten)]
     pub tls: TlsArgs,
 
+    /// Generate the load behind an emulated network link (docs/link.md): the items of
+    /// `volley link`, space-separated (e.g. "4g", "delay=20ms,loss=1%", "up:rate=10mbit
+    /// down:delay=5ms"). A target on 127.0.0.1 is reached at the link's host end: it must
+    /// listen on 0.0.0.0.
+    #[arg(long, value_name = "SPEC", help_heading = "Link")]
+    pub link: Option<String>,
+
+    /// Seed of the link's random choices [default: a random one, printed].
+    #[arg(long, value_name = "N", requires = "link", help_heading = "Link")]
+    pub link_seed: Option<u64>,
+
     /// Write the results as JSON to FILE (atomically; schema in docs/results-schema.md).
     #[arg(short = 'o', long, value_name = "FILE", help_heading = "Output")]
     pub output: Option<PathBuf>,
@@ -751,6 +762,12 @@ pub fn execute(
 pub fn run(a: RunArgs) -> CliResult {
     let mut plan = plan(&a)?;
     check_output(&a.output)?;
+    // Behind a link, every socket of the run (the probe's, the workers') is made in the link's
+    // namespace: this thread enters it, and the threads it starts are born there.
+    let link = match &a.link {
+        Some(spec) => Some(super::link::plan_behind_link(spec, a.link_seed, &mut plan)?),
+        None => None,
+    };
     let probed = check_target(&mut plan)?;
     // Said once the input is known good (a usage error stays one line), and again in the
     // results: flags that do nothing here, --insecure.
@@ -764,6 +781,11 @@ pub fn run(a: RunArgs) -> CliResult {
     let interrupt = interrupt_flag();
     let mut result = execute(&plan, a.progress, a.metrics_file.as_deref(), interrupt)?;
     result.command = std::env::args().collect();
+    if let Some(link) = link {
+        let (info, warning) = link.finish()?;
+        result.link = Some(info);
+        warnings.extend(warning);
+    }
     result.warnings.splice(0..0, warnings);
     if let Some(path) = &a.output {
         volley_report::write_json_file_atomic(&result, path).map_err(CliError::failure)?;

@@ -1,0 +1,355 @@
+//! A live link: a network namespace whose only way out is a TUN device, a TUN device on the
+//! host, and a forwarder thread between them that passes every packet through the two pipes
+//! (up: namespace to host; down: host to namespace) with the monotonic clock.
+//!
+//! Nothing it makes outlives the process: both TUN devices are non-persistent (the kernel
+//! removes each when its descriptor closes, however the process ends), and the namespace lives
+//! as long as a descriptor or a process holds it (the command run inside gets SIGKILL when
+//! volley exits, by PR_SET_PDEATHSIG). So a killed run leaves nothing behind for a later one
+//! to clean up.
+
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use volley_metrics::Histogram;
+
+use crate::model::LinkConfig;
+use crate::pipe::{Counters, Pipe};
+use crate::sys;
+
+/// Why a link could not be made or run.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("no TUN device: cannot open /dev/net/tun ({0}); the kernel's tun module is needed")]
+    NoTun(io::Error),
+    #[error("not permitted to {what} ({err}): volley link needs root or CAP_NET_ADMIN and CAP_SYS_ADMIN")]
+    NotPermitted { what: &'static str, err: io::Error },
+    #[error("cannot {what}: {err}")]
+    Io { what: &'static str, err: io::Error },
+    #[error("no free address block for a link in 10.213.0.0/16")]
+    NoAddress,
+    #[error("cannot run '{program}': {err}")]
+    Spawn { program: String, err: io::Error },
+}
+
+fn sys_err(what: &'static str) -> impl FnOnce(io::Error) -> LinkError {
+    move |err| match err.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => LinkError::NotPermitted { what, err },
+        _ => LinkError::Io { what, err },
+    }
+}
+
+/// The addresses of a link: a /30 of 10.213.0.0/16 used between the host and our namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Addresses {
+    /// The host's end (where the target listens).
+    pub host: Ipv4Addr,
+    /// The namespace's own.
+    pub local: Ipv4Addr,
+}
+
+/// Links made by this process so far (device names and address blocks differ between them).
+static MADE: AtomicU32 = AtomicU32::new(0);
+
+/// What the forwarder saw, once it stopped.
+#[derive(Debug, Clone)]
+pub struct LinkReport {
+    pub up: Counters,
+    pub down: Counters,
+    /// Time packets waited in each direction's bottleneck queue (rate or trace), ns.
+    pub up_queue_delay: Histogram,
+    pub down_queue_delay: Histogram,
+    /// How late each packet left against its due time, ns.
+    pub lateness: Histogram,
+    /// Packets the kernel refused when written to a TUN device.
+    pub write_errors: u64,
+    /// Packets still held when the link stopped (neither delivered nor dropped).
+    pub held_at_end: u64,
+    /// The forwarder ran at real-time priority (SCHED_FIFO).
+    pub realtime: bool,
+    /// CPU time of the forwarder thread (user + system).
+    pub cpu: Duration,
+    pub elapsed: Duration,
+}
+
+/// A running link. Dropping it stops the forwarder; its devices and namespace go with it.
+pub struct Link {
+    pub addrs: Addresses,
+    /// The host's TUN device.
+    pub host_dev: String,
+    pub seed: u64,
+    ns: OwnedFd,
+    stop_fd: Arc<OwnedFd>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<io::Result<LinkReport>>>,
+}
+
+impl Link {
+    /// Makes the namespace and the devices and starts forwarding through `cfg`.
+    pub fn start(cfg: LinkConfig, seed: u64) -> Result<Link, LinkError> {
+        // An early, clear error when there is no TUN at all.
+        if let Err(e) = std::fs::metadata("/dev/net/tun") {
+            return Err(LinkError::NoTun(e));
+        }
+        let n = MADE.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let host_dev = format!("vl{pid}h{n}");
+        let host_dev = if host_dev.len() >= libc::IFNAMSIZ { format!("vl{}h{n}", pid % 1_000_000) } else { host_dev };
+        let addrs = pick_addresses(pid, n)?;
+        let host_tun = sys::tun_create(&host_dev).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ENXIO) => LinkError::NoTun(e),
+            _ => sys_err("make a TUN device")(e),
+        })?;
+        sys::configure_p2p(&host_dev, addrs.host, addrs.local).map_err(sys_err("configure the host's TUN device"))?;
+        let (ns, ns_tun) = sys::in_new_netns(|| {
+            let tun = sys::tun_create("link0")?;
+            sys::configure_p2p("link0", addrs.local, addrs.host)?;
+            sys::link_up("lo")?;
+            Ok(tun)
+        })
+        .map_err(sys_err("make a network namespace"))?;
+        let stop_fd = Arc::new(sys::eventfd().map_err(sys_err("make an eventfd"))?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let clock = Instant::now();
+        let up = Pipe::new(cfg.up, seed, 0);
+        // Each direction its own stream of choices, both from the one seed.
+        let down = Pipe::new(cfg.down, seed ^ 0xD0D0_D0D0_D0D0_D0D0, 0);
+        let (sf, st) = (stop_fd.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("volley-link".into())
+            .spawn(move || forward(Forwarder { ns_tun, host_tun, stop_fd: sf, stop: st, up, down, clock }))
+            .map_err(|err| LinkError::Io { what: "start the forwarder thread", err })?;
+        Ok(Link { addrs, host_dev, seed, ns, stop_fd, stop, thread: Some(thread) })
+    }
+
+    /// The namespace's descriptor (for `setns`).
+    pub fn netns(&self) -> &OwnedFd {
+        &self.ns
+    }
+
+    /// Moves the calling thread into the link's namespace: sockets it makes afterwards reach
+    /// the host only through the link.
+    pub fn enter(&self) -> io::Result<()> {
+        sys::enter_netns(self.ns.as_raw_fd())
+    }
+
+    /// A command that runs inside the namespace, with `VOLLEY_LINK_HOST` and
+    /// `VOLLEY_LINK_LOCAL` set, and that is killed if volley dies.
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new(program);
+        c.env("VOLLEY_LINK_HOST", self.addrs.host.to_string()).env("VOLLEY_LINK_LOCAL", self.addrs.local.to_string());
+        let ns = self.ns.as_raw_fd();
+        // SAFETY: between fork and exec only async-signal-safe system calls (setns, prctl).
+        unsafe {
+            c.pre_exec(move || {
+                sys::enter_netns(ns)?;
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+                Ok(())
+            });
+        }
+        c
+    }
+
+    /// Runs `argv` in the namespace until it ends, and volley waits for it, so that the link is
+    /// taken down after. SIGTERM and SIGHUP are passed on to it. SIGINT is not, as a shell
+    /// does with its foreground job: Ctrl-C reaches the command from the terminal itself (same
+    /// process group), and a second SIGINT would make a `volley run` inside quit at once,
+    /// without its results.
+    pub fn run_command(&self, argv: &[String]) -> Result<ExitStatus, LinkError> {
+        let (program, args) = argv.split_first().ok_or(LinkError::Spawn {
+            program: String::new(),
+            err: io::Error::new(io::ErrorKind::InvalidInput, "no command"),
+        })?;
+        let mut sigs = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
+            .map_err(|err| LinkError::Io { what: "handle signals", err })?;
+        let handle = sigs.handle();
+        let mut child = self
+            .command(program)
+            .args(args)
+            .spawn()
+            .map_err(|err| LinkError::Spawn { program: program.clone(), err })?;
+        let pid = child.id() as libc::pid_t;
+        let relay = std::thread::spawn(move || {
+            for s in sigs.forever() {
+                if s != libc::SIGINT {
+                    // SAFETY: kill(2) of our own child, which we have not yet reaped.
+                    unsafe { libc::kill(pid, s) };
+                }
+            }
+        });
+        let status = child.wait().map_err(|err| LinkError::Io { what: "wait for the command", err });
+        handle.close();
+        let _ = relay.join();
+        status
+    }
+
+    /// Stops forwarding and returns what the link saw. The devices and the namespace go when
+    /// the link is dropped (at the end of this call).
+    pub fn finish(mut self) -> Result<LinkReport, LinkError> {
+        self.stop_thread().map_err(|err| LinkError::Io { what: "forward packets", err })
+    }
+
+    fn stop_thread(&mut self) -> io::Result<LinkReport> {
+        self.stop.store(true, Ordering::Release);
+        sys::eventfd_signal(&self.stop_fd);
+        match self.thread.take() {
+            Some(t) => t.join().unwrap_or_else(|_| Err(io::Error::other("the forwarder panicked"))),
+            None => Err(io::Error::other("already stopped")),
+        }
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let _ = self.stop_thread();
+        }
+    }
+}
+
+/// A /30 of 10.213.0.0/16 that no interface here uses: the block is chosen from the process id
+/// and the link's number (two links never share one), skipping any block in use.
+fn pick_addresses(pid: u32, n: u32) -> Result<Addresses, LinkError> {
+    let used = sys::host_addresses().map_err(sys_err("list the host's addresses"))?;
+    let blocks = 1u32 << 14;
+    let first = (pid.wrapping_mul(64).wrapping_add(n)) % blocks;
+    for i in 0..blocks {
+        let b = (first + i) % blocks;
+        let base = u32::from(Ipv4Addr::new(10, 213, 0, 0)) + b * 4;
+        if used.iter().any(|a| u32::from(*a) & !3 == base) {
+            continue;
+        }
+        return Ok(Addresses { host: Ipv4Addr::from(base + 1), local: Ipv4Addr::from(base + 2) });
+    }
+    Err(LinkError::NoAddress)
+}
+
+struct Forwarder {
+    ns_tun: OwnedFd,
+    host_tun: OwnedFd,
+    stop_fd: Arc<OwnedFd>,
+    stop: Arc<AtomicBool>,
+    up: Pipe<Vec<u8>>,
+    down: Pipe<Vec<u8>>,
+    clock: Instant,
+}
+
+/// Below this wait the forwarder spins instead of sleeping (a sleep's wake-up costs more).
+const SPIN_NS: u64 = 20_000;
+/// Packets read from one side before the other gets its turn.
+const BATCH: usize = 8;
+/// Packet buffers kept for reuse.
+const POOL: usize = 4096;
+
+fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
+    // Wake-ups to the nanosecond asked for, not 50 us later (the default timer slack).
+    // SAFETY: prctl on the calling thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    // Woken ahead of ordinary threads (the generator's, the server's) when a packet is due:
+    // real-time priority where permitted (root), best effort. It never spins long (SPIN_NS),
+    // so it takes no more CPU than its work.
+    let realtime = std::env::var_os("VOLLEY_LINK_NO_RT").is_none() && {
+        let p = libc::sched_param { sched_priority: 10 };
+        // SAFETY: sched_setscheduler(2) on the calling thread with a param we own.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) == 0 }
+    };
+    let now = |c: &Instant| c.elapsed().as_nanos() as u64;
+    let mut buf = vec![0u8; 65536];
+    let mut pool: Vec<Vec<u8>> = Vec::new();
+    let mut lateness = Histogram::new(3);
+    let mut write_errors = 0u64;
+    let (ns_fd, host_fd) = (f.ns_tun.as_raw_fd(), f.host_tun.as_raw_fd());
+    loop {
+        // In: what each side has sent.
+        for (fd, pipe) in [(ns_fd, &mut f.up), (host_fd, &mut f.down)] {
+            for _ in 0..BATCH {
+                // SAFETY: read(2) into a buffer we own, of its length.
+                let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+                if n < 0 {
+                    let e = io::Error::last_os_error();
+                    match e.kind() {
+                        io::ErrorKind::WouldBlock => break,
+                        io::ErrorKind::Interrupted => continue,
+                        _ => return Err(e),
+                    }
+                }
+                let mut v = pool.pop().unwrap_or_default();
+                v.clear();
+                v.extend_from_slice(&buf[..n as usize]);
+                pipe.push(now(&f.clock), v);
+            }
+        }
+        // Out: what is due.
+        let t = now(&f.clock);
+        for (fd, pipe) in [(host_fd, &mut f.up), (ns_fd, &mut f.down)] {
+            while let Some(d) = pipe.pop_due(t) {
+                let at = now(&f.clock);
+                // SAFETY: write(2) of a packet we own.
+                let w = unsafe { libc::write(fd, d.packet.as_ptr().cast(), d.packet.len()) };
+                if w < 0 {
+                    write_errors += 1;
+                }
+                lateness.record(at.saturating_sub(d.due));
+                if pool.len() < POOL {
+                    pool.push(d.packet);
+                }
+            }
+        }
+        if f.stop.load(Ordering::Acquire) {
+            break;
+        }
+        // Wait: for a packet, for the next due time, or for the stop signal.
+        let next = [f.up.next_due(), f.down.next_due()].into_iter().flatten().min();
+        let t = now(&f.clock);
+        let wait = next.map(|d| d.saturating_sub(t));
+        if wait.is_some_and(|w| w < SPIN_NS) {
+            continue;
+        }
+        let ts = wait.map(|w| libc::timespec { tv_sec: (w / 1_000_000_000) as _, tv_nsec: (w % 1_000_000_000) as _ });
+        let mut fds = [
+            libc::pollfd { fd: ns_fd, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: host_fd, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: f.stop_fd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: ppoll(2) on descriptors we hold, with a timespec we own (or none).
+        let r = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as _, tsp, std::ptr::null()) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        if fds[2].revents != 0 {
+            // One last pass: what is due now still leaves (the loop checks `stop`).
+            continue;
+        }
+    }
+    let held_at_end = (f.up.len() + f.down.len()) as u64;
+    // SAFETY: getrusage(2) of the calling thread into a struct we own.
+    let cpu = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut u);
+        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+        tv(u.ru_utime) + tv(u.ru_stime)
+    };
+    Ok(LinkReport {
+        up: f.up.counters,
+        down: f.down.counters,
+        up_queue_delay: f.up.queue_delay.clone(),
+        down_queue_delay: f.down.queue_delay.clone(),
+        lateness,
+        write_errors,
+        held_at_end,
+        realtime,
+        cpu,
+        elapsed: f.clock.elapsed(),
+    })
+}

@@ -1,0 +1,165 @@
+//! The system side: TUN devices, their addresses, and network namespaces, by ioctl and
+//! unshare/setns (no `ip` commands, no netlink).
+
+use std::ffi::CString;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn ifreq(name: &str) -> io::Result<libc::ifreq> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad interface name '{name}'")));
+    }
+    // SAFETY: ifreq is plain old data; all zeros is a valid value.
+    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in r.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    Ok(r)
+}
+
+/// Creates a TUN device (IPv4/IPv6 packets, no packet information header), non-blocking, not
+/// persistent: it disappears when the descriptor is closed, whatever ends the process. Made in
+/// the network namespace of the calling thread.
+pub fn tun_create(name: &str) -> io::Result<OwnedFd> {
+    let path = CString::new("/dev/net/tun").expect("no NUL");
+    // SAFETY: a plain open(2) of a NUL-terminated path.
+    let fd = cvt(unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })?;
+    // SAFETY: fd was just opened and is owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut r = ifreq(name)?;
+    r.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+    // SAFETY: TUNSETIFF reads an ifreq we own.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF as _, &r) })?;
+    Ok(fd)
+}
+
+fn sockaddr(a: Ipv4Addr) -> libc::sockaddr {
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr { s_addr: u32::from(a).to_be() },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: sockaddr_in and sockaddr have the same size; the bytes are a valid sockaddr.
+    unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(sin) }
+}
+
+/// An AF_INET datagram socket for interface ioctls (in the calling thread's namespace).
+fn ctl_socket() -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) with constant arguments.
+    let fd = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: just created, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn ioctl_ifreq(s: &OwnedFd, req: libc::c_ulong, r: &mut libc::ifreq) -> io::Result<()> {
+    // SAFETY: the interface ioctls read or write the ifreq we own.
+    cvt(unsafe { libc::ioctl(s.as_raw_fd(), req as _, r as *mut libc::ifreq) }).map(|_| ())
+}
+
+/// Brings an interface up (and running).
+pub fn link_up(name: &str) -> io::Result<()> {
+    let s = ctl_socket()?;
+    let mut r = ifreq(name)?;
+    ioctl_ifreq(&s, libc::SIOCGIFFLAGS, &mut r)?;
+    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+    let flags = unsafe { r.ifr_ifru.ifru_flags };
+    r.ifr_ifru.ifru_flags = flags | (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    ioctl_ifreq(&s, libc::SIOCSIFFLAGS, &mut r)
+}
+
+/// Gives a point-to-point interface its address and its peer's (a /32 each: the kernel adds
+/// the route to the peer through this interface), turns IPv6 off on it (no router
+/// solicitations crossing the link), and brings it up.
+pub fn configure_p2p(name: &str, local: Ipv4Addr, peer: Ipv4Addr) -> io::Result<()> {
+    // Best effort: without IPv6 in the kernel the file is not there.
+    let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1");
+    let s = ctl_socket()?;
+    let mut r = ifreq(name)?;
+    r.ifr_ifru.ifru_addr = sockaddr(local);
+    ioctl_ifreq(&s, libc::SIOCSIFADDR, &mut r)?;
+    let mut r = ifreq(name)?;
+    r.ifr_ifru.ifru_dstaddr = sockaddr(peer);
+    ioctl_ifreq(&s, libc::SIOCSIFDSTADDR, &mut r)?;
+    let mut r = ifreq(name)?;
+    r.ifr_ifru.ifru_netmask = sockaddr(Ipv4Addr::new(255, 255, 255, 255));
+    ioctl_ifreq(&s, libc::SIOCSIFNETMASK, &mut r)?;
+    link_up(name)
+}
+
+/// The IPv4 addresses of this namespace's interfaces.
+pub fn host_addresses() -> io::Result<Vec<Ipv4Addr>> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list we free below.
+    cvt(unsafe { libc::getifaddrs(&mut list) })?;
+    let mut out = Vec::new();
+    let mut p = list;
+    while !p.is_null() {
+        // SAFETY: p walks the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*p };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: a non-null ifa_addr points at a sockaddr of its family.
+            let fam = unsafe { (*ifa.ifa_addr).sa_family } as libc::c_int;
+            if fam == libc::AF_INET {
+                // SAFETY: AF_INET: the sockaddr is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                out.push(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+            }
+        }
+        p = ifa.ifa_next;
+    }
+    // SAFETY: the list from getifaddrs, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    Ok(out)
+}
+
+/// Runs `f` on a new thread inside a new network namespace; returns the namespace (a
+/// descriptor that keeps it alive) and what `f` returned. Network namespaces are per thread:
+/// the caller's stays as it was.
+pub fn in_new_netns<R: Send>(f: impl FnOnce() -> io::Result<R> + Send) -> io::Result<(OwnedFd, R)> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: unshare(2) of this thread's network namespace only.
+            cvt(unsafe { libc::unshare(libc::CLONE_NEWNET) })?;
+            let r = f()?;
+            let path = CString::new("/proc/thread-self/ns/net").expect("no NUL");
+            // SAFETY: open(2) of a NUL-terminated path.
+            let fd = cvt(unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })?;
+            // SAFETY: just opened, owned by nothing else.
+            Ok((unsafe { OwnedFd::from_raw_fd(fd) }, r))
+        })
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")))
+    })
+}
+
+/// Moves the calling thread into the network namespace `ns` (sockets it makes afterwards live
+/// there).
+pub fn enter_netns(ns: RawFd) -> io::Result<()> {
+    // SAFETY: setns(2) on a namespace descriptor; affects the calling thread only.
+    cvt(unsafe { libc::setns(ns, libc::CLONE_NEWNET) }).map(|_| ())
+}
+
+/// An eventfd: the forwarder's stop signal.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd(2) with constant arguments.
+    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+    // SAFETY: just created, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Signals an eventfd.
+pub fn eventfd_signal(fd: &OwnedFd) {
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: an 8-byte write from a buffer we own.
+    let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) };
+}
