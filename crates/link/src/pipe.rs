@@ -18,35 +18,13 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use serde::Serialize;
 use volley_metrics::Histogram;
 
 use crate::model::{DirConfig, Dist, Loss, Nanos, QueueLimit, Rate, Trace, TRACE_OPPORTUNITY_BYTES};
 use crate::rng::Rng;
 
-/// What happened to the packets of one direction.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Counters {
-    pub packets_in: u64,
-    pub bytes_in: u64,
-    pub packets_out: u64,
-    pub bytes_out: u64,
-    pub dropped_loss: u64,
-    pub dropped_queue: u64,
-    pub dropped_outage: u64,
-    /// Packets that left after a packet that came in later than they did.
-    pub reordered: u64,
-    /// Extra copies made (each counted in `packets_out` too when it leaves).
-    pub duplicated: u64,
-}
-
-impl Counters {
-    /// Packets still held: in = out + dropped - duplicated + held.
-    pub fn held(&self) -> u64 {
-        (self.packets_in + self.duplicated)
-            .saturating_sub(self.packets_out + self.dropped_loss + self.dropped_queue + self.dropped_outage)
-    }
-}
+/// What happened to the packets of one direction (the results' own type).
+pub use volley_metrics::LinkCounters as Counters;
 
 /// A packet on its way out.
 #[derive(Debug)]

@@ -283,11 +283,10 @@ pub struct LinkInfo {
     pub realtime: bool,
 }
 
-/// What one direction of an emulated link did.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct LinkDirection {
-    /// Its settings in words (`delay 53.3ms, jitter 1ms uniform (reorders), loss 0.5%`).
-    pub settings: String,
+/// What happened to the packets of one direction of an emulated link: the emulator's own
+/// counters (volley-link), and the results' (in [`LinkDirection`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkCounters {
     pub packets_in: u64,
     pub bytes_in: u64,
     pub packets_out: u64,
@@ -295,8 +294,40 @@ pub struct LinkDirection {
     pub dropped_loss: u64,
     pub dropped_queue: u64,
     pub dropped_outage: u64,
+    /// Packets that left after a packet that came in later than they did.
     pub reordered: u64,
+    /// Extra copies made (each counted in `packets_out` too when it leaves).
     pub duplicated: u64,
+}
+
+impl LinkCounters {
+    /// Packets still held: in = out + dropped - duplicated + held.
+    pub fn held(&self) -> u64 {
+        (self.packets_in + self.duplicated)
+            .saturating_sub(self.packets_out + self.dropped_loss + self.dropped_queue + self.dropped_outage)
+    }
+
+    /// Adds another run's counters (merge).
+    pub fn add(&mut self, o: &LinkCounters) {
+        self.packets_in += o.packets_in;
+        self.bytes_in += o.bytes_in;
+        self.packets_out += o.packets_out;
+        self.bytes_out += o.bytes_out;
+        self.dropped_loss += o.dropped_loss;
+        self.dropped_queue += o.dropped_queue;
+        self.dropped_outage += o.dropped_outage;
+        self.reordered += o.reordered;
+        self.duplicated += o.duplicated;
+    }
+}
+
+/// What one direction of an emulated link did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LinkDirection {
+    /// Its settings in words (`delay 53.3ms, jitter 1ms uniform (reorders), loss 0.5%`).
+    pub settings: String,
+    #[serde(flatten)]
+    pub counts: LinkCounters,
     /// Time packets waited in the bottleneck queue (with a rate or a trace).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub queue_delay: Option<LatencySummary>,

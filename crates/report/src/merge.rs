@@ -606,15 +606,7 @@ fn merge_links<'a>(
         LatencySummary::of(&h)
     };
     let add = |a: &mut LinkDirection, b: &LinkDirection| {
-        a.packets_in += b.packets_in;
-        a.bytes_in += b.bytes_in;
-        a.packets_out += b.packets_out;
-        a.bytes_out += b.bytes_out;
-        a.dropped_loss += b.dropped_loss;
-        a.dropped_queue += b.dropped_queue;
-        a.dropped_outage += b.dropped_outage;
-        a.reordered += b.reordered;
-        a.duplicated += b.duplicated;
+        a.counts.add(&b.counts);
         a.queue_delay = match (&a.queue_delay, &b.queue_delay) {
             (Some(x), Some(y)) => Some(merge_h(x, y)),
             (x, y) => x.clone().or_else(|| y.clone()),
@@ -638,14 +630,16 @@ fn merge_links<'a>(
 
 #[cfg(test)]
 mod tests {
-    use volley_metrics::{Histogram, LatencySummary, LinkDirection, LinkInfo};
+    use volley_metrics::{Histogram, LatencySummary, LinkCounters, LinkDirection, LinkInfo};
 
     use super::merge_links;
 
     fn link(spec: &str, seed: u64, lost: u64, late_us: u64) -> LinkInfo {
         let mut h = Histogram::new(3);
         h.record(late_us * 1000);
-        let up = LinkDirection { packets_in: 100, packets_out: 100 - lost, dropped_loss: lost, ..Default::default() };
+        let counts =
+            LinkCounters { packets_in: 100, packets_out: 100 - lost, dropped_loss: lost, ..Default::default() };
+        let up = LinkDirection { counts, ..Default::default() };
         LinkInfo { spec: spec.into(), seed, up, lateness: LatencySummary::of(&h), realtime: true, ..Default::default() }
     }
 
@@ -653,7 +647,7 @@ mod tests {
     fn links_of_one_spec_and_seed_add_up_others_are_left_out() {
         let (a, b) = (link("4g", 1, 3, 10), link("4g", 1, 5, 50));
         let m = merge_links([Some(&a), Some(&b)].into_iter()).unwrap();
-        assert_eq!((m.up.packets_in, m.up.packets_out, m.up.dropped_loss), (200, 192, 8));
+        assert_eq!((m.up.counts.packets_in, m.up.counts.packets_out, m.up.counts.dropped_loss), (200, 192, 8));
         assert_eq!(m.lateness.count, 2);
         assert!(m.lateness.max_ns >= 50_000 && m.lateness.min_ns <= 10_000);
         let other_seed = link("4g", 2, 0, 1);

@@ -368,13 +368,13 @@ fn link_lines(l: &volley_metrics::LinkInfo) -> Vec<String> {
         let mut text = format!(
             "{}: {} packets in, {} out; dropped: loss {}, queue {}, outage {}; reordered {}, duplicated {}",
             d.settings,
-            d.packets_in,
-            d.packets_out,
-            d.dropped_loss,
-            d.dropped_queue,
-            d.dropped_outage,
-            d.reordered,
-            d.duplicated
+            d.counts.packets_in,
+            d.counts.packets_out,
+            d.counts.dropped_loss,
+            d.counts.dropped_queue,
+            d.counts.dropped_outage,
+            d.counts.reordered,
+            d.counts.duplicated
         );
         if let Some(q) = &d.queue_delay {
             text += &format!("; queueing p50 {} p99 {}", fmt_ns(q.p50_ns), fmt_ns(q.p99_ns));

@@ -136,15 +136,7 @@ impl BehindLink {
         print_report(&r);
         let dir = |settings: String, c: &volley_link::Counters, q: &Histogram| LinkDirection {
             settings,
-            packets_in: c.packets_in,
-            bytes_in: c.bytes_in,
-            packets_out: c.packets_out,
-            bytes_out: c.bytes_out,
-            dropped_loss: c.dropped_loss,
-            dropped_queue: c.dropped_queue,
-            dropped_outage: c.dropped_outage,
-            reordered: c.reordered,
-            duplicated: c.duplicated,
+            counts: *c,
             queue_delay: (!q.is_empty()).then(|| LatencySummary::of(q)),
         };
         let info = LinkInfo {
