@@ -63,7 +63,12 @@ pub fn run() -> CliResult {
             // clap's own message, reduced to its first line, exit code 2.
             let text = e.to_string();
             let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
-            return Err(CliError::usage(first));
+            // Another tool's spelling (dnsperf, dnspyre, flamethrower): say volley's.
+            let args: Vec<String> = std::env::args().collect();
+            return Err(match crate::neighbours::hint(&args) {
+                Some(h) => CliError::usage(format!("{first} ({h})")),
+                None => CliError::usage(first),
+            });
         }
     };
     match cli.command {
