@@ -633,6 +633,11 @@ pub fn run(
         schedule_lateness,
         transport_wait,
         peak_on_wire: (got.peak_on_wire > 0).then_some(got.peak_on_wire),
+        qlog_dir: match &plan.load {
+            Load::Clients(c) => c.groups.iter().find_map(|g| g.lane.qlog.as_ref()),
+            _ => plan.lane.qlog.as_ref(),
+        }
+        .map(|d| d.display().to_string()),
         generator: GeneratorInfo {
             cpu_s,
             cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },

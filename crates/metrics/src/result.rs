@@ -66,6 +66,9 @@ pub struct RunResult {
     /// The emulated link the generator was behind (`--link`; docs/link.md).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub link: Option<LinkInfo>,
+    /// The directory of the QUIC connections' qlog traces (`--qlog`; one `.sqlog` file each).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub qlog_dir: Option<String>,
     /// Connection-based transports only: handshakes, resumption, closes.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub connections: Option<crate::ConnectionSummary>,

@@ -135,6 +135,7 @@ fn sample(plan: Plan) -> RunResult {
         },
         target_cpu: None,
         link: None,
+        qlog_dir: None,
         connections: None,
         groups: Vec::new(),
         totals,
