@@ -32,6 +32,7 @@ use volley_metrics::{
 use volley_transport::{LaneOptions, Target};
 
 pub use clients::{Arrivals, ClientsLoad, Group, Profile};
+
 pub use source::{QuerySet, SourceError};
 pub use worker::threads_own_descriptor_tables;
 
@@ -68,6 +69,43 @@ pub struct Plan {
     /// The target's processes, when it runs on this host: their CPU time over the run is
     /// reported (`target_cpu`).
     pub target_pids: Vec<u32>,
+    /// UDP: send a query again when no answer came (`--udp-retry`, `--udp-tries`).
+    pub udp_retry: Option<UdpRetry>,
+    /// UDP: ask a truncated answer's question again over TCP (`--tc-fallback`), on a
+    /// connection of its own per retry, from the UDP socket's address, as stub resolvers do.
+    pub tc_fallback: bool,
+}
+
+/// How a stub resolver sends a UDP query again when no answer comes (glibc's `timeout:` and
+/// `attempts:` in resolv.conf, dig's `+timeout` and `+tries`): after `after` without an answer
+/// the query goes out again, up to `tries` sends in all, all within the query's own timeout.
+/// Each send has a DNS ID of its own (see docs/run.md, "Retransmission over UDP").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpRetry {
+    pub after: Duration,
+    pub tries: u32,
+}
+
+impl UdpRetry {
+    /// The retry of `after` and `tries` for queries that time out after `timeout`: checked
+    /// (tries at least 2, `after` above 0 and below `timeout`: a retry that could never be
+    /// sent is a contradiction). `after` None: the timeout shared evenly by the tries (glibc
+    /// waits `timeout:` after each of its `attempts:`, so its whole wait is their product).
+    pub fn new(after: Option<Duration>, tries: u32, timeout: Duration) -> Result<UdpRetry, String> {
+        if tries < 2 {
+            return Err(format!("{tries} tries: a retry needs at least 2 (1 is no retry)"));
+        }
+        let after = after.unwrap_or(timeout / tries);
+        if after.is_zero() {
+            return Err("the retry delay must be above 0".into());
+        }
+        if after >= timeout {
+            return Err(format!(
+                "a retry after {after:?} is never sent: queries time out after {timeout:?} (--timeout)"
+            ));
+        }
+        Ok(UdpRetry { after, tries })
+    }
 }
 
 #[derive(Debug, Error)]
@@ -76,6 +114,16 @@ pub enum EngineError {
     Plan(String),
     #[error("cannot start worker thread: {0}")]
     Thread(std::io::Error),
+}
+
+/// The lane settings of a stub's retries over TCP after truncation: a connection of its own
+/// for each, closed after its answer.
+fn stub_tcp(udp: &LaneOptions) -> LaneOptions {
+    LaneOptions {
+        conn: volley_transport::ConnPolicy { max_queries: Some(1), ..Default::default() },
+        udp_lazy_receive: None,
+        ..udp.clone()
+    }
 }
 
 /// The clock starts this long after the last worker is ready (each looks every millisecond).
@@ -368,28 +416,33 @@ pub fn run(
             .iter()
             .map(|g| worker::GroupRt {
                 spec: worker::LaneSpec { target: g.target.clone(), lane: g.lane.clone() },
-                fallback: g.fallback.as_ref().map(|t| worker::LaneSpec {
-                    target: t.clone(),
-                    // A stub asks again over TCP on a connection of its own, closed after.
-                    lane: LaneOptions {
-                        conn: volley_transport::ConnPolicy { max_queries: Some(1), ..Default::default() },
-                        ..g.lane.clone()
-                    },
-                }),
+                fallback: g.fallback.as_ref().map(|t| worker::LaneSpec { target: t.clone(), lane: stub_tcp(&g.lane) }),
                 connections: g.profile.connections,
                 connect_at_start: g.profile.connect_at_start,
                 rate: g.rate,
                 busy: g.busy.map(|b| (b, g.profile.light_rate)),
+                retry: g.udp_retry.filter(|_| g.target.scheme == volley_transport::Scheme::Udp),
             })
             .collect(),
-        _ => vec![worker::GroupRt {
-            spec: worker::LaneSpec { target: plan.target.clone(), lane: plan.lane.clone() },
-            fallback: None,
-            connections: 1,
-            connect_at_start: true,
-            rate: 0.0,
-            busy: None,
-        }],
+        _ => {
+            let udp = plan.target.scheme == volley_transport::Scheme::Udp;
+            let fallback = match (udp && plan.tc_fallback, plan.target.addr) {
+                (true, addr) => Some(worker::LaneSpec {
+                    target: format!("tcp://{addr}").parse::<Target>().map_err(|e| EngineError::Plan(e.to_string()))?,
+                    lane: stub_tcp(&plan.lane),
+                }),
+                _ => None,
+            };
+            vec![worker::GroupRt {
+                spec: worker::LaneSpec { target: plan.target.clone(), lane: plan.lane.clone() },
+                fallback,
+                connections: 1,
+                connect_at_start: true,
+                rate: 0.0,
+                busy: None,
+                retry: plan.udp_retry.filter(|_| udp),
+            }]
+        }
     };
     // Clients are dealt to groups by weight, then to workers in turn.
     let assignment = match &plan.load {
