@@ -83,6 +83,8 @@ fn retries_recover_dropped_queries_and_are_counted() {
     let mut with_retry = load.to_vec();
     with_retry.extend(["--udp-retry", "100ms", "--udp-tries", "3"]);
     let (v, stats) = against(&["--drop", "1/5"], &with_retry);
+    assert_eq!((v["load"]["udp_retry_ms"].as_f64(), v["load"]["udp_tries"].as_u64()), (Some(100.0), Some(3)));
+    assert!(plain["load"]["udp_retry_ms"].is_null() && plain["load"]["tc_fallback"].is_null());
     let sent = total(&v, "sent");
     assert_eq!(total(&v, "issued"), 3000, "{}", show(&v));
     assert_eq!(total(&v, "answered") + total(&v, "timed_out"), 3000, "{}", show(&v));
@@ -157,6 +159,7 @@ fn truncated_answers_are_asked_again_over_tcp() {
     let stats = s.terminate();
     let v = r.ok();
     check_accounting(v);
+    assert_eq!(v["load"]["tc_fallback"], true);
     assert_eq!(total(v, "issued"), 300, "each retry is its query's, not a query of its own:\n{}", show(v));
     assert_eq!(total(v, "answered"), 300, "{}", show(v));
     assert_eq!(rcode(v, "NOERROR"), 300, "{}", show(v));
@@ -229,6 +232,7 @@ fn stub_clients_send_again_at_half_the_timeout() {
         &["--drop", "1/5"],
         &["--clients", "20", "--client-rate", "20", "--profile", "stub", "-l", "2s", "-t", "400ms"],
     );
+    assert_eq!((v["load"]["udp_retry_ms"].as_f64(), v["load"]["udp_tries"].as_u64()), (Some(200.0), Some(2)));
     let sent = total(&v, "sent");
     let retries = event(&v, "udp_retries");
     let dropped = serve_stat(&stats, "dropped");

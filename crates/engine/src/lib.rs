@@ -675,6 +675,9 @@ pub fn run(
             // Simulated clients: the UDP sockets their UDP clients have (a plain run: its lanes).
             connections: if udp_clients > 0 { sockets_made } else { connections },
             queries: plan.queries.description.clone(),
+            udp_retry_ms: groups.iter().find_map(|g| g.retry).map(|r| r.after.as_secs_f64() * 1e3),
+            udp_tries: groups.iter().find_map(|g| g.retry).map(|r| r.tries),
+            tc_fallback: groups.iter().any(|g| g.fallback.is_some()),
         },
         qps: Qps {
             issued: totals.issued as f64 / sending_s,

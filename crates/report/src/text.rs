@@ -449,6 +449,12 @@ fn describe_load(r: &RunResult) -> String {
         parts.push(format!("count {n}"));
     }
     parts.push(format!("timeout {}", fmt_secs(l.timeout_ms as f64 / 1000.0)));
+    if let (Some(ms), Some(n)) = (l.udp_retry_ms, l.udp_tries) {
+        parts.push(format!("UDP retry after {} ({n} tries)", fmt_secs(ms / 1000.0)));
+    }
+    if l.tc_fallback {
+        parts.push("TC over TCP".into());
+    }
     parts.push(format!("{} threads", l.threads));
     parts.push(format!("{} connections", l.connections));
     parts.join(", ")
