@@ -1561,6 +1561,14 @@ mod tests {
 
     /// A worker whose lanes are in the groups `groups` (two groups), its run over.
     fn worker(groups: &[u16]) -> (Rc<Worker>, std::sync::mpsc::Receiver<volley_metrics::WorkerMessage>) {
+        worker_with(groups, None)
+    }
+
+    /// [`worker`], its UDP groups sending queries again as `retry` says.
+    fn worker_with(
+        groups: &[u16],
+        retry: Option<crate::UdpRetry>,
+    ) -> (Rc<Worker>, std::sync::mpsc::Receiver<volley_metrics::WorkerMessage>) {
         let (tx, rx) = std::sync::mpsc::channel();
         let queries = QuerySet::single("example.test", QType::A, QueryOptions::default()).unwrap();
         let lanes = groups
@@ -1590,12 +1598,12 @@ mod tests {
             }),
             pool: groups.len() as u32,
             lanes,
-            specs: Vec::new(),
+            specs: vec![plain_group().spec],
             clients: Vec::new(),
             queries,
             timeout_ns: 0,
             closed_loop: false,
-            groups: vec![plain_group(); 2],
+            groups: vec![GroupRt { retry, ..plain_group() }; 2],
             this: RefCell::new(std::rc::Weak::new()),
             reports: Cell::new(0),
         });
@@ -1604,6 +1612,62 @@ mod tests {
 
     fn view(w: &Rc<Worker>, lane: usize) -> Rc<LaneView> {
         Rc::new(LaneView { w: w.clone(), g: w.lanes[lane].group, lane })
+    }
+
+    /// Stands for a UDP lane's driver: takes the lane's next query, gives it `id`, and says
+    /// it left at `now`; returns the query's message.
+    fn send(w: &Rc<Worker>, x: &LaneView, id: u16, now: u64) -> (Token, Vec<u8>) {
+        let t = w.lanes[x.lane].lane.pop().expect("a query in the lane");
+        let mut out = Vec::new();
+        assert!(x.encode(t, id, &mut out));
+        x.sent(t, out.len(), now);
+        (t, out)
+    }
+
+    /// The UDP retry's sweep, in virtual time: a query with no answer after the delay goes back
+    /// to its lane once (not again while it waits there), as often as its tries allow and no
+    /// later than its deadline; it keeps one slab entry, `sent` counts it once, and each send
+    /// again is counted. An answer to its first send ends it (an answer to an earlier send);
+    /// the answer to its other send then finds nothing.
+    #[test]
+    fn a_udp_query_goes_out_again_after_the_delay_with_one_fate() {
+        const MS: u64 = 1_000_000;
+        let retry = crate::UdpRetry { after: Duration::from_millis(100), tries: 3 };
+        let (w, _rx) = worker_with(&[0], Some(retry));
+        let x = view(&w, 0);
+        let t0 = 10 * S;
+        let t = {
+            let mut inn = w.inner.borrow_mut();
+            inn.finished = false;
+            let t = inn.slab.insert(Entry { lane: 0, scheduled: t0, deadline: t0 + 250 * MS, ..Default::default() });
+            inn.deadlines.push_back((t0 + 250 * MS, t));
+            t
+        };
+        w.lanes[0].lane.push(t);
+        let (_, first) = send(&w, &x, 7, t0);
+        let queued = || w.lanes[0].lane.queued();
+        let retries = || w.inner.borrow().events.get(UDP_RETRY_EVENT).copied().unwrap_or(0);
+        w.expire(t0 + 99 * MS);
+        assert_eq!((queued(), retries()), (0, 0), "not before the delay");
+        w.expire(t0 + 100 * MS);
+        w.expire(t0 + 105 * MS);
+        assert_eq!((queued(), retries()), (1, 1), "once, however often the sweep looks");
+        send(&w, &x, 8, t0 + 105 * MS);
+        w.expire(t0 + 205 * MS);
+        assert_eq!((queued(), retries()), (1, 2), "the third try");
+        send(&w, &x, 9, t0 + 205 * MS);
+        w.expire(t0 + 240 * MS);
+        assert_eq!((queued(), retries()), (0, 2), "no fourth: three tries in all");
+        assert_eq!(w.inner.borrow().slab.live(), 1, "one query, one entry");
+        assert!(w.inner.borrow().retries[0].is_empty(), "nothing left due past its tries");
+        // The first send's answer ends it.
+        let mut answer = first.clone();
+        answer[2] |= 0x80;
+        x.response(t, &answer, t0 + 241 * MS);
+        let inn = w.inner.borrow();
+        assert_eq!(inn.slab.live(), 0);
+        assert_eq!(inn.events.get(UDP_EARLIER_EVENT), Some(&1));
+        assert!(!x.is_live(t), "a later answer to another send finds no query");
     }
 
     /// The end of a run: an attempt still going is in progress; a connection whose driver
