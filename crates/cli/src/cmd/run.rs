@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use volley_engine::{Arrivals, ClientsLoad, Group, Load, Plan, Profile, QuerySet};
+use volley_engine::{Arrivals, ClientsLoad, Group, Load, Plan, Profile, QuerySet, UdpRetry};
 use volley_metrics::{RunResult, Status};
 use volley_transport::{
     probe::probe_addresses, ConnGate, ConnPolicy, HttpVersion, LaneOptions, Scheme, Sources, Target,
@@ -115,6 +115,24 @@ pub struct RunArgs {
     /// A query without an answer after DURATION has timed out.
     #[arg(short = 't', long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, help_heading = "Load")]
     pub timeout: Duration,
+
+    /// UDP: send a query again after DURATION without an answer, as stub resolvers do
+    /// (glibc's resolv.conf `timeout:`, dig's +timeout), up to --udp-tries sends in all, all
+    /// within --timeout; each query keeps one fate, its latency counted from its first send.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Load")]
+    pub udp_retry: Option<Duration>,
+
+    /// UDP: how many times a query may go out in all, the first send included (glibc's
+    /// `attempts:`, dig's +tries) [default: 2 with --udp-retry; without it, the sends share
+    /// --timeout evenly].
+    #[arg(long, value_name = "N", help_heading = "Load")]
+    pub udp_tries: Option<u32>,
+
+    /// UDP: ask the question of a truncated answer (TC=1) again over TCP, on a connection of
+    /// its own, as stub resolvers do; the TCP answer is the query's fate, its latency counted
+    /// from its first UDP send.
+    #[arg(long, help_heading = "Load")]
+    pub tc_fallback: bool,
 
     /// Open loop: queries due within this window of a wake-up leave together in one system
     /// call (up to this early; their latency then counts from when they left). 0 wakes up
@@ -370,6 +388,10 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
     if clients.is_none() {
         check_sockets(connections as u64, threads, &lane, &format!("{connections} connections"))?;
     }
+    let udp_retry = udp_retry_flags(a)?;
+    if clients.is_none() && target.scheme != Scheme::Udp && (udp_retry.is_some() || a.tc_fallback) {
+        return Err(CliError::usage(UDP_FLAGS_NEED_UDP));
+    }
     Ok(Plan {
         target,
         queries,
@@ -382,7 +404,22 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         lane,
         batch_window: a.batch_window,
         target_pids: target_pids(&a.target_pid)?,
+        udp_retry,
+        tc_fallback: a.tc_fallback,
     })
+}
+
+/// The error of UDP flags on a run without UDP.
+const UDP_FLAGS_NEED_UDP: &str = "--udp-retry, --udp-tries and --tc-fallback apply to UDP: use a udp:// target";
+
+/// `--udp-retry` and `--udp-tries`, checked against `--timeout`: None when neither is given.
+fn udp_retry_flags(a: &RunArgs) -> CliResult<Option<UdpRetry>> {
+    if a.udp_retry.is_none() && a.udp_tries.is_none() {
+        return Ok(None);
+    }
+    UdpRetry::new(a.udp_retry, a.udp_tries.unwrap_or(2), a.timeout)
+        .map(Some)
+        .map_err(|e| CliError::usage(format!("invalid --udp-retry/--udp-tries: {e}")))
 }
 
 /// Simulated UDP clients of a run: how many.
@@ -507,11 +544,21 @@ fn clients_load(
             lane.conn = with_flags(profile.light);
             busy = profile.busy.map(with_flags);
         }
-        let fallback = (profile.tcp_on_truncation && udp)
+        let fallback = ((profile.tcp_on_truncation || a.tc_fallback) && udp)
             .then(|| format!("tcp://{}", target.addr).parse::<Target>())
             .transpose()
             .map_err(CliError::usage)?;
-        groups.push(Group { weight, profile, target, rate, lane, busy, fallback });
+        // The command line's retry replaces the profile's.
+        let udp_retry = match (udp_retry_flags(a)?, profile.udp_tries) {
+            _ if !udp => None,
+            (Some(r), _) => Some(r),
+            (None, Some(tries)) if tries > 1 => Some(
+                UdpRetry::new(profile.udp_retry, tries, a.timeout)
+                    .map_err(|e| CliError::usage(format!("profile {}: udp_retry/udp_tries: {e}", profile.name)))?,
+            ),
+            (None, _) => None,
+        };
+        groups.push(Group { weight, profile, target, rate, lane, busy, fallback, udp_retry });
     }
     let arrivals = match a.arrivals {
         ArrivalsArg::Constant => Arrivals::Constant,
@@ -541,6 +588,11 @@ fn clients_load(
             (clients * f64::from(g.profile.connections) * open_share).ceil() as u64
         })
         .sum();
+    if !groups.iter().any(|g| g.target.scheme == Scheme::Udp)
+        && (a.udp_retry.is_some() || a.udp_tries.is_some() || a.tc_fallback)
+    {
+        return Err(CliError::usage(UDP_FLAGS_NEED_UDP));
+    }
     check_sockets(sockets, worker_threads(a), &groups[0].lane, &format!("{count} clients"))?;
     Ok(Some((ClientsLoad { count, arrivals, groups, replay }, sockets)))
 }
