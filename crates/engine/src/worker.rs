@@ -1088,6 +1088,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         tokio::task::spawn_local(schedule(w.clone(), start + offset, interval, share.batch_window_ns, end));
     }
 
+    let scheduled = !w.clients.is_empty() || share.schedule.is_some();
     // Housekeeping: timeouts, the per-second flush, and the end of the run.
     let mut tick = tokio::time::interval(Duration::from_millis(5));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -1101,7 +1102,12 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         if c.interrupt.load(Ordering::Relaxed) {
             break;
         }
-        if inn.issuing && end.is_some_and(|e| now >= e) {
+        // A scheduled load (open loop, clients, replay) stops issuing when its schedule task has
+        // issued every query due before the end, however late it runs (a busy machine): that
+        // task ends it. A schedule still running a second past the end is stopped here, as
+        // the closed loop is at the end.
+        let stop_at = end.map(|e| if scheduled { e + 1_000_000_000 } else { e });
+        if inn.issuing && stop_at.is_some_and(|e| now >= e) {
             inn.issuing = false;
         }
         if !inn.issuing {
