@@ -41,6 +41,8 @@ pub enum Command {
     Limit(cmd::limit::LimitArgs),
     /// Run a command behind an emulated network link (delay, jitter, loss, rate, outages).
     Link(cmd::link::LinkArgs),
+    /// Run a short load under a packet capture and print volley's latency beside the wire's.
+    Calibrate(cmd::calibrate::CalibrateArgs),
 }
 
 pub fn run() -> CliResult {
@@ -69,5 +71,6 @@ pub fn run() -> CliResult {
         Command::Merge(a) => cmd::merge::run(a),
         Command::Limit(a) => cmd::limit::run(a),
         Command::Link(a) => cmd::link::run(a),
+        Command::Calibrate(a) => cmd::calibrate::run(a),
     }
 }
