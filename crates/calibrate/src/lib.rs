@@ -87,14 +87,22 @@ impl VolleyFigure {
     /// The figure of a run: its `service_time` when its results carry one, else its `latency`.
     pub fn of(result: &RunResult) -> VolleyFigure {
         let value = serde_json::to_value(result).unwrap_or_default();
-        let (field, latency) = match value.get("service_time").filter(|v| !v.is_null()) {
-            Some(v) => match serde_json::from_value::<LatencySummary>(v.clone()) {
-                Ok(s) => ("service_time", s),
-                Err(_) => ("latency", result.latency.clone()),
-            },
-            None => ("latency", result.latency.clone()),
-        };
-        VolleyFigure { field: field.into(), answered: result.totals.answered, latency }
+        VolleyFigure::from_results(&value).unwrap_or_else(|| VolleyFigure {
+            field: "latency".into(),
+            answered: result.totals.answered,
+            latency: result.latency.clone(),
+        })
+    }
+
+    /// The figure of a results file read as JSON (`volley.results/1`): its `service_time`
+    /// when it has one (results of versions with kernel transmit stamps), else its `latency`.
+    /// None when neither is there.
+    pub fn from_results(v: &serde_json::Value) -> Option<VolleyFigure> {
+        let answered = v.get("totals")?.get("answered")?.as_u64()?;
+        ["service_time", "latency"].iter().find_map(|field| {
+            let s = serde_json::from_value::<LatencySummary>(v.get(*field)?.clone()).ok()?;
+            Some(VolleyFigure { field: field.to_string(), answered, latency: s })
+        })
     }
 }
 
@@ -294,5 +302,60 @@ pub fn read_pcap<R: Read>(r: R, path: &str, matcher: &mut Matcher) -> Result<Opt
             Err(e @ CaptureError::Truncated { .. }) => return Ok(Some(e.to_string())),
             Err(e) => return Err(file(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use volley_metrics::Histogram;
+
+    fn summary(values: &[u64]) -> serde_json::Value {
+        let mut h = Histogram::new(3);
+        for &v in values {
+            h.record(v);
+        }
+        serde_json::to_value(LatencySummary::of(&h)).unwrap()
+    }
+
+    #[test]
+    fn service_time_when_the_results_have_it() {
+        let mut v = serde_json::json!({"totals": {"answered": 3}, "latency": summary(&[50_000, 60_000, 70_000])});
+        let f = VolleyFigure::from_results(&v).unwrap();
+        assert_eq!((f.field.as_str(), f.answered, f.latency.p50_ns), ("latency", 3, 60_031));
+        v["service_time"] = summary(&[20_000, 30_000, 40_000]);
+        let f = VolleyFigure::from_results(&v).unwrap();
+        assert_eq!((f.field.as_str(), f.latency.p50_ns), ("service_time", 30_015));
+        assert!(VolleyFigure::from_results(&serde_json::json!({"totals": {"answered": 1}})).is_none());
+    }
+
+    #[test]
+    fn differences_and_warnings() {
+        let mut h = Histogram::new(3);
+        for v in [10_000, 20_000] {
+            h.record(v);
+        }
+        let wire = WireResult {
+            proto: Proto::Udp,
+            latency: h,
+            counts: WireCounts { queries: 2, matched: 2, ..WireCounts::default() },
+        };
+        let fig = VolleyFigure::from_results(
+            &serde_json::json!({"totals": {"answered": 3}, "service_time": summary(&[11_000, 21_000, 30_000])}),
+        )
+        .unwrap();
+        let c = Calibration::new("live", "udp://x", vec![wire], PacketCounts::default(), None, Some((Proto::Udp, fig)));
+        let t = &c.transports[0];
+        let d = t.difference.unwrap();
+        // p50: 21,000 (bucket 21,007) against 10,000 (bucket 10,007).
+        assert_eq!(d.p50_ns, 11_000);
+        assert!(d.p99_ns > 0);
+        // Three answered, two matched: said; no warning about the figure (service time).
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].contains("volley counted 3 answered, the wire matched 2"));
+        let mut text = Vec::new();
+        c.write_text(&mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("volley (service_time)") && text.contains("difference"), "{text}");
     }
 }
