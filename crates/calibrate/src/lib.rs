@@ -28,7 +28,9 @@ pub const SCHEMA: &str = "volley.calibration/1";
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrateError {
     /// Capturing needs root or CAP_NET_RAW.
-    #[error("capturing packets is not permitted ({0}): run as root or give volley CAP_NET_RAW (setcap cap_net_raw+ep)")]
+    #[error(
+        "capturing packets is not permitted ({0}): run as root or give volley CAP_NET_RAW (setcap cap_net_raw+ep)"
+    )]
     NotPermitted(#[source] io::Error),
     /// The live capture could not be set up or read.
     #[error("capture: {0}")]

@@ -128,7 +128,9 @@ fn route_interface(server: SocketAddr) -> Result<(String, u32, bool), CalibrateE
     let (name, loopback) = match (found, any_loopback) {
         (Some(f), _) => f,
         (None, Some(lo)) if local.is_loopback() => (lo, true),
-        _ => return Err(CalibrateError::Capture(format!("no interface has the address {local} that reaches {server}"))),
+        _ => {
+            return Err(CalibrateError::Capture(format!("no interface has the address {local} that reaches {server}")))
+        }
     };
     let c = std::ffi::CString::new(name.clone()).expect("interface names have no NUL");
     // SAFETY: a valid C string.
@@ -274,7 +276,7 @@ fn read_loop(
             }
         }
         for i in 0..n as usize {
-            if loopback && addrs[i].sll_pkttype == libc::PACKET_OUTGOING as u8 {
+            if loopback && addrs[i].sll_pkttype == libc::PACKET_OUTGOING {
                 continue;
             }
             out.packets += 1;

@@ -191,9 +191,8 @@ impl Matcher {
             Transport::Tcp { seq, syn, fin, rst } => {
                 let tcp = &mut self.tcp;
                 let seg = Segment { ts_ns, seq, syn, fin, rst, payload: d.payload };
-                self.reasm.segment((d.src, d.sport, d.dst, d.dport), seg, &mut |ts, msg| {
-                    tcp.message(ts, src, dst, msg)
-                });
+                self.reasm
+                    .segment((d.src, d.sport, d.dst, d.dport), seg, &mut |ts, msg| tcp.message(ts, src, dst, msg));
             }
         }
     }
@@ -270,10 +269,7 @@ mod tests {
         assert_eq!(r.len(), 1);
         let u = &r[0];
         assert_eq!(u.proto, Proto::Udp);
-        assert_eq!(
-            u.counts,
-            WireCounts { queries: 2, matched: 2, unmatched_responses: 2, ..WireCounts::default() }
-        );
+        assert_eq!(u.counts, WireCounts { queries: 2, matched: 2, unmatched_responses: 2, ..WireCounts::default() });
         assert_eq!(u.latency.min(), 1_900);
         assert_eq!(u.latency.max(), 2_000);
         assert_eq!(p, PacketCounts { packets: 8, kept: 6, undecodable: 1 });

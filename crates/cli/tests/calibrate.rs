@@ -128,10 +128,15 @@ fn against_tshark(server: &Server, dir: &Path, proto: &str, addr: SocketAddr) {
     assert_eq!(n(live, &["wire_counts", "unanswered"]), 0, "{live:#}");
 
     let server_addr = addr.to_string();
-    let from_file = calibrate(dir, &format!("{proto}-file"), &["--pcap", file.to_str().unwrap(), "--server", &server_addr]);
+    let from_file =
+        calibrate(dir, &format!("{proto}-file"), &["--pcap", file.to_str().unwrap(), "--server", &server_addr]);
     let fw = transport(&from_file, proto);
     let times = tshark_times(&file, addr.port());
-    eprintln!("{proto}: tshark found {} answers; calibrate --pcap matched {}", times.len(), n(fw, &["wire_counts", "matched"]));
+    eprintln!(
+        "{proto}: tshark found {} answers; calibrate --pcap matched {}",
+        times.len(),
+        n(fw, &["wire_counts", "matched"])
+    );
     // The probe before the run is in the file (its first flow), not in the live capture.
     assert_eq!(n(fw, &["wire_counts", "matched"]), 5001, "{proto}: the run and its probe\n{fw:#}");
     assert_eq!(times.len(), 5001, "{proto}: tshark's answers");
@@ -205,7 +210,10 @@ fn volley_against_the_wire() {
             } else {
                 assert_eq!(field, "latency");
                 // Query by query volley's latency contains the wire's: so do its percentiles.
-                assert!(d50 >= 0 && d99 >= 0, "{name}: volley's latency below the wire's: p50 {d50:+} ns, p99 {d99:+} ns");
+                assert!(
+                    d50 >= 0 && d99 >= 0,
+                    "{name}: volley's latency below the wire's: p50 {d50:+} ns, p99 {d99:+} ns"
+                );
                 // Loosely bounded: volley's own delay is not the bulk of a second.
                 assert!(d50 < 100_000_000, "{name}: volley's p50 {d50} ns above the wire's");
             }
@@ -243,9 +251,14 @@ fn not_permitted_to_capture() {
     let setpriv = require("setpriv");
     let server = Server::start_with(&["-T", "1"]);
     let mut cmd = Command::new(setpriv);
-    cmd.args(["--bounding-set", "-net_raw", "--inh-caps", "-net_raw"])
-        .arg(volley())
-        .args(["calibrate", &server.udp_url(), "-n", "10", "--progress", "never"]);
+    cmd.args(["--bounding-set", "-net_raw", "--inh-caps", "-net_raw"]).arg(volley()).args([
+        "calibrate",
+        &server.udp_url(),
+        "-n",
+        "10",
+        "--progress",
+        "never",
+    ]);
     let r = run_cmd(&mut cmd, RUN_WAIT);
     assert_eq!(r.status.code(), Some(2), "exit 2\n{}\n{}", r.stdout, r.stderr);
     let lines: Vec<&str> = r.stderr.lines().collect();

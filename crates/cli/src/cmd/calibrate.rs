@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use volley_calibrate::{Calibration, CalibrateError, LiveCapture, Matcher, Proto, VolleyFigure};
+use volley_calibrate::{CalibrateError, Calibration, LiveCapture, Matcher, Proto, VolleyFigure};
 use volley_transport::Scheme;
 
 use super::run::{self, RunArgs};
@@ -76,10 +76,11 @@ fn from_file(path: &std::path::Path, server: Option<std::net::SocketAddr>) -> Cl
     let file = std::fs::File::open(path).map_err(|e| CliError::usage(format!("--pcap {}: {e}", path.display())))?;
     let name = path.display().to_string();
     let mut matcher = Matcher::new(server, PCAP_EXPIRY.as_nanos() as u64);
-    let broke = volley_calibrate::read_pcap(std::io::BufReader::new(file), &name, &mut matcher).map_err(|e| match e {
-        CalibrateError::File { .. } => CliError::usage(format!("--pcap {e}")),
-        e => CliError::failure(e),
-    })?;
+    let broke =
+        volley_calibrate::read_pcap(std::io::BufReader::new(file), &name, &mut matcher).map_err(|e| match e {
+            CalibrateError::File { .. } => CliError::usage(format!("--pcap {e}")),
+            e => CliError::failure(e),
+        })?;
     let (wire, packets) = matcher.finish();
     let mut cal = Calibration::new("pcap", &name, wire, packets, None, None);
     cal.warnings.extend(broke);
@@ -112,12 +113,11 @@ fn live(a: &RunArgs) -> CliResult<(Calibration, bool)> {
     // The capture starts after the probe: the wire then holds the run's queries only. A query
     // waits on the wire as long as the run lets it (its timeout), and a second more.
     let expiry = (plan.timeout + Duration::from_secs(1)).as_nanos() as u64;
-    let capture = LiveCapture::start(plan.target.addr, Matcher::new(Some(plan.target.addr), expiry)).map_err(
-        |e| match e {
+    let capture =
+        LiveCapture::start(plan.target.addr, Matcher::new(Some(plan.target.addr), expiry)).map_err(|e| match e {
             CalibrateError::NotPermitted(_) => CliError::usage(e),
             e => CliError::failure(e),
-        },
-    )?;
+        })?;
     let result = run::execute(&plan, a.progress, a.metrics_file.as_deref(), run::interrupt_flag());
     // The last answers are in the kernel's queue by now; the capture reads them before it stops.
     std::thread::sleep(Duration::from_millis(100));
@@ -126,8 +126,14 @@ fn live(a: &RunArgs) -> CliResult<(Calibration, bool)> {
     let (matcher, stats) = stopped?;
     let (wire, packets) = matcher.finish();
     warnings.extend(result.warnings.iter().cloned());
-    let mut cal =
-        Calibration::new("live", &plan.target.url, wire, packets, Some(stats), Some((proto, VolleyFigure::of(&result))));
+    let mut cal = Calibration::new(
+        "live",
+        &plan.target.url,
+        wire,
+        packets,
+        Some(stats),
+        Some((proto, VolleyFigure::of(&result))),
+    );
     cal.warnings.splice(0..0, warnings);
     Ok((cal, result.status == volley_metrics::Status::Interrupted))
 }
