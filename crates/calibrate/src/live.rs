@@ -2,11 +2,15 @@
 //! server, each packet stamped by the kernel (`SO_TIMESTAMPNS`, the same stamp tcpdump gets),
 //! read in a thread of its own that feeds a [`Matcher`].
 //!
-//! The socket is `SOCK_DGRAM` (cooked: frames come without their link header, as IP packets),
-//! bound to one interface. On loopback every packet passes the socket twice, once leaving
+//! The socket is `SOCK_RAW`, bound to one interface: frames come with their link header
+//! (Ethernet on Ethernet and loopback devices, none on raw IP devices such as TUN). On loopback every packet passes the socket twice, once leaving
 //! (`PACKET_OUTGOING`) and once arriving (`PACKET_HOST`); only the arrival is kept, as libpcap
 //! does, so that the times are tcpdump's. On any other interface both directions are kept: the
 //! queries leave, the answers arrive.
+//!
+//! A UDP answer train sent with segmentation offload (`UDP_SEGMENT`) passes a capture on its
+//! host as one packet; the `virtio_net_hdr` the socket asks for (`PACKET_VNET_HDR`) gives its
+//! segment size, and the train is split into its datagrams.
 //!
 //! Memory is bounded: one batch of receive buffers ([`BATCH`] of [`SNAP`] bytes), the socket's
 //! kernel buffer and the matcher's own bounds. Packets the kernel could not queue (the reader
@@ -170,11 +174,14 @@ fn open(index: u32) -> io::Result<OwnedFd> {
     let fd = unsafe {
         OwnedFd::from_raw_fd(cvt(libc::socket(
             libc::AF_PACKET,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
             proto as libc::c_int,
         ))?)
     };
     setsockopt(&fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+    // Each packet comes after a virtio_net_hdr that tells a segmentation offload train and its
+    // segment size: a UDP train (UDP_SEGMENT) passes a capture on its host as one packet.
+    setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1)?;
     if setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, RCVBUF).is_err() {
         let _ = setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, RCVBUF);
     }
@@ -212,6 +219,32 @@ fn stats(fd: &OwnedFd) -> io::Result<(u64, u64)> {
         )
     })?;
     Ok((u64::from(s.tp_packets), u64::from(s.tp_drops)))
+}
+
+/// The capture link type of a device's hardware type: Ethernet headers on Ethernet and
+/// loopback devices, raw IP on devices without a link header; any other is not decoded.
+fn link_type(hatype: u16) -> u32 {
+    match hatype {
+        libc::ARPHRD_ETHER | libc::ARPHRD_LOOPBACK => linktype::ETHERNET,
+        libc::ARPHRD_NONE => linktype::RAW,
+        _ => u32::MAX,
+    }
+}
+
+/// Size of the `virtio_net_hdr` before each packet (`PACKET_VNET_HDR`).
+const VNET_HDR: usize = 10;
+/// `VIRTIO_NET_HDR_GSO_UDP_L4`: a UDP segmentation offload train.
+const GSO_UDP_L4: u8 = 5;
+
+/// The packet after its `virtio_net_hdr`, and the segment size of a UDP train. The header is
+/// in the host's byte order (legacy virtio).
+fn vnet_split(buf: &[u8]) -> (Option<usize>, &[u8]) {
+    if buf.len() < VNET_HDR {
+        return (None, &[]);
+    }
+    let gso_type = buf[1] & 0x7f; // less VIRTIO_NET_HDR_GSO_ECN
+    let size = u16::from_ne_bytes([buf[4], buf[5]]) as usize;
+    ((gso_type == GSO_UDP_L4 && size > 0).then_some(size), &buf[VNET_HDR..])
 }
 
 fn realtime_ns() -> u64 {
@@ -298,7 +331,8 @@ fn read_loop(
                 realtime_ns()
             });
             let len = (msgs[i].msg_len as usize).min(SNAP);
-            matcher.packet(ts, linktype::RAW, &bufs[i * SNAP..i * SNAP + len]);
+            let (segment, packet) = vnet_split(&bufs[i * SNAP..i * SNAP + len]);
+            matcher.packet_segmented(ts, link_type(addrs[i].sll_hatype), packet, segment);
         }
     }
     if let Ok((_, drops)) = stats(&fd) {

@@ -165,6 +165,13 @@ impl Matcher {
     /// Takes one packet: its capture time (nanoseconds, any epoch, the same for every packet),
     /// the link type of its frame (`volley_replay::capture::linktype`) and the frame.
     pub fn packet(&mut self, ts_ns: u64, linktype: u32, frame: &[u8]) {
+        self.packet_segmented(ts_ns, linktype, frame, None)
+    }
+
+    /// [`Matcher::packet`] for a packet that may be a UDP segmentation offload train (a
+    /// capture on the host that sends it sees the train as one packet): `udp_segment`, the
+    /// train's segment size, splits its payload into the datagrams it carries.
+    pub fn packet_segmented(&mut self, ts_ns: u64, linktype: u32, frame: &[u8], udp_segment: Option<usize>) {
         self.packets.packets += 1;
         if ts_ns >= self.last_sweep.saturating_add(1_000_000_000) {
             self.last_sweep = ts_ns;
@@ -187,7 +194,14 @@ impl Matcher {
         }
         self.packets.kept += 1;
         match d.transport {
-            Transport::Udp => self.udp.message(ts_ns, src, dst, d.payload),
+            Transport::Udp => match udp_segment.filter(|&n| n > 0) {
+                Some(n) => {
+                    for datagram in d.payload.chunks(n) {
+                        self.udp.message(ts_ns, src, dst, datagram)
+                    }
+                }
+                None => self.udp.message(ts_ns, src, dst, d.payload),
+            },
             Transport::Tcp { seq, syn, fin, rst } => {
                 let tcp = &mut self.tcp;
                 let seg = Segment { ts_ns, seq, syn, fin, rst, payload: d.payload };
@@ -273,6 +287,28 @@ mod tests {
         assert_eq!(u.latency.min(), 1_900);
         assert_eq!(u.latency.max(), 2_000);
         assert_eq!(p, PacketCounts { packets: 8, kept: 6, undecodable: 1 });
+    }
+
+    #[test]
+    fn udp_segmentation_train() {
+        let (c, s) = ("127.0.0.2:4000".parse().unwrap(), "127.0.0.1:53".parse().unwrap());
+        let mut m = Matcher::new(Some(s), 5_000_000_000);
+        let www = b"\x03www\x04test\x00";
+        for id in 1..=3 {
+            m.packet(1_000, linktype::RAW, &ipv4(c, s, None, &msg(id, false, www)));
+        }
+        // Three answers of one size in one train, the last one shorter (as UDP_SEGMENT allows).
+        let mut train = Vec::new();
+        let size = msg(1, true, www).len() + 4;
+        for id in 1..=2 {
+            let mut a = msg(id, true, www);
+            a.extend_from_slice(&[0; 4]);
+            train.extend_from_slice(&a);
+        }
+        train.extend_from_slice(&msg(3, true, www));
+        m.packet_segmented(2_000, linktype::RAW, &ipv4(s, c, None, &train), Some(size));
+        let (r, _) = m.finish();
+        assert_eq!(r[0].counts, WireCounts { queries: 3, matched: 3, ..WireCounts::default() });
     }
 
     #[test]

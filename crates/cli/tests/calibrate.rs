@@ -265,3 +265,21 @@ fn not_permitted_to_capture() {
     assert_eq!(lines.len(), 1, "one line\n{}", r.stderr);
     assert!(lines[0].contains("not permitted") && lines[0].contains("CAP_NET_RAW"), "{}", lines[0]);
 }
+
+/// A responder that sends its answers in segmentation offload trains (`--udp-gso on`, several
+/// answers in one packet as a capture on this host sees it): calibrate splits each train into
+/// its datagrams and matches every answer.
+#[test]
+fn udp_trains_are_split() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start_with(&["-T", "1", "--udp-gso", "on"]);
+    let url = server.udp_url();
+    let v = calibrate(dir.path(), "gso", &[&url, "-c", "64", "-T", "1", "-n", "20000"]);
+    let t = transport(&v, "udp");
+    assert_eq!(n(t, &["volley", "answered"]), 20000, "{v:#}");
+    if n(&v, &["capture", "dropped"]) == 0 {
+        assert_eq!(n(t, &["wire_counts", "matched"]), 20000, "every answer of every train\n{v:#}");
+    }
+    // Trains there were: fewer packets than messages.
+    assert!(n(&v, &["packets", "kept"]) < 40000, "no train seen: {v:#}");
+}
