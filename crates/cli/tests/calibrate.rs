@@ -233,6 +233,7 @@ fn bad_input() {
         (vec!["--pcap", "/nonexistent/x.pcap"], "--pcap"),
         (vec!["--pcap", text.to_str().unwrap()], "not a pcap"),
         (vec!["udp://127.0.0.1:53", "--clients", "3"], "--clients"),
+        (vec!["--pcap", "x.pcap", "-c", "4"], "--concurrency"),
     ] {
         let mut cmd = Command::new(volley());
         cmd.arg("calibrate").args(&args);

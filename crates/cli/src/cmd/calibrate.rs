@@ -40,7 +40,12 @@ pub struct CalibrateArgs {
 
     /// Read a capture file (pcap or pcapng, e.g. tcpdump -w) instead of running: the wire's
     /// figures of every DNS query and answer in it, per transport.
-    #[arg(long, value_name = "FILE", conflicts_with = "target", help_heading = "Calibration")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["target", "concurrency", "rate", "duration", "count", "threads", "connections", "queries", "name", "random_under"],
+        help_heading = "Calibration"
+    )]
     pub pcap: Option<PathBuf>,
 
     /// With --pcap: only the traffic to and from this server.
