@@ -5,8 +5,8 @@
 //! and its question (name, case-insensitive, type and class: [`volley_wire::question_key`]);
 //! its answer is the first response with the same five. UDP datagrams are messages as they
 //! are; TCP streams are reassembled in each direction ([`volley_replay::tcp`], RFC 7766
-//! length prefixes), a message taking the capture time of the segment that carried its first
-//! byte. A message is a query or a response by its QR bit, so the matcher needs no telling
+//! length prefixes), a message taking the capture time of the segment that carried its last
+//! byte (when the receiver has it whole: tshark's time of a reassembled message too). A message is a query or a response by its QR bit, so the matcher needs no telling
 //! which side is the server; a filter on the server's address keeps other traffic out.
 //!
 //! Memory is bounded: at most [`MAX_PENDING`] queries wait for their answers per transport
@@ -157,7 +157,7 @@ impl Matcher {
             last_sweep: 0,
             udp: Side::new(),
             tcp: Side::new(),
-            reasm: Reassembler::default(),
+            reasm: Reassembler::default().stamp_last_byte(),
             packets: PacketCounts::default(),
         }
     }
@@ -339,7 +339,7 @@ mod tests {
         let (r, _) = m.finish();
         let t = r.iter().find(|r| r.proto == Proto::Tcp).unwrap();
         assert_eq!(t.counts, WireCounts { queries: 3, matched: 2, unanswered: 1, ..WireCounts::default() });
-        // The first message's time is its first byte's: 10; the second's 20.
-        assert_eq!((t.latency.min(), t.latency.max()), (980, 990));
+        // A message's time is its last byte's: 20 for both.
+        assert_eq!((t.latency.min(), t.latency.max()), (980, 980));
     }
 }
