@@ -269,6 +269,12 @@ impl Calibration {
         Ok(())
     }
 
+    /// Writes the calibration as JSON.
+    pub fn write_json(&self, w: &mut dyn Write) -> io::Result<()> {
+        serde_json::to_writer_pretty(&mut *w, self)?;
+        writeln!(w)
+    }
+
     /// Writes the calibration as JSON to `path`, whole or not at all.
     pub fn write_json_file(&self, path: &Path) -> Result<(), CalibrateError> {
         let mut text = serde_json::to_vec_pretty(self).expect("a calibration serializes");

@@ -68,7 +68,11 @@ pub fn run(a: CalibrateArgs) -> CliResult {
     }
     if !a.run.quiet {
         let mut out = std::io::stdout().lock();
-        let _ = cal.write_text(&mut out);
+        // A closed pipe (e.g. `| head`) is not an error of the calibration.
+        let _ = match a.run.format {
+            run::Format::Text => cal.write_text(&mut out),
+            run::Format::Json => cal.write_json(&mut out),
+        };
     }
     if interrupted {
         return Err(CliError { code: 130, message: "interrupted: the calibration is partial".into() });
