@@ -5,8 +5,9 @@
 //!   `volley calibrate --pcap` reads it too. Both must find the same answers, and the same
 //!   p50 and p99 once tshark's times go into a histogram of the run's precision; the live
 //!   capture of calibrate itself must match every query volley counted answered, with the
-//!   same histogram as the file's but for one exchange: the probe before the run, which the
-//!   file holds and the live capture, started after it, does not.
+//!   same figures as tcpdump's over the same exchanges (the file holds one more: the probe
+//!   before the run, which the live capture, started after it, does not): exactly for UDP,
+//!   within a few µs at the middle and the mean for TCP (see [`against_tshark`]).
 //! * The difference between volley's figure and the wire's, over UDP and TCP, closed loop with
 //!   1, 4 and 64 in flight and open loop at 5,000 qps, printed. volley's `latency` starts on its
 //!   own clock before the query leaves and ends at the kernel's receive stamp, the stamp the
@@ -149,17 +150,20 @@ fn against_tshark(server: &Server, dir: &Path, proto: &str, addr: SocketAddr) {
     }
     assert_eq!(h.mean().round() as u64, n(fw, &["wire", "mean_ns"]), "{proto}: mean");
     // calibrate's own capture, against tcpdump's less the probe: the same exchanges. A UDP
-    // datagram carries the stamp it got on arrival, which every reader shares: the same
-    // figures. A TCP segment on loopback carries its departure time (the monotonic clock, for
-    // pacing), which each packet socket replaces by the real time when it takes the packet: two
-    // readers stamp the same packet moments apart, so TCP's figures agree within a few µs.
+    // datagram keeps the stamp it got on arrival, which every reader shares: the same figures.
+    // A TCP segment on loopback seems to be stamped by each packet socket as it takes it (seen
+    // here: the two captures' TCP figures differ, their UDP ones never do), moments apart, further apart
+    // when an interrupt comes between the two: the middle and the mean agree within a few µs;
+    // the tail, where few samples lie far apart, is printed, not compared.
     let run = histogram(sigfig, times.iter().filter(|t| t.1 != 0).map(|t| t.0));
-    for (q, key) in [(0.5, "p50_ns"), (0.99, "p99_ns")] {
-        let (a, b) = (n(live, &["wire", key]), run.quantile(q));
+    let mut figures = vec![("p50_ns", run.quantile(0.5)), ("mean_ns", run.mean().round() as u64)];
+    figures.push(("p99_ns", run.quantile(0.99)));
+    for (key, b) in figures {
+        let a = n(live, &["wire", key]);
         eprintln!("{proto}: {key}: calibrate's capture {a} ns, tcpdump's {b} ns");
         if proto == "udp" {
             assert_eq!(a, b, "{proto}: {key}: calibrate's capture against tcpdump's");
-        } else {
+        } else if key != "p99_ns" {
             assert!(a.abs_diff(b) <= 3_000, "{proto}: {key}: calibrate's capture {a} ns, tcpdump's {b} ns");
         }
     }
