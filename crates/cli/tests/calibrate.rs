@@ -130,7 +130,7 @@ fn against_tshark(server: &Server, dir: &Path, proto: &str, addr: SocketAddr) {
 
     let server_addr = addr.to_string();
     let from_file =
-        calibrate(dir, &format!("{proto}-file"), &["--pcap", file.to_str().unwrap(), "--server", &server_addr]);
+        calibrate(dir, &format!("{proto}-file"), &["--pcap", file.to_str().unwrap(), "--pcap-server", &server_addr]);
     let fw = transport(&from_file, proto);
     let times = tshark_times(&file, addr.port());
     eprintln!(

@@ -32,7 +32,7 @@ permitted; 130 interrupted; 1 any other failure.";
 
 #[derive(Args, Debug, Clone)]
 #[command(after_long_help = EXAMPLES)]
-#[command(mut_arg("target", |a| a.required_unless_present_any(["mix", "pcap"])))]
+#[command(mut_arg("target", |a| a.required_unless_present_any(["mix", "server", "port", "mode", "pcap"])))]
 #[command(mut_arg("output", |a| a.help("Write volley's figures and the wire's as JSON to FILE (atomically; volley.calibration/1)")))]
 pub struct CalibrateArgs {
     #[command(flatten)]
@@ -43,14 +43,14 @@ pub struct CalibrateArgs {
     #[arg(
         long,
         value_name = "FILE",
-        conflicts_with_all = ["target", "concurrency", "rate", "duration", "count", "threads", "connections", "queries", "name", "random_under"],
+        conflicts_with_all = ["target", "server", "port", "mode", "concurrency", "rate", "duration", "count", "threads", "connections", "queries", "name", "random_under"],
         help_heading = "Calibration"
     )]
     pub pcap: Option<PathBuf>,
 
     /// With --pcap: only the traffic to and from this server.
     #[arg(long, value_name = "ADDR:PORT", requires = "pcap", help_heading = "Calibration")]
-    pub server: Option<std::net::SocketAddr>,
+    pub pcap_server: Option<std::net::SocketAddr>,
 }
 
 /// How long a query waits for its answer on the wire in a capture file before it counts as
@@ -60,7 +60,7 @@ const PCAP_EXPIRY: Duration = Duration::from_secs(30);
 pub fn run(a: CalibrateArgs) -> CliResult {
     run::check_output(&a.run.output)?;
     let (cal, interrupted) = match &a.pcap {
-        Some(path) => (from_file(path, a.server)?, false),
+        Some(path) => (from_file(path, a.pcap_server)?, false),
         None => live(&a.run)?,
     };
     if let Some(path) = &a.run.output {

@@ -46,8 +46,21 @@ pub struct RunArgs {
     /// h3://HOST[:PORT][/PATH] (DoH over HTTP/3), quic://HOST[:PORT] (DoQ, port 853); dot://,
     /// doh:// and doq:// name tls://, https:// and quic:// too. IPv6 in brackets, e.g.
     /// udp://[::1]:53.
-    #[arg(value_name = "TARGET", required_unless_present = "mix")]
+    #[arg(value_name = "TARGET", required_unless_present_any = ["mix", "server", "port", "mode"])]
     pub target: Option<String>,
+
+    /// dnsperf's spelling of TARGET: the server's address (IPv6 without brackets too); with -p
+    /// and -m [default: 127.0.0.1, as dnsperf's, when only -p or -m is given].
+    #[arg(short = 's', long = "server", value_name = "ADDR", conflicts_with_all = ["target", "mix"], help_heading = "dnsperf's spelling of TARGET")]
+    pub server: Option<String>,
+
+    /// dnsperf's spelling: the server's port [default: the transport's: 53, 853 or 443].
+    #[arg(short = 'p', long = "port", value_name = "PORT", conflicts_with_all = ["target", "mix"], help_heading = "dnsperf's spelling of TARGET")]
+    pub port: Option<u16>,
+
+    /// dnsperf's spelling: the transport: udp, tcp, dot, doh (DoH over HTTP/2), doh3, doq [default: udp].
+    #[arg(short = 'm', long = "mode", value_name = "MODE", conflicts_with_all = ["target", "mix"], help_heading = "dnsperf's spelling of TARGET")]
+    pub mode: Option<String>,
 
     /// Read queries from FILE (dnsperf format: 'NAME [TYPE]' per line), cycling through it.
     #[arg(short = 'd', long = "queries", value_name = "FILE", help_heading = "Queries")]
@@ -61,7 +74,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "SUFFIX", conflicts_with_all = ["queries", "name"], help_heading = "Queries")]
     pub random_under: Option<String>,
 
-    /// Query type for --name and --random-under (A, AAAA, TXT, ... or TYPE123).
+    /// Query type for --name, --random-under and the lines of a -d file that name none (A, AAAA,
+    /// TXT, ... or TYPE123).
     #[arg(long = "qtype", value_name = "TYPE", default_value = "A", help_heading = "Queries")]
     pub qtype: String,
 
@@ -247,8 +261,36 @@ pub enum ProgressMode {
     Never,
 }
 
+/// TARGET from dnsperf's -s ADDR, -p PORT and -m MODE: `udp://127.0.0.1:53` and the like.
+pub fn dnsperf_target(server: Option<&str>, port: Option<u16>, mode: Option<&str>) -> CliResult<String> {
+    let (scheme, default_port) = match mode.unwrap_or("udp").to_ascii_lowercase().as_str() {
+        "udp" => ("udp", 53),
+        "tcp" => ("tcp", 53),
+        "dot" | "tls" => ("tls", 853),
+        "doh" | "https" => ("https", 443),
+        "doh3" | "h3" => ("h3", 443),
+        "doq" | "quic" => ("quic", 853),
+        m => {
+            return Err(CliError::usage(format!("invalid -m/--mode '{m}': expected udp, tcp, dot, doh, doh3 or doq")));
+        }
+    };
+    let host = server.unwrap_or("127.0.0.1");
+    let host = if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host.to_string() };
+    Ok(format!("{scheme}://{host}:{}", port.unwrap_or(default_port)))
+}
+
 /// Builds a plan from the flags, or says which flag is wrong.
 pub fn plan(a: &RunArgs) -> CliResult<Plan> {
+    // dnsperf's -s/-p/-m name the TARGET (clap has made sure neither TARGET nor --mix is given).
+    let spelled;
+    let a = if a.server.is_some() || a.port.is_some() || a.mode.is_some() {
+        let mut b = a.clone();
+        b.target = Some(dnsperf_target(a.server.as_deref(), a.port, a.mode.as_deref())?);
+        spelled = b;
+        &spelled
+    } else {
+        a
+    };
     let replayed = a.replay.as_deref().map(crate::cmd::replay::load).transpose()?;
     let (clients, conn_sockets) = match clients_load(a, replayed.as_ref().map(|(r, _)| r.clone()))? {
         Some((c, n)) => (Some(c), n),
@@ -269,7 +311,10 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
     let queries = if let Some((_, set)) = replayed {
         Ok(set)
     } else if let Some(path) = &a.queries {
-        QuerySet::from_file(path, opts)
+        if let Some(h) = crate::neighbours::missing_queries_file(path) {
+            return Err(CliError::usage(format!("{}: no such queries file ({h})", path.display())));
+        }
+        QuerySet::from_file(path, qtype, opts)
     } else if let Some(suffix) = &a.random_under {
         QuerySet::random_under(suffix, qtype, opts)
     } else {
