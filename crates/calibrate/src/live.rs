@@ -42,7 +42,8 @@ const RCVBUF: libc::c_int = 64 << 20;
 pub struct CaptureStats {
     /// The interface captured on.
     pub interface: String,
-    /// Packets read (on loopback, each once).
+    /// Packets read (on loopback, each once): those of the server's port on an Ethernet or
+    /// loopback device (a socket filter drops the rest in the kernel), all on others.
     pub packets: u64,
     /// Packets the kernel dropped because the reader fell behind: matches are then missing.
     pub dropped: u64,
@@ -61,7 +62,7 @@ impl LiveCapture {
     /// `matcher`. Errors at once when capturing is not permitted (root or CAP_NET_RAW needed).
     pub fn start(server: SocketAddr, matcher: Matcher) -> Result<LiveCapture, CalibrateError> {
         let (name, index, loopback) = route_interface(server)?;
-        let fd = open(index).map_err(|e| match e.raw_os_error() {
+        let fd = open(index, port_filter(&name, server.port())).map_err(|e| match e.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => CalibrateError::NotPermitted(e),
             _ => CalibrateError::Capture(format!("AF_PACKET socket on {name}: {e}")),
         })?;
@@ -167,8 +168,48 @@ fn setsockopt(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: libc::
     .map(|_| ())
 }
 
-/// The capture socket, stamping in nanoseconds, bound to interface `index`.
-fn open(index: u32) -> io::Result<OwnedFd> {
+/// A classic BPF program that keeps the UDP and TCP packets from or to `port` of an interface
+/// with Ethernet headers (Ethernet and loopback devices): `tcpdump -dd port PORT`. None for
+/// other devices, whose packets all go to the matcher, which keeps the server's.
+fn port_filter(interface: &str, port: u16) -> Option<Vec<libc::sock_filter>> {
+    let kind = std::fs::read_to_string(format!("/sys/class/net/{interface}/type")).ok()?;
+    let kind: u16 = kind.trim().parse().ok()?;
+    if kind != libc::ARPHRD_ETHER && kind != libc::ARPHRD_LOOPBACK {
+        return None;
+    }
+    let p = u32::from(port);
+    let f = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    Some(vec![
+        f(0x28, 0, 0, 12),     // ldh [12]: the ethertype
+        f(0x15, 0, 8, 0x86dd), // IPv6?
+        f(0x30, 0, 0, 20),     // ldb [20]: next header
+        f(0x15, 2, 0, 0x84),   // SCTP
+        f(0x15, 1, 0, 6),      // TCP
+        f(0x15, 0, 17, 0x11),  // UDP
+        f(0x28, 0, 0, 54),     // source port
+        f(0x15, 14, 0, p),
+        f(0x28, 0, 0, 56), // destination port
+        f(0x15, 12, 13, p),
+        f(0x15, 0, 12, 0x800), // IPv4?
+        f(0x30, 0, 0, 23),     // ldb [23]: protocol
+        f(0x15, 2, 0, 0x84),
+        f(0x15, 1, 0, 6),
+        f(0x15, 0, 8, 0x11),
+        f(0x28, 0, 0, 20),     // fragment offset
+        f(0x45, 6, 0, 0x1fff), // a later fragment: no ports
+        f(0xb1, 0, 0, 14),     // x = the IP header's length
+        f(0x48, 0, 0, 14),     // source port
+        f(0x15, 2, 0, p),
+        f(0x48, 0, 0, 16), // destination port
+        f(0x15, 0, 1, p),
+        f(0x6, 0, 0, 0x40000), // keep (up to 256 KiB)
+        f(0x6, 0, 0, 0),       // drop
+    ])
+}
+
+/// The capture socket, stamping in nanoseconds, bound to interface `index`, with `filter`
+/// attached (before the bind: no other packet is queued).
+fn open(index: u32, filter: Option<Vec<libc::sock_filter>>) -> io::Result<OwnedFd> {
     let proto = (libc::ETH_P_ALL as u16).to_be();
     // SAFETY: plain socket creation; the descriptor is owned at once.
     let fd = unsafe {
@@ -182,6 +223,19 @@ fn open(index: u32) -> io::Result<OwnedFd> {
     // Each packet comes after a virtio_net_hdr that tells a segmentation offload train and its
     // segment size: a UDP train (UDP_SEGMENT) passes a capture on its host as one packet.
     setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1)?;
+    if let Some(mut prog) = filter {
+        let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_mut_ptr() };
+        // SAFETY: the program outlives the call, which copies it.
+        cvt(unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_FILTER,
+                &fprog as *const libc::sock_fprog as *const libc::c_void,
+                size_of::<libc::sock_fprog>() as libc::socklen_t,
+            )
+        })?;
+    }
     if setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, RCVBUF).is_err() {
         let _ = setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, RCVBUF);
     }

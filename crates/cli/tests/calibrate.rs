@@ -287,4 +287,6 @@ fn udp_trains_are_split() {
     }
     // Trains there were: fewer packets than messages.
     assert!(n(&v, &["packets", "kept"]) < 40000, "no train seen: {v:#}");
+    // The socket's filter kept the target's packets only, whatever else crossed lo.
+    assert_eq!(n(&v, &["packets", "packets"]), n(&v, &["packets", "kept"]), "{v:#}");
 }
