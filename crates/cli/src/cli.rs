@@ -45,6 +45,8 @@ pub enum Command {
     Limit(cmd::limit::LimitArgs),
     /// Run a command behind an emulated network link (delay, jitter, loss, rate, outages).
     Link(cmd::link::LinkArgs),
+    /// Run a short load under a packet capture and print volley's latency beside the wire's.
+    Calibrate(cmd::calibrate::CalibrateArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell) on standard output.
     Completions(cmd::completions::CompletionsArgs),
     /// Print a man page, or write them all with --dir.
@@ -82,6 +84,7 @@ pub fn run() -> CliResult {
         Command::Merge(a) => cmd::merge::run(a),
         Command::Limit(a) => cmd::limit::run(a),
         Command::Link(a) => cmd::link::run(a),
+        Command::Calibrate(a) => cmd::calibrate::run(a),
         Command::Completions(a) => cmd::completions::completions(a),
         Command::Man(a) => cmd::completions::man(a),
     }

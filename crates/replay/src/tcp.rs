@@ -92,6 +92,8 @@ impl Flow {
 pub struct Reassembler {
     flows: HashMap<FlowKey, Flow>,
     limits: Limits,
+    /// Messages take the time of the segment that completed them, not of their first byte.
+    last_byte: bool,
     stats: TcpStats,
     last_sweep: u64,
 }
@@ -115,7 +117,14 @@ impl Default for Reassembler {
 
 impl Reassembler {
     pub fn new(limits: Limits) -> Reassembler {
-        Reassembler { flows: HashMap::new(), limits, stats: TcpStats::default(), last_sweep: 0 }
+        Reassembler { flows: HashMap::new(), limits, last_byte: false, stats: TcpStats::default(), last_sweep: 0 }
+    }
+
+    /// Messages come out with the capture time of the segment that carried their last byte
+    /// (when a receiver has the whole message), instead of their first.
+    pub fn stamp_last_byte(mut self) -> Reassembler {
+        self.last_byte = true;
+        self
     }
 
     pub fn stats(&self) -> TcpStats {
@@ -128,7 +137,8 @@ impl Reassembler {
     }
 
     /// Takes one segment; calls `emit(ts_ns, message)` for each message it completes (the
-    /// message without its length prefix).
+    /// message without its length prefix; the time of its first byte, or of its last with
+    /// [`Reassembler::stamp_last_byte`]).
     pub fn segment(&mut self, key: FlowKey, seg: Segment<'_>, emit: &mut dyn FnMut(u64, &[u8])) {
         self.sweep(seg.ts_ns);
         if !self.flows.contains_key(&key) {
@@ -140,6 +150,7 @@ impl Reassembler {
             }
         }
         let limits = self.limits;
+        let last_byte = self.last_byte;
         let stats = &mut self.stats;
         let flow = self.flows.entry(key).or_insert_with(|| Flow::new(seg.ts_ns));
         flow.last_ts = flow.last_ts.max(seg.ts_ns);
@@ -155,7 +166,7 @@ impl Reassembler {
                 stats.unsynced_segments += 1;
             } else {
                 let start = if seg.syn { seg.seq.wrapping_add(1) } else { seg.seq };
-                place(flow, start, seg.ts_ns, seg.payload, limits, stats, emit);
+                place(flow, start, seg.ts_ns, seg.payload, limits, last_byte, stats, emit);
             }
         }
         if seg.fin || seg.rst {
@@ -208,12 +219,14 @@ impl Reassembler {
 }
 
 /// Places `data` starting at sequence `seq` into the flow.
+#[allow(clippy::too_many_arguments)]
 fn place(
     flow: &mut Flow,
     seq: u32,
     ts: u64,
     data: &[u8],
     limits: Limits,
+    last_byte: bool,
     stats: &mut TcpStats,
     emit: &mut dyn FnMut(u64, &[u8]),
 ) {
@@ -227,7 +240,7 @@ fn place(
             return;
         }
         stats.retransmitted += 1;
-        append(flow, ts, &data[skip..], emit);
+        append(flow, ts, &data[skip..], last_byte, emit);
     } else if rel > 0 {
         // Early: hold it until the gap fills, within bounds.
         if flow.early_bytes + data.len() > limits.max_out_of_order {
@@ -245,7 +258,7 @@ fn place(
         }
         return;
     } else {
-        append(flow, ts, data, emit);
+        append(flow, ts, data, last_byte, emit);
     }
     // Held segments that now fit.
     while let Some((&s, _)) = flow.early.iter().next() {
@@ -258,7 +271,8 @@ fn place(
         flow.early_bytes -= bytes.len();
         let skip = (-(rel as i64)) as usize;
         if skip < bytes.len() {
-            append(flow, ets, &bytes[skip..], emit);
+            // A held segment completes messages now: its bytes are whole once the gap filled.
+            append(flow, if last_byte { ts } else { ets }, &bytes[skip..], last_byte, emit);
         }
     }
 }
@@ -275,7 +289,7 @@ fn lose(flow: &mut Flow, stats: &mut TcpStats) {
 }
 
 /// Appends in-order bytes and emits every message they complete.
-fn append(flow: &mut Flow, ts: u64, mut data: &[u8], emit: &mut dyn FnMut(u64, &[u8])) {
+fn append(flow: &mut Flow, ts: u64, mut data: &[u8], last_byte: bool, emit: &mut dyn FnMut(u64, &[u8])) {
     flow.next_seq = Some(flow.next_seq.unwrap_or(0).wrapping_add(data.len() as u32));
     while !data.is_empty() {
         if flow.buf.is_empty() {
@@ -302,7 +316,7 @@ fn append(flow: &mut Flow, ts: u64, mut data: &[u8], emit: &mut dyn FnMut(u64, &
         if flow.buf.len() >= 2 {
             let len = u16::from_be_bytes([flow.buf[0], flow.buf[1]]) as usize;
             if flow.buf.len() == 2 + len {
-                emit(flow.buf_ts, &flow.buf[2..]);
+                emit(if last_byte { ts } else { flow.buf_ts }, &flow.buf[2..]);
                 flow.buf.clear();
             }
         }
@@ -360,6 +374,22 @@ mod tests {
         assert_eq!(r.stats().retransmitted, 2);
         r.finish();
         assert_eq!(r.stats().incomplete, 0);
+    }
+
+    #[test]
+    fn last_byte_times() {
+        let stream = framed(&[b"first", b"second message"]);
+        let mut r = Reassembler::default().stamp_last_byte();
+        let out = run(
+            &mut r,
+            &[
+                seg(10, 0, &stream[..4]),
+                seg(20, 4, &stream[4..10]),   // first done, second begun
+                seg(30, 13, &stream[13..]),   // early: held
+                seg(40, 10, &stream[10..13]), // the gap filled at 40: second done
+            ],
+        );
+        assert_eq!(out, vec![(20, b"first".to_vec()), (40, b"second message".to_vec())]);
     }
 
     #[test]

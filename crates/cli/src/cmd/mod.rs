@@ -1,6 +1,7 @@
 //! One module per subcommand: its flags (with their docs) and its entry point.
 
 pub mod bench;
+pub mod calibrate;
 pub mod compare;
 pub mod completions;
 pub mod limit;

@@ -1338,11 +1338,18 @@ impl Capture {
     /// Starts tcpdump on `lo` with a capture filter (`port 53 or port 853`) and waits (bounded)
     /// until it listens.
     pub fn start_filter(path: &Path, filter: &str) -> Capture {
+        Capture::start_args(path, &[], filter)
+    }
+
+    /// [`Capture::start_filter`] with more tcpdump flags (e.g. `--time-stamp-precision nano`).
+    pub fn start_args(path: &Path, extra: &[&str], filter: &str) -> Capture {
         let tcpdump = require("tcpdump");
         let mut child = Command::new(&tcpdump)
             // Immediate mode and a large buffer: a burst of 400 datagrams in a few milliseconds
             // must not be dropped by the kernel before tcpdump reads it.
-            .args(["-i", "lo", "-n", "-U", "--immediate-mode", "-B", "65536", "-w"])
+            .args(["-i", "lo", "-n", "-U", "--immediate-mode", "-B", "65536"])
+            .args(extra)
+            .arg("-w")
             .arg(path)
             .arg(filter)
             .stdin(Stdio::null())
