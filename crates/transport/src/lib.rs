@@ -97,6 +97,9 @@ pub struct LaneOptions {
     /// (`--resend`; the engine decides, in [`Exchange::resend`]): its own timeout bounds it
     /// anyway. `u32::MAX`: no other bound.
     pub resend: u32,
+    /// Kernel transmit stamps (`--tx-stamps`, on by default): each query's departure is the
+    /// kernel's send time where the transport supports it (UDP, TCP), volley's clock otherwise.
+    pub tx_stamps: bool,
 }
 
 impl Default for LaneOptions {
@@ -118,6 +121,7 @@ impl Default for LaneOptions {
             udp_gso: true,
             own_sessions: false,
             resend: u32::MAX,
+            tx_stamps: true,
         }
     }
 }
@@ -150,7 +154,7 @@ pub fn spawn_lane<X: Exchange + 'static>(target: &Target, lane: Rc<Lane>, x: Rc<
         Scheme::Udp => {
             // The socket is made now, not when the driver first runs: a run makes its lanes'
             // sockets before its clock starts.
-            let sock = udp::prepare(target.addr, opts.local);
+            let sock = udp::prepare(target.addr, opts.local, opts.tx_stamps);
             tokio::task::spawn_local(udp::drive(sock, target.addr, lane, x, opts.clone()));
         }
         Scheme::Tcp => {

@@ -43,13 +43,17 @@ pub(crate) fn enable(fd: RawFd) -> io::Result<()> {
     }
 }
 
-/// The SCM_TIMESTAMPNS of a received message, CLOCK_REALTIME ns (0 when absent).
+/// The receive stamp of a received message, CLOCK_REALTIME ns (0 when absent): its
+/// SCM_TIMESTAMPNS, or the software stamp of its SCM_TIMESTAMPING (a socket with transmit
+/// stamps on, see [`enable_tx`]).
 pub(crate) fn of(h: &libc::msghdr) -> u64 {
     // SAFETY: the CMSG macros walk the control buffer the kernel filled, within msg_controllen.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(h);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+            if (*c).cmsg_level == libc::SOL_SOCKET
+                && ((*c).cmsg_type == libc::SCM_TIMESTAMPNS || (*c).cmsg_type == libc::SO_TIMESTAMPING)
+            {
                 let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
                 return ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
             }
@@ -57,6 +61,213 @@ pub(crate) fn of(h: &libc::msghdr) -> u64 {
         }
     }
     0
+}
+
+/// SO_TIMESTAMPING's flags for transmit stamps: software stamps when a packet leaves for the
+/// device (TX_SOFTWARE) and when one arrives (RX_SOFTWARE, so that receive stamps need no
+/// SO_TIMESTAMPNS beside them: the two together would add two control messages to every
+/// datagram), reported (SOFTWARE), each with the ID of what it stamps (OPT_ID: a datagram's
+/// number over UDP, counted from 0 when the option is set; a byte's offset over TCP) and
+/// without the packet itself (OPT_TSONLY: a small message on the error queue, and no need
+/// for `net.core.tstamp_allow_data`).
+const TX_FLAGS: libc::c_uint = libc::SOF_TIMESTAMPING_TX_SOFTWARE
+    | libc::SOF_TIMESTAMPING_RX_SOFTWARE
+    | libc::SOF_TIMESTAMPING_SOFTWARE
+    | libc::SOF_TIMESTAMPING_OPT_ID
+    | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+
+fn set_timestamping(fd: RawFd, flags: libc::c_uint) -> io::Result<()> {
+    // SAFETY: setsockopt reads an int we own.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPING,
+            (&flags as *const libc::c_uint).cast(),
+            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Asks the kernel to stamp what the socket sends and receives (SO_TIMESTAMPING, see
+/// [`TX_FLAGS`]); the send stamps come back on the socket's error queue ([`TxReader`]).
+pub(crate) fn enable_tx(fd: RawFd) -> io::Result<()> {
+    set_timestamping(fd, TX_FLAGS)
+}
+
+/// Numbers a UDP socket's datagrams from 0 again (OPT_ID set anew: the kernel restarts its
+/// count only when the option was off). After a send error the kernel's count may have moved
+/// for a datagram that did not leave.
+pub(crate) fn restart_ids(fd: RawFd) -> io::Result<()> {
+    set_timestamping(fd, TX_FLAGS & !libc::SOF_TIMESTAMPING_OPT_ID)?;
+    set_timestamping(fd, TX_FLAGS)
+}
+
+/// A transmit stamp from the error queue: its ID (OPT_ID) and its time, CLOCK_REALTIME ns.
+/// None for anything else there (an ICMP error, a stamp of another kind).
+pub(crate) fn tx_of(h: &libc::msghdr) -> Option<(u32, u64)> {
+    let (mut id, mut at) = (None, 0);
+    // SAFETY: as in `of`; each payload is read unaligned, within its message.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            let (level, kind) = ((*c).cmsg_level, (*c).cmsg_type);
+            let data = libc::CMSG_DATA(c);
+            let len = (*c).cmsg_len as usize - (data as usize - c as usize);
+            if level == libc::SOL_SOCKET && kind == libc::SO_TIMESTAMPING && len >= 16 {
+                let ts = std::ptr::read_unaligned(data as *const libc::timespec);
+                at = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+            } else if ((level == libc::SOL_IP && kind == libc::IP_RECVERR)
+                || (level == libc::SOL_IPV6 && kind == libc::IPV6_RECVERR))
+                && len >= std::mem::size_of::<libc::sock_extended_err>()
+            {
+                let ee = std::ptr::read_unaligned(data as *const libc::sock_extended_err);
+                if ee.ee_errno == libc::ENOMSG as u32
+                    && ee.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING
+                    && ee.ee_info == SCM_TSTAMP_SND
+                {
+                    id = Some(ee.ee_data);
+                }
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    id.filter(|_| at != 0).map(|id| (id, at))
+}
+
+/// `ee_info` of a stamp taken as the packet went to the device (linux/errqueue.h).
+const SCM_TSTAMP_SND: u32 = 0;
+
+/// Stamps read from the error queue per system call.
+const TX_BATCH: usize = 64;
+/// Control bytes per stamp: SCM_TIMESTAMPING (16 + 48) and IP_RECVERR (16 + 16 + 16).
+const TX_CTRL: usize = 160;
+
+/// Reads transmit stamps from a socket's error queue in batches (`recvmmsg` with
+/// MSG_ERRQUEUE): one system call for up to [`TX_BATCH`] stamps. One per thread.
+struct TxReader {
+    hdrs: Vec<libc::mmsghdr>,
+    ctrl: Vec<u64>,
+}
+
+thread_local! {
+    static TX_READER: std::cell::RefCell<TxReader> = std::cell::RefCell::new(TxReader {
+        // SAFETY: mmsghdr is plain old data; all-zero is a valid empty header.
+        hdrs: (0..TX_BATCH).map(|_| unsafe { std::mem::zeroed::<libc::mmsghdr>() }).collect(),
+        ctrl: vec![0; TX_BATCH * TX_CTRL / 8],
+    });
+}
+
+/// Reads every transmit stamp waiting on `fd`'s error queue, in batches, and hands each to
+/// `each` (ID, CLOCK_REALTIME ns). Returns how many were read.
+pub(crate) fn read_tx(fd: RawFd, mut each: impl FnMut(u32, u64)) -> usize {
+    let mut total = 0;
+    loop {
+        let got = TX_READER.with(|r| {
+            let r = &mut *r.borrow_mut();
+            let TxReader { hdrs, ctrl } = r;
+            for (i, h) in hdrs.iter_mut().enumerate() {
+                h.msg_hdr.msg_iov = std::ptr::null_mut();
+                h.msg_hdr.msg_iovlen = 0;
+                h.msg_hdr.msg_name = std::ptr::null_mut();
+                h.msg_hdr.msg_namelen = 0;
+                h.msg_hdr.msg_control = ctrl[i * TX_CTRL / 8..].as_mut_ptr().cast();
+                h.msg_hdr.msg_controllen = TX_CTRL as _;
+                h.msg_hdr.msg_flags = 0;
+                h.msg_len = 0;
+            }
+            // SAFETY: the headers point into buffers of the reader, ours for the call; the
+            // kernel writes at most msg_controllen bytes into each.
+            let n = unsafe {
+                libc::recvmmsg(
+                    fd,
+                    hdrs.as_mut_ptr(),
+                    TX_BATCH as libc::c_uint,
+                    libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            let n = n.max(0) as usize;
+            // `each` reads no error queue itself: the reader stays borrowed while it runs.
+            for (id, at) in hdrs[..n].iter().filter_map(|h| tx_of(&h.msg_hdr)) {
+                each(id, at);
+            }
+            n
+        });
+        total += got;
+        let n = got;
+        if n < TX_BATCH {
+            return total;
+        }
+    }
+}
+
+/// The queries sent on one socket whose transmit stamps have not come yet, in the order they
+/// left, each with its stamp's ID: a datagram's number (UDP), or the offset of the last byte
+/// of the write that carried it (TCP: one stamp then covers every query up to its byte).
+/// Bounded: a socket whose stamps stop coming forgets its oldest queries, which then keep
+/// volley's own send time.
+#[derive(Default)]
+pub(crate) struct TxPending {
+    q: std::collections::VecDeque<(u64, crate::Token)>,
+    /// The next datagram's ID (UDP), or the bytes written so far (TCP).
+    pub(crate) next: u64,
+}
+
+/// Most queries a socket keeps waiting for their stamps.
+const PENDING_MAX: usize = 1 << 16;
+
+impl TxPending {
+    /// Query `t` left with ID `id`.
+    pub(crate) fn push(&mut self, id: u64, t: crate::Token) {
+        if self.q.len() >= PENDING_MAX {
+            self.q.pop_front();
+        }
+        self.q.push_back((id, t));
+    }
+
+    /// Forgets every query still waiting (their IDs no longer mean anything).
+    pub(crate) fn clear(&mut self) {
+        self.q.clear();
+        self.next = 0;
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    /// A stamp with the kernel's (32-bit) ID `id` came: the query or queries it stamps, each
+    /// handed to `stamped`. `cumulative`: it stamps every query up to its ID (TCP's bytes
+    /// leave in order); else only the query with that ID, and the ones before it (whose stamps
+    /// are lost) are forgotten.
+    pub(crate) fn stamp(&mut self, id: u32, cumulative: bool, mut stamped: impl FnMut(crate::Token)) {
+        // The full ID: the one nearest to the oldest query waiting (the kernel's wraps).
+        let base = self.q.front().map_or(self.next, |&(k, _)| k);
+        let mut full = (base & !0xffff_ffff) | u64::from(id);
+        if full + (1 << 31) < base {
+            full += 1 << 32;
+        } else if full > base + (1 << 31) && full >= 1 << 32 {
+            full -= 1 << 32;
+        }
+        while let Some(&(k, t)) = self.q.front() {
+            if k > full {
+                break;
+            }
+            self.q.pop_front();
+            if cumulative || k == full {
+                stamped(t);
+            }
+        }
+    }
 }
 
 /// CLOCK_REALTIME minus the run's clock (CLOCK_MONOTONIC), ns. Read between two readings of
