@@ -462,8 +462,9 @@ impl Worker {
         if !e.left || e.wire_at != 0 {
             return;
         }
-        // Never after volley saw the send return (the clocks' conversion errs by a few ns).
-        let at = at.min(e.sent_at).max(e.scheduled);
+        // Within the query's life (the clocks' conversion errs by a few ns). A stream
+        // transport's stamp comes after `sent`, which it reports as it frames the query.
+        let at = at.min(now_ns()).max(e.scheduled);
         e.wire_at = at;
         if !std::mem::replace(&mut e.timed, true) {
             let delay = at - e.scheduled;

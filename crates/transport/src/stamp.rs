@@ -320,6 +320,14 @@ struct Rx {
     checked: Cell<u64>,
     /// When the clock shift was last measured (run clock) and the shift.
     shift: Cell<(u64, u64)>,
+    /// Transmit stamps (a stream socket with them on): the bytes written to the socket so
+    /// far (TLS records included) and the queries waiting for their stamps.
+    tx: Option<TxState>,
+}
+
+struct TxState {
+    written: Cell<u64>,
+    pending: std::cell::RefCell<TxPending>,
 }
 
 /// How often the shift between the kernel's clock and the run's is measured again: a clock
@@ -329,12 +337,12 @@ const SHIFT_EVERY_NS: u64 = 1_000_000;
 impl Default for RxStamp {
     /// No socket: every arrival is now.
     fn default() -> RxStamp {
-        RxStamp::new(-1, Arc::default(), false)
+        RxStamp::new(-1, Arc::default(), false, false)
     }
 }
 
 impl RxStamp {
-    fn new(fd: RawFd, last: Arc<AtomicU64>, ordered: bool) -> RxStamp {
+    fn new(fd: RawFd, last: Arc<AtomicU64>, ordered: bool, tx: bool) -> RxStamp {
         RxStamp(Rc::new(Rx {
             last,
             fd: Cell::new(fd),
@@ -342,7 +350,63 @@ impl RxStamp {
             ooo: Cell::new(0),
             checked: Cell::new(0),
             shift: Cell::new((0, 0)),
+            tx: tx.then(|| TxState { written: Cell::new(0), pending: Default::default() }),
         }))
+    }
+
+    /// The shift of the kernel's clock against the run's (measured again every
+    /// [`SHIFT_EVERY_NS`]); `t` is now.
+    fn shift_at(&self, t: u64, now: &impl Fn() -> u64) -> u64 {
+        let (at, mut shift) = self.0.shift.get();
+        if at == 0 || t.saturating_sub(at) > SHIFT_EVERY_NS {
+            shift = realtime_shift(now);
+            self.0.shift.set((t, shift));
+        }
+        shift
+    }
+
+    /// `n` more bytes were written to the socket.
+    fn wrote(&self, n: usize) {
+        if let Some(tx) = &self.0.tx {
+            tx.written.set(tx.written.get() + n as u64);
+        }
+    }
+
+    /// The queries `tokens` (taken) were written out whole: every byte of theirs is in the
+    /// socket, so the kernel's stamp of the last byte written so far is their departure (the
+    /// stamp of each write's last byte: the writes of one flush leave together).
+    pub(crate) fn left(&self, tokens: &mut Vec<crate::Token>) {
+        let Some(tx) = &self.0.tx else {
+            tokens.clear();
+            return;
+        };
+        let last = tx.written.get().saturating_sub(1);
+        let mut p = tx.pending.borrow_mut();
+        for t in tokens.drain(..) {
+            p.push(last, t);
+        }
+    }
+
+    /// Whether enough queries wait for their stamps that they should be read now, answers or
+    /// not (the error queue takes room in the socket's receive buffer).
+    pub(crate) fn many_sent(&self) -> bool {
+        self.0.tx.as_ref().is_some_and(|tx| tx.pending.borrow().len() >= TX_BATCH)
+    }
+
+    /// Reads the transmit stamps waiting on the socket's error queue and hands the engine the
+    /// departures of the queries they cover (before their answers, which need them).
+    pub(crate) fn read_sent<X: Exchange + ?Sized>(&self, x: &X) {
+        let (Some(tx), fd) = (&self.0.tx, self.0.fd.get()) else { return };
+        if fd < 0 || tx.pending.borrow().is_empty() {
+            return;
+        }
+        let mut p = tx.pending.borrow_mut();
+        let mut shift = None;
+        read_tx(fd, |id, at| {
+            let s = *shift.get_or_insert_with(|| self.shift_at(x.now(), &|| x.now()));
+            let at = at.saturating_sub(s);
+            p.stamp(id, true, |t| x.stamped(t, at));
+        });
     }
 
     /// When what the newest read returned had arrived, on the run's clock: the kernel's stamp
@@ -360,11 +424,7 @@ impl RxStamp {
         if s == 0 {
             return t;
         }
-        let (at, mut shift) = rx.shift.get();
-        if at == 0 || t.saturating_sub(at) > SHIFT_EVERY_NS {
-            shift = realtime_shift(&now);
-            rx.shift.set((t, shift));
-        }
+        let shift = self.shift_at(t, &now);
         let arrived = s.saturating_sub(shift).min(t);
         let ooo = || {
             let after = rcv_ooopack(rx.fd.get())?;
@@ -411,10 +471,17 @@ fn trusted(age: u64, ooo: impl FnOnce() -> Option<(u32, u32)>) -> bool {
 const CONTROL: usize = 64;
 
 impl StampedTcp {
-    /// Wraps `inner`; without kernel stamps (an error enabling them) reads give none.
-    pub(crate) fn new(inner: TcpStream) -> StampedTcp {
-        let _ = enable(inner.as_raw_fd());
-        let stamp = RxStamp::new(inner.as_raw_fd(), Arc::default(), true);
+    /// Wraps `inner`; without kernel stamps (an error enabling them) reads give none. `tx`:
+    /// writes are stamped too (by the offset of each write's last byte, counted from here:
+    /// wrap the stream before anything is written), for a driver that reads the stamps
+    /// ([`RxStamp::read_sent`]): unread, they would fill the socket's receive buffer.
+    pub(crate) fn new(inner: TcpStream, tx: bool) -> StampedTcp {
+        let fd = inner.as_raw_fd();
+        let tx = tx && enable_tx(fd).is_ok();
+        if !tx {
+            let _ = enable(fd);
+        }
+        let stamp = RxStamp::new(fd, Arc::default(), true, tx);
         StampedTcp { inner, stamp }
     }
 
@@ -489,7 +556,12 @@ impl StampedTcp {
             ready!(self.inner.poll_write_ready(cx))?;
             match self.inner.try_write_vectored(bufs) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                r => return Poll::Ready(r),
+                r => {
+                    if let Ok(n) = r {
+                        self.stamp.wrote(n);
+                    }
+                    return Poll::Ready(r);
+                }
             }
         }
     }
@@ -549,7 +621,7 @@ impl StampedUdp {
         last_datagram(fd);
         let last = Arc::new(AtomicU64::new(0));
         let inner = runtime.wrap_udp_socket(socket)?;
-        let stamp = RxStamp::new(-1, last.clone(), false);
+        let stamp = RxStamp::new(-1, last.clone(), false, false);
         Ok((Arc::new(StampedUdp { inner, fd, last }), stamp))
     }
 }
@@ -670,7 +742,7 @@ mod tests {
         let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         b.connect(a.local_addr().unwrap()).unwrap();
         last_datagram(a.as_raw_fd());
-        let rx = RxStamp::new(-1, Arc::default(), false);
+        let rx = RxStamp::new(-1, Arc::default(), false, false);
         let mut buf = [0u8; 16];
         // Stamping comes on a moment after the first socket asks (see the TCP test); until
         // then the kernel answers with the time of asking: wait until a datagram read 5 ms
@@ -706,7 +778,7 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
             let (mut server, _) = l.accept().unwrap();
-            let mut s = StampedTcp::new(c);
+            let mut s = StampedTcp::new(c, false);
             let rx = s.stamp();
             let t0 = now();
             assert!(rx.arrival_by(now) >= t0, "no read yet: the time is now");
