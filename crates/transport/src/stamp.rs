@@ -735,6 +735,101 @@ mod tests {
     }
 
     #[test]
+    fn pending_queries_take_their_stamps_by_id() {
+        let mut got = Vec::new();
+        // UDP: one stamp, one datagram; the ones before it lost theirs.
+        let mut p = TxPending::default();
+        for (id, t) in [(0, 10), (1, 11), (2, 12), (3, 13)] {
+            p.push(id, t);
+        }
+        p.stamp(0, false, |t| got.push(t));
+        p.stamp(2, false, |t| got.push(t));
+        assert_eq!(got, [10, 12]);
+        assert_eq!(p.len(), 1);
+        // A stamp of something no query waits for (a handshake's bytes, say) takes nothing.
+        p.stamp(1, false, |t| got.push(t));
+        assert_eq!(got, [10, 12]);
+        p.stamp(3, false, |t| got.push(t));
+        assert_eq!(got, [10, 12, 13]);
+        assert!(p.is_empty());
+        // TCP: a write's last byte stamps every query written up to it.
+        got.clear();
+        let mut p = TxPending::default();
+        for (id, t) in [(99, 1), (99, 2), (140, 3), (200, 4)] {
+            p.push(id, t);
+        }
+        p.stamp(50, true, |t| got.push(t));
+        assert!(got.is_empty());
+        p.stamp(160, true, |t| got.push(t));
+        assert_eq!(got, [1, 2, 3]);
+        // The kernel's IDs are 32 bits: past 2^32 bytes they wrap, and still match.
+        let mut p = TxPending::default();
+        p.push((1 << 32) + 5, 7);
+        p.next = (1 << 32) + 6;
+        p.stamp(5, true, |t| got.push(t));
+        assert_eq!(got.last(), Some(&7));
+        let mut p = TxPending::default();
+        p.push((1 << 32) - 2, 8);
+        p.push((1 << 32) + 1, 9);
+        p.stamp(u32::MAX - 1, false, |t| got.push(t));
+        p.stamp(1, false, |t| got.push(t));
+        assert_eq!(&got[got.len() - 2..], [8, 9]);
+    }
+
+    /// Transmit stamps come back on the error queue, read in a batch, each with its
+    /// datagram's number (UDP) or its write's last byte (TCP) and a time between the send and
+    /// the read.
+    #[test]
+    fn the_error_queue_gives_each_send_its_stamp() {
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        b.connect(a.local_addr().unwrap()).unwrap();
+        enable_tx(b.as_raw_fd()).unwrap();
+        let before = realtime_ns();
+        for _ in 0..3 {
+            b.send(b"query").unwrap();
+        }
+        let mut got = Vec::new();
+        // The kernel turns stamping on a moment after the first socket asks (see below).
+        for _ in 0..200 {
+            read_tx(b.as_raw_fd(), |id, at| got.push((id, at)));
+            if got.len() >= 3 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let after = realtime_ns();
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [0, 1, 2], "{got:?}");
+        assert!(got.iter().all(|&(_, at)| at >= before && at <= after), "{before} {got:?} {after}");
+        // The datagrams themselves arrived, and the error queue is empty now.
+        let mut buf = [0u8; 16];
+        assert_eq!(a.recv(&mut buf).unwrap(), 5);
+        assert_eq!(read_tx(b.as_raw_fd(), |_, _| panic!("read twice")), 0);
+        // Numbering restarts at 0.
+        restart_ids(b.as_raw_fd()).unwrap();
+        b.send(b"again").unwrap();
+        let mut ids = Vec::new();
+        read_tx(b.as_raw_fd(), |id, _| ids.push(id));
+        assert_eq!(ids, [0]);
+
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_server, _) = l.accept().unwrap();
+        enable_tx(c.as_raw_fd()).unwrap();
+        c.write_all(&[0; 10]).unwrap();
+        c.write_all(&[0; 5]).unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..200 {
+            read_tx(c.as_raw_fd(), |id, _| ids.push(id));
+            if ids.len() >= 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(ids, [9, 14], "the offset of each write's last byte");
+    }
+
+    #[test]
     fn a_datagram_is_timed_when_it_came() {
         let origin = Instant::now();
         let now = || origin.elapsed().as_nanos() as u64 + 1;

@@ -1,0 +1,97 @@
+//! Each query's departure is the kernel's transmit stamp (UDP, TCP), and its time is split
+//! in two: the generator's delay (issue or schedule to departure) and the service time
+//! (departure to the answer's kernel receive time). Closed loop reports the service time as
+//! its latency; open loop's latency is the response time from the schedule, the sum of the two.
+
+mod common;
+
+use common::{run_volley, run_volley_pinned, Server};
+use serde_json::Value;
+
+fn u(v: &Value, path: &[&str]) -> u64 {
+    let mut x = v;
+    for k in path {
+        x = &x[*k];
+    }
+    x.as_u64().unwrap_or_else(|| panic!("{path:?} in {v:#}"))
+}
+
+/// The mean of a results histogram (`{"sigfig": 3, "buckets": [[value, count], ...]}`,
+/// values at bucket tops).
+fn hist_mean(h: &Value) -> f64 {
+    let (mut sum, mut n) = (0f64, 0f64);
+    for b in h["buckets"].as_array().unwrap() {
+        let (v, c) = (b[0].as_f64().unwrap(), b[1].as_f64().unwrap());
+        sum += v * c;
+        n += c;
+    }
+    sum / n
+}
+
+/// Closed loop over UDP and TCP: every query that left was timed by the kernel, the service
+/// time counts every answer, and it is the run's latency. With `--tx-stamps off` every
+/// departure is volley's clock, and says so.
+#[test]
+fn the_kernel_times_every_departure_over_udp_and_tcp() {
+    let s = Server::start_with(&["-T", "1"]);
+    for url in [s.udp_url(), s.tcp_url()] {
+        let r = run_volley(&[&url, "-c", "4", "-n", "3000", "-T", "1"]);
+        let v = r.ok();
+        let sent = u(v, &["totals", "sent"]);
+        let answered = u(v, &["totals", "answered"]);
+        assert_eq!(sent, 3000, "{url}: {:#}", v["totals"]);
+        assert_eq!(u(v, &["send_stamps", "kernel"]), sent, "{url}: {:#}", v["send_stamps"]);
+        assert_eq!(u(v, &["send_stamps", "fallback"]), 0, "{url}");
+        assert_eq!(u(v, &["service_time", "count"]), answered, "{url}");
+        assert_eq!(u(v, &["generator_delay", "count"]), sent, "{url}");
+        // Closed loop: the latency is the service time, answer for answer.
+        assert_eq!(v["latency"]["histogram"], v["service_time"]["histogram"], "{url}");
+        assert!(r.stdout.contains("generator"), "{url}: {}", r.stdout);
+
+        let r = run_volley(&[&url, "-c", "4", "-n", "500", "-T", "1", "--tx-stamps", "off"]);
+        let v = r.ok();
+        assert_eq!(u(v, &["send_stamps", "kernel"]), 0, "{url}: {:#}", v["send_stamps"]);
+        assert_eq!(u(v, &["send_stamps", "fallback"]), u(v, &["totals", "sent"]), "{url}");
+        assert!(r.stdout.contains("departures timed by volley's clock"), "{url}: {}", r.stdout);
+    }
+}
+
+/// Open loop over UDP and TCP: each query's response time (from its schedule) is its
+/// generator delay plus its service time, so the histograms agree: the means add up within
+/// the histograms' precision, and no response time is below the two minima's sum or above
+/// the two maxima's.
+#[test]
+fn generator_delay_plus_service_time_is_the_response_time() {
+    let s = Server::start_with(&["-T", "1"]);
+    for url in [s.udp_url(), s.tcp_url()] {
+        let r = run_volley(&[&url, "-Q", "2000", "-n", "4000", "-T", "1"]);
+        let v = r.ok();
+        let answered = u(v, &["totals", "answered"]);
+        assert_eq!(u(v, &["send_stamps", "kernel"]), u(v, &["totals", "sent"]), "{url}: {:#}", v["send_stamps"]);
+        assert_eq!(u(v, &["service_time", "count"]), answered, "{url}");
+        assert_eq!(u(v, &["latency", "count"]), answered, "{url}");
+        // Every query was answered: the generator delays are those of the answered queries.
+        assert_eq!(answered, 4000, "{url}: {:#}", v["totals"]);
+        let (lat, gen, svc) = (&v["latency"], &v["generator_delay"], &v["service_time"]);
+        let (ml, mg, ms) = (hist_mean(&lat["histogram"]), hist_mean(&gen["histogram"]), hist_mean(&svc["histogram"]));
+        // 3 significant figures: each value within 0.1 % of its bucket's top; 1 µs more for the
+        // nanoseconds a clock conversion moves a stamp.
+        let slack = 0.002 * ml + 1_000.0;
+        assert!(
+            (mg + ms - ml).abs() <= slack,
+            "{url}: generator {mg:.0} + service {ms:.0} against response {ml:.0} ns"
+        );
+        let p = |h: &Value, k: &str| h[k].as_u64().unwrap() as f64;
+        assert!(
+            p(lat, "min_ns") * 1.002 + 1_000.0 >= p(gen, "min_ns") + p(svc, "min_ns"),
+            "{url}: {lat:#} {gen:#} {svc:#}"
+        );
+        assert!(p(lat, "max_ns") <= (p(gen, "max_ns") + p(svc, "max_ns")) * 1.002 + 1_000.0, "{url}");
+        // Each part is at most the whole, percentile for percentile.
+        for k in ["p50_ns", "p90_ns", "p99_ns"] {
+            assert!(p(svc, k) <= p(lat, k) * 1.002 + 1_000.0, "{url}: service {k} over response");
+            assert!(p(gen, k) <= p(lat, k) * 1.002 + 1_000.0, "{url}: generator {k} over response");
+        }
+        assert!(r.stdout.contains("service"), "{url}: {}", r.stdout);
+    }
+}
