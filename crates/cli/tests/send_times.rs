@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{run_volley, run_volley_pinned, Server};
+use std::process::{Command, Stdio};
+
+use common::{require, run_volley, run_volley_pinned, Server};
 use serde_json::Value;
 
 fn u(v: &Value, path: &[&str]) -> u64 {
@@ -93,5 +95,72 @@ fn generator_delay_plus_service_time_is_the_response_time() {
             assert!(p(gen, k) <= p(lat, k) * 1.002 + 1_000.0, "{url}: generator {k} over response");
         }
         assert!(r.stdout.contains("service"), "{url}: {}", r.stdout);
+    }
+}
+
+/// A process that keeps CPU `cpu` busy until dropped.
+struct Spinner(std::process::Child);
+
+impl Spinner {
+    fn on(cpu: &str) -> Spinner {
+        let child = Command::new(require("taskset"))
+            .args(["-c", cpu, "sh", "-c", "while :; do :; done"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start a spinning process");
+        Spinner(child)
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One closed-loop run of volley on CPU 0 behind another process's load (`nice 10`: the
+/// busy process comes first): the generator's delay p50 and the service time p50, ns.
+fn delays(url: &str) -> (f64, f64, Value) {
+    let r = run_volley_pinned("0", &["nice", "-n", "10"], &[url, "-c", "1", "-l", "2s", "-T", "1"]);
+    let v = r.ok().clone();
+    assert_eq!(u(&v, &["send_stamps", "fallback"]), 0, "{url}: {:#}", v["send_stamps"]);
+    (u(&v, &["generator_delay", "p50_ns"]) as f64, u(&v, &["service_time", "p50_ns"]) as f64, v)
+}
+
+/// Another process busy on the generator's core (volley on CPU 0 with a spinning process
+/// that comes first; the responder alone on CPU 1): the generator's delay grows, and the
+/// service time, timed by the kernel at both ends, grows far less (not at all on a quiet
+/// machine; on a busy one the responder's own wake-ups move too). One query at a time, so
+/// that late sends never reach the responder in bursts that queue there. Compared as ratios
+/// against the same run without the spinner; a pair is made again up to three times in all
+/// (a machine busy with other work moves either run).
+#[test]
+fn a_busy_generator_core_shows_in_the_generator_delay_not_the_service_time() {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        panic!("this test needs two CPUs (the generator's and the responder's)");
+    }
+    let s = Server::start_pinned("1", &["-T", "1"]);
+    for url in [s.udp_url(), s.tcp_url()] {
+        for attempt in 1..=3 {
+            let (g0, s0, _) = delays(&url);
+            let (g1, s1, v) = {
+                let _busy = Spinner::on("0");
+                delays(&url)
+            };
+            let (grew, service) = (g1 / g0.max(1.0), s1 / s0.max(1.0));
+            eprintln!(
+                "{url}: generator delay p50 {g0:.0} -> {g1:.0} ns (x{grew:.1}), service p50 {s0:.0} -> {s1:.0} ns (x{service:.1})"
+            );
+            if grew >= 2.0 && grew >= 2.0 * service {
+                break;
+            }
+            assert!(
+                attempt < 3,
+                "{url}: the generator's delay grew x{grew:.1}, the service time x{service:.1}: {:#} {:#}",
+                v["generator_delay"],
+                v["service_time"]
+            );
+        }
     }
 }

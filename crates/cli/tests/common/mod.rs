@@ -553,10 +553,11 @@ pub fn run_volley(args: &[&str]) -> RunResult {
     run_volley_in(Command::new(volley()), args)
 }
 
-/// As [`run_volley`], on the CPUs `cpus` only (`taskset -c CPUS`).
-pub fn run_volley_pinned(cpus: &str, args: &[&str]) -> RunResult {
+/// As [`run_volley`], on the CPUs `cpus` only (`taskset -c CPUS`), through the command
+/// `wrap` (e.g. `nice -n 10`; empty: none).
+pub fn run_volley_pinned(cpus: &str, wrap: &[&str], args: &[&str]) -> RunResult {
     let mut cmd = Command::new(require("taskset"));
-    cmd.arg("-c").arg(cpus).arg(volley());
+    cmd.arg("-c").arg(cpus).args(wrap).arg(volley());
     run_volley_in(cmd, args)
 }
 
