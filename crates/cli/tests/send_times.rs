@@ -10,6 +10,13 @@ use std::process::{Command, Stdio};
 use common::{require, run_volley, run_volley_pinned, Server};
 use serde_json::Value;
 
+/// The tests of this file one at a time: the busy-core test compares timings, which the
+/// others' runs would disturb.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn u(v: &Value, path: &[&str]) -> u64 {
     let mut x = v;
     for k in path {
@@ -35,6 +42,7 @@ fn hist_mean(h: &Value) -> f64 {
 /// departure is volley's clock, and says so.
 #[test]
 fn the_kernel_times_every_departure_over_udp_and_tcp() {
+    let _serial = one_at_a_time();
     let s = Server::start_with(&["-T", "1"]);
     for url in [s.udp_url(), s.tcp_url()] {
         let r = run_volley(&[&url, "-c", "4", "-n", "3000", "-T", "1"]);
@@ -58,12 +66,44 @@ fn the_kernel_times_every_departure_over_udp_and_tcp() {
     }
 }
 
+/// Over DoT and pipelined DoH/1.1 the kernel times every departure too (the stamp of the
+/// write that carried the query's last TLS record); DoH/2 and DoQ, without stamps, say that
+/// every departure is volley's clock.
+#[test]
+fn encrypted_stream_transports_are_stamped_and_the_others_say_they_are_not() {
+    let _serial = one_at_a_time();
+    let s = Server::start_encrypted(&["-T", "1"]);
+    let runs: [(&str, &[&str], bool); 4] = [
+        ("tls", &[], true),
+        ("https", &["--http", "1.1", "--h1-pipeline", "8"], true),
+        ("https", &["--http", "2"], false),
+        ("quic", &[], false),
+    ];
+    for (transport, extra, stamped) in runs {
+        let url = s.url(transport);
+        let mut args = vec![url.as_str(), "--ca", s.ca_str(), "-c", "8", "-n", "1000", "-T", "1"];
+        args.extend_from_slice(extra);
+        let v = run_volley(&args).ok().clone();
+        let sent = u(&v, &["totals", "sent"]);
+        assert_eq!(u(&v, &["totals", "answered"]), 1000, "{url} {extra:?}: {:#}", v["totals"]);
+        let (kernel, fallback) = (u(&v, &["send_stamps", "kernel"]), u(&v, &["send_stamps", "fallback"]));
+        if stamped {
+            assert_eq!((kernel, fallback), (sent, 0), "{url} {extra:?}");
+        } else {
+            assert_eq!((kernel, fallback), (0, sent), "{url} {extra:?}");
+        }
+        assert_eq!(u(&v, &["service_time", "count"]), 1000, "{url} {extra:?}");
+        assert_eq!(v["latency"]["histogram"], v["service_time"]["histogram"], "{url} {extra:?}");
+    }
+}
+
 /// Open loop over UDP and TCP: each query's response time (from its schedule) is its
 /// generator delay plus its service time, so the histograms agree: the means add up within
 /// the histograms' precision, and no response time is below the two minima's sum or above
 /// the two maxima's.
 #[test]
 fn generator_delay_plus_service_time_is_the_response_time() {
+    let _serial = one_at_a_time();
     let s = Server::start_with(&["-T", "1"]);
     for url in [s.udp_url(), s.tcp_url()] {
         let r = run_volley(&[&url, "-Q", "2000", "-n", "4000", "-T", "1"]);
@@ -119,24 +159,27 @@ impl Drop for Spinner {
     }
 }
 
-/// One closed-loop run of volley on CPU 0 behind another process's load (`nice 10`: the
-/// busy process comes first): the generator's delay p50 and the service time p50, ns.
+/// One closed-loop run of volley on CPU 0 at the lowest priority (`nice 19`: a busy process
+/// there comes first): the generator's delay p50 and the service time p50, ns.
 fn delays(url: &str) -> (f64, f64, Value) {
-    let r = run_volley_pinned("0", &["nice", "-n", "10"], &[url, "-c", "1", "-l", "2s", "-T", "1"]);
+    let r = run_volley_pinned("0", &["nice", "-n", "19"], &[url, "-c", "1", "-l", "2s", "-T", "1"]);
     let v = r.ok().clone();
     assert_eq!(u(&v, &["send_stamps", "fallback"]), 0, "{url}: {:#}", v["send_stamps"]);
     (u(&v, &["generator_delay", "p50_ns"]) as f64, u(&v, &["service_time", "p50_ns"]) as f64, v)
 }
 
-/// Another process busy on the generator's core (volley on CPU 0 with a spinning process
-/// that comes first; the responder alone on CPU 1): the generator's delay grows, and the
-/// service time, timed by the kernel at both ends, grows far less (not at all on a quiet
-/// machine; on a busy one the responder's own wake-ups move too). One query at a time, so
-/// that late sends never reach the responder in bursts that queue there. Compared as ratios
-/// against the same run without the spinner; a pair is made again up to three times in all
-/// (a machine busy with other work moves either run).
+/// Another process busy on the generator's core (volley on CPU 0 below a spinning process;
+/// the responder alone on CPU 1): the generator's delay grows (volley waits for the CPU
+/// between issuing a query and sending it), and the service time, timed by the kernel at
+/// both ends, grows at least ten times less. It may move a little: the responder, sent fewer queries a
+/// second, idles longer between them and wakes more slowly (here 48 -> 116 µs at p50, while
+/// the generator's delay went from 62 µs to 16 ms). One query at a time, so that late sends
+/// never reach the responder in bursts that queue there. Compared as ratios against the same
+/// run without the spinner; a pair is made again up to three times in all (a machine busy with
+/// other work moves either run).
 #[test]
 fn a_busy_generator_core_shows_in_the_generator_delay_not_the_service_time() {
+    let _serial = one_at_a_time();
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         panic!("this test needs two CPUs (the generator's and the responder's)");
     }
@@ -152,7 +195,7 @@ fn a_busy_generator_core_shows_in_the_generator_delay_not_the_service_time() {
             eprintln!(
                 "{url}: generator delay p50 {g0:.0} -> {g1:.0} ns (x{grew:.1}), service p50 {s0:.0} -> {s1:.0} ns (x{service:.1})"
             );
-            if grew >= 2.0 && grew >= 2.0 * service {
+            if grew >= 10.0 && grew >= 10.0 * service {
                 break;
             }
             assert!(
