@@ -100,14 +100,6 @@ pub(crate) fn enable_tx(fd: RawFd) -> io::Result<()> {
     set_timestamping(fd, TX_FLAGS)
 }
 
-/// Numbers a UDP socket's datagrams from 0 again (OPT_ID set anew: the kernel restarts its
-/// count only when the option was off). After a send error the kernel's count may have moved
-/// for a datagram that did not leave.
-pub(crate) fn restart_ids(fd: RawFd) -> io::Result<()> {
-    set_timestamping(fd, TX_FLAGS & !libc::SOF_TIMESTAMPING_OPT_ID)?;
-    set_timestamping(fd, TX_FLAGS)
-}
-
 /// A transmit stamp from the error queue: its ID (OPT_ID) and its time, CLOCK_REALTIME ns.
 /// None for anything else there (an ICMP error, a stamp of another kind).
 pub(crate) fn tx_of(h: &libc::msghdr) -> Option<(u32, u64)> {
@@ -229,12 +221,6 @@ impl TxPending {
             self.q.pop_front();
         }
         self.q.push_back((id, t));
-    }
-
-    /// Forgets every query still waiting (their IDs no longer mean anything).
-    pub(crate) fn clear(&mut self) {
-        self.q.clear();
-        self.next = 0;
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -805,12 +791,11 @@ mod tests {
         let mut buf = [0u8; 16];
         assert_eq!(a.recv(&mut buf).unwrap(), 5);
         assert_eq!(read_tx(b.as_raw_fd(), |_, _| panic!("read twice")), 0);
-        // Numbering restarts at 0.
-        restart_ids(b.as_raw_fd()).unwrap();
+        // Numbering goes on.
         b.send(b"again").unwrap();
         let mut ids = Vec::new();
         read_tx(b.as_raw_fd(), |id, _| ids.push(id));
-        assert_eq!(ids, [0]);
+        assert_eq!(ids, [3]);
 
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();

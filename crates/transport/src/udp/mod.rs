@@ -272,16 +272,6 @@ fn receive_into<X: Exchange>(
     }
 }
 
-/// After a send error: the kernel may have counted a datagram that did not leave (kernels
-/// before 6.2 did), so the stamps already there are read and the numbering starts again.
-fn restart_stamps<X: Exchange>(fd: i32, pending: Option<&mut TxPending>, x: &X) {
-    if let Some(p) = pending {
-        read_stamps(fd, p, x);
-        p.clear();
-        let _ = crate::stamp::restart_ids(fd);
-    }
-}
-
 /// Takes up to one batch of queued queries, stamps IDs, sends them with one system call
 /// (more if the kernel takes part of it). `header`: IP and UDP header bytes per datagram.
 #[allow(clippy::too_many_arguments)]
@@ -331,17 +321,12 @@ async fn send_batch<X: Exchange>(
                 x.wire(&WireStats { bytes_out: bytes + k * header, packets_out: k, ..WireStats::default() });
                 from += n;
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                restart_stamps(fd, pending.as_deref_mut(), x);
-                sock.writable().await
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => restart_stamps(fd, pending.as_deref_mut(), x),
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                restart_stamps(fd, pending.as_deref_mut(), x);
-                x.event("udp_icmp_refused")
-            }
+            // A datagram that did not leave takes no number: the kernel gives its count back
+            // when a send fails (`hold_tskey` in __ip_append_data).
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => sock.writable().await,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => x.event("udp_icmp_refused"),
             Err(e) => {
-                restart_stamps(fd, pending.as_deref_mut(), x);
                 // This datagram cannot leave: it fails; the rest are tried again.
                 let now = x.now();
                 let msg = out.msg(from);
