@@ -223,6 +223,14 @@ impl TxPending {
         self.q.push_back((id, t));
     }
 
+    /// Forgets the queries waiting (they have their fates) and lets their memory go; the
+    /// numbering goes on.
+    pub(crate) fn forget(&mut self) {
+        if self.q.capacity() > 0 {
+            self.q = std::collections::VecDeque::new();
+        }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.q.is_empty()
     }
@@ -738,6 +746,17 @@ mod tests {
         p.stamp(3, false, |t| got.push(t));
         assert_eq!(got, [10, 12, 13]);
         assert!(p.is_empty());
+        // Forgotten queries (the lane went idle): their late stamps match the next ones not.
+        let mut p = TxPending::default();
+        p.push(0, 20);
+        p.next = 1;
+        p.forget();
+        p.push(1, 21);
+        p.next = 2;
+        p.stamp(0, false, |t| got.push(t));
+        assert_eq!(got, [10, 12, 13]);
+        p.stamp(1, false, |t| got.push(t));
+        assert_eq!(got, [10, 12, 13, 21]);
         // TCP: a write's last byte stamps every query written up to it.
         got.clear();
         let mut p = TxPending::default();
