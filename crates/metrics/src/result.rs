@@ -66,7 +66,8 @@ pub struct RunResult {
     pub schedule_lateness: Option<LatencySummary>,
     /// Queries that waited for their transport before they left (a connection being opened,
     /// the server's stream limit, an HTTP/1.1 connection busy...), by cause; absent when none
-    /// waited. The wait counts in latency: it is the server's or the protocol's doing.
+    /// waited. The wait is the server's or the protocol's doing: it counts in the response time
+    /// on a schedule, and in `generator_delay` (in the closed loop, not in its latency).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub transport_wait: Option<TransportWait>,
     /// The most queries on the wire at one moment (sent and not yet ended; the sum of each
