@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 use volley_metrics::{
-    Collector, ConnCounters, GeneratorInfo, LatencySummary, LoadInfo, Progress, Qps, RunResult, Status, TargetInfo,
-    Totals, SCHEMA,
+    Collector, ConnCounters, GeneratorInfo, LatencySummary, LoadInfo, Progress, Qps, RunResult, SendStamps, Status,
+    TargetInfo, Totals, SCHEMA,
 };
 use volley_transport::{LaneOptions, Target};
 
@@ -688,6 +688,9 @@ pub fn run(
             answered: totals.answered as f64 / sending_s,
         },
         latency: LatencySummary::of(&got.latency),
+        service_time: Some(LatencySummary::of(&got.send.service_time)),
+        generator_delay: Some(LatencySummary::of(&got.send.generator_delay)),
+        send_stamps: Some(SendStamps { kernel: got.send.kernel, fallback: got.send.fallback }),
         send_lateness: lateness,
         schedule_lateness,
         transport_wait,

@@ -37,6 +37,12 @@ pub struct Entry {
     pub handed: bool,
     /// It left the generator (`Exchange::sent`), at least once.
     pub left: bool,
+    /// When its latest transmission left: by volley's clock after the send (`Exchange::sent`),
+    /// and by the kernel's transmit stamp (`Exchange::stamped`; 0 until one comes).
+    pub sent_at: u64,
+    pub wire_at: u64,
+    /// Its departure was recorded (the generator's delay, and how it was timed).
+    pub timed: bool,
 }
 
 #[derive(Debug, Default)]

@@ -356,6 +356,7 @@ impl Worker {
             inn.deadlines.pop_front();
             if let Some(e) = inn.slab.remove(t) {
                 Self::off_wire(&mut inn, &e);
+                Self::untimed(&mut inn, &e);
                 let slot = &self.lanes[e.lane as usize];
                 slot.lane.release();
                 match e.again {
@@ -424,6 +425,9 @@ impl Worker {
                 inn.peak_on_wire = inn.peak_on_wire.max(inn.on_wire);
             }
             e.again = None;
+            // Its departure, until the kernel's stamp of it comes.
+            e.sent_at = now;
+            e.wire_at = 0;
             // A query counts as sent, with its lateness and wait, when it first leaves (not
             // when it is sent again).
             if !e.left {
@@ -501,6 +505,47 @@ impl Worker {
                 count_event(&mut inn.events, UDP_RETRY_EVENT);
                 inn.rec().resent(now, u32::from(n), slot.group);
             }
+        }
+    }
+
+    /// The kernel's transmit stamp of query `token`'s latest transmission: its departure.
+    /// The generator's delay is recorded at its first (the query's first departure).
+    fn stamped(&self, token: Token, at: u64) {
+        let mut guard = self.inner.borrow_mut();
+        let inn = &mut *guard;
+        if inn.finished {
+            return;
+        }
+        let Some(e) = inn.slab.get_mut(token) else { return };
+        if !e.left || e.wire_at != 0 {
+            return;
+        }
+        // Within the query's life (the clocks' conversion errs by a few ns). A stream
+        // transport's stamp comes after `sent`, which it reports as it frames the query.
+        let at = at.min(now_ns()).max(e.scheduled);
+        e.wire_at = at;
+        if !std::mem::replace(&mut e.timed, true) {
+            let delay = at - e.scheduled;
+            inn.rec().departed(delay, true);
+        }
+    }
+
+    /// A query that left ends without a kernel stamp of its departure: its departure is
+    /// volley's own send time.
+    #[inline]
+    fn untimed(inn: &mut Inner, e: &Entry) {
+        if e.left && !e.timed {
+            inn.rec().departed(e.sent_at.saturating_sub(e.scheduled), false);
+        }
+    }
+
+    /// When query `e`'s latest transmission left: the kernel's stamp, else volley's clock.
+    #[inline]
+    fn departure(e: &Entry) -> u64 {
+        match (e.wire_at, e.left) {
+            (0, true) => e.sent_at,
+            (0, false) => e.scheduled,
+            (w, _) => w,
         }
     }
 
@@ -595,7 +640,11 @@ impl Worker {
         slot.lane.release();
         slot.lane.answered();
         let g = slot.group;
-        let latency = now.saturating_sub(e.scheduled);
+        Self::untimed(&mut inn, &e);
+        let service = now.saturating_sub(Self::departure(&e));
+        // Closed loop: the latency is the service time (the generator's own delay apart); a
+        // schedule's: the response time from the schedule (coordinated omission corrected).
+        let latency = if self.closed_loop { service } else { now.saturating_sub(e.scheduled) };
         if e.resent > 0
             && msg.len() >= 2
             && u16::from_be_bytes([msg[0], msg[1]]) != e.id
@@ -609,11 +658,15 @@ impl Worker {
             // Not a response (QR clear), on a stream that carries only this query's answer.
             Ok(h) if !h.is_response() => rec.failed(now, ErrorKind::Malformed, g),
             Ok(h) => match question_key(msg) {
-                Ok(k) if k == e.key => rec.answered(now, latency, h.rcode().0, h.truncated(), msg.len(), g),
+                Ok(k) if k == e.key => {
+                    rec.answered(now, latency, h.rcode().0, h.truncated(), msg.len(), g);
+                    rec.service_time(service);
+                }
                 Ok(_) => rec.failed(now, ErrorKind::Mismatch, g),
                 // Error responses (FORMERR, NOTIMP...) may carry no question: still an answer.
                 Err(_) if h.qdcount == 0 && h.rcode() != Rcode::NOERROR => {
-                    rec.answered(now, latency, h.rcode().0, h.truncated(), msg.len(), g)
+                    rec.answered(now, latency, h.rcode().0, h.truncated(), msg.len(), g);
+                    rec.service_time(service);
                 }
                 Err(_) => rec.failed(now, ErrorKind::Malformed, g),
             },
@@ -663,6 +716,7 @@ impl Worker {
         }
         if let Some(e) = inn.slab.remove(token) {
             Self::off_wire(&mut inn, &e);
+            Self::untimed(&mut inn, &e);
             let slot = &self.lanes[e.lane as usize];
             slot.lane.release();
             inn.rec().failed(now, kind, slot.group);
@@ -722,6 +776,11 @@ impl Exchange for LaneView {
     #[inline]
     fn sent(&self, token: Token, bytes: usize, now: u64) {
         self.w.sent(token, bytes, now, self.g)
+    }
+
+    #[inline]
+    fn stamped(&self, token: Token, at: u64) {
+        self.w.stamped(token, at)
     }
 
     fn waited(&self, token: Token, why: Wait, ns: u64) {
@@ -1121,10 +1180,17 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
     }
     let now = now_ns();
     let (in_flight, by_group) = {
-        let mut inn = w.inner.borrow_mut();
+        let mut guard = w.inner.borrow_mut();
+        let inn = &mut *guard;
         inn.finished = true;
         inn.issuing = false;
-        (inn.slab.live() as u64, w.in_flight_by_group(&inn))
+        // Queries still in flight that left: their departures, as known now.
+        if let Some(rec) = inn.rec.as_mut() {
+            for e in inn.slab.iter_live().filter(|e| e.left && !e.timed) {
+                rec.departed(e.sent_at.saturating_sub(e.scheduled), false);
+            }
+        }
+        (inn.slab.live() as u64, w.in_flight_by_group(inn))
     };
     // Close every connection: each driver reports how its connection ended, and what crossed
     // the wire, as it closes it.

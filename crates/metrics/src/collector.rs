@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use crate::connections::{ConnHistograms, SecondHandshakes};
 use crate::recorder::WorkerMessage;
-use crate::recorder::{GroupAcc, TransportWaits};
+use crate::recorder::{GroupAcc, SendTimes, TransportWaits};
 use crate::{Counters, Histogram, SecondRow};
 
 /// A second that just became complete across all workers: what the live view prints.
@@ -28,6 +28,7 @@ pub struct Collector {
     lateness: Histogram,
     schedule_lateness: Histogram,
     waits: TransportWaits,
+    send: SendTimes,
     peak_on_wire: u64,
     in_flight: u64,
     cpu_ns: u64,
@@ -51,6 +52,8 @@ pub struct Collected {
     pub schedule_lateness: Histogram,
     /// How long queries waited for their transport, by cause.
     pub waits: TransportWaits,
+    /// Service times, the generator's delays, and how departures were timed.
+    pub send: SendTimes,
     /// The sum of each worker's peak of queries on the wire (sent, not yet ended).
     pub peak_on_wire: u64,
     pub in_flight: u64,
@@ -74,6 +77,7 @@ impl Collector {
             lateness: Histogram::new(3),
             schedule_lateness: Histogram::new(3),
             waits: TransportWaits::default(),
+            send: SendTimes::default(),
             peak_on_wire: 0,
             in_flight: 0,
             cpu_ns: 0,
@@ -128,6 +132,7 @@ impl Collector {
                 self.lateness.merge(&f.lateness);
                 self.schedule_lateness.merge(&f.schedule_lateness);
                 self.waits.merge(&f.waits);
+                self.send.merge(&f.send);
                 self.peak_on_wire += f.peak_on_wire;
                 self.in_flight += f.in_flight;
                 self.cpu_ns += f.cpu_ns;
@@ -179,6 +184,7 @@ impl Collector {
             lateness: self.lateness,
             schedule_lateness: self.schedule_lateness,
             waits: self.waits,
+            send: self.send,
             peak_on_wire: self.peak_on_wire,
             in_flight: self.in_flight,
             cpu_ns: self.cpu_ns,

@@ -25,7 +25,7 @@ pub use connections::{
 };
 pub use counters::{Counters, ErrorKind, Unexpected, Unsent, Wait, WireStats};
 pub use histogram::{Histogram, SparseHistogram};
-pub use recorder::{GroupAcc, Recorder, SecondSample, TransportWaits, WorkerFinal, WorkerMessage};
+pub use recorder::{GroupAcc, Recorder, SecondSample, SendTimes, TransportWaits, WorkerFinal, WorkerMessage};
 pub use result::*;
 
 /// Version tag of the results file; bump on any incompatible change (docs/results-schema.md).

@@ -34,6 +34,8 @@ pub struct WorkerFinal {
     /// The transport waits: how long each query that waited for its transport waited (boxed:
     /// a histogram and two tables, sent once).
     pub waits: Box<TransportWaits>,
+    /// Service times, the generator's delays and how each query's departure was timed.
+    pub send: Box<SendTimes>,
     /// The most queries sent and not yet ended at one moment.
     pub peak_on_wire: u64,
     /// Queries still without a fate when the run ended.
@@ -109,6 +111,37 @@ impl TransportWaits {
     }
 }
 
+/// Each query's departure split the time it took in two: the generator's delay (from its
+/// issue or schedule to its departure: volley's own doing, and waits its transport imposed)
+/// and its service time (from its departure to its answer's arrival: the server's and the
+/// network's). Its departure is the kernel's transmit stamp where there is one (`kernel`),
+/// volley's clock after the send returned where not (`fallback`).
+#[derive(Debug, Clone)]
+pub struct SendTimes {
+    /// Departure to the answer's arrival, answered queries.
+    pub service_time: Histogram,
+    /// Issue (closed loop) or schedule (open loop) to departure, every query that left.
+    pub generator_delay: Histogram,
+    /// Queries that left timed by the kernel, and by volley's clock.
+    pub kernel: u64,
+    pub fallback: u64,
+}
+
+impl Default for SendTimes {
+    fn default() -> Self {
+        SendTimes { service_time: Histogram::new(3), generator_delay: Histogram::new(3), kernel: 0, fallback: 0 }
+    }
+}
+
+impl SendTimes {
+    pub fn merge(&mut self, o: &SendTimes) {
+        self.service_time.merge(&o.service_time);
+        self.generator_delay.merge(&o.generator_delay);
+        self.kernel += o.kernel;
+        self.fallback += o.fallback;
+    }
+}
+
 /// A message from a worker to the collector.
 #[derive(Debug, Clone)]
 pub enum WorkerMessage {
@@ -129,6 +162,7 @@ pub struct Recorder {
     lateness: Histogram,
     schedule_lateness: Histogram,
     waits: TransportWaits,
+    send: SendTimes,
     peak_on_wire: u64,
     conns: ConnHistograms,
     groups: Vec<GroupAcc>,
@@ -154,6 +188,7 @@ impl Recorder {
             lateness: Histogram::new(3),
             schedule_lateness: Histogram::new(3),
             waits: TransportWaits::default(),
+            send: SendTimes::default(),
             peak_on_wire: 0,
             conns: ConnHistograms::default(),
             groups: if groups > 1 { vec![GroupAcc::default(); groups] } else { Vec::new() },
@@ -232,6 +267,24 @@ impl Recorder {
     #[inline]
     pub fn transport_wait(&mut self, why: Wait, ns: u64) {
         self.waits.record(why, ns);
+    }
+
+    /// A query's departure is known: `delay_ns` after its issue or schedule, timed by the
+    /// kernel (`kernel`) or by volley's clock. Once per query that left.
+    #[inline]
+    pub fn departed(&mut self, delay_ns: u64, kernel: bool) {
+        self.send.generator_delay.record(delay_ns);
+        if kernel {
+            self.send.kernel += 1;
+        } else {
+            self.send.fallback += 1;
+        }
+    }
+
+    /// An answered query's service time: from its departure to its answer's arrival.
+    #[inline]
+    pub fn service_time(&mut self, ns: u64) {
+        self.send.service_time.record(ns);
     }
 
     /// The most queries on the wire (sent, not yet ended) at one moment of the run.
@@ -388,6 +441,7 @@ impl Recorder {
             lateness: self.lateness,
             schedule_lateness: self.schedule_lateness,
             waits: Box::new(self.waits),
+            send: Box::new(self.send),
             peak_on_wire: self.peak_on_wire,
             in_flight,
             cpu_ns,

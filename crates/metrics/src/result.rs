@@ -40,7 +40,22 @@ pub struct RunResult {
     pub load: LoadInfo,
     pub totals: Totals,
     pub qps: Qps,
+    /// Answered queries' latency: from the schedule to the answer's arrival in open loop
+    /// (the response time: coordinated omission corrected), the service time in closed loop.
     pub latency: LatencySummary,
+    /// Answered queries' service time: from the query's departure (its kernel transmit
+    /// stamp, else volley's clock; see `send_stamps`) to its answer's kernel receive time:
+    /// the server's and the network's time, without the generator's own.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub service_time: Option<LatencySummary>,
+    /// Every query that left: from its issue (closed loop) or its scheduled time (open loop)
+    /// to its departure: the generator's own delay, waits for its transport included. In
+    /// open loop a query's response time is its generator delay plus its service time.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub generator_delay: Option<LatencySummary>,
+    /// How the departures were timed: by the kernel, or by volley's clock where it gave none.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub send_stamps: Option<SendStamps>,
     /// Open loop only: how late queries left against their schedule.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub send_lateness: Option<LatencySummary>,
@@ -51,7 +66,8 @@ pub struct RunResult {
     pub schedule_lateness: Option<LatencySummary>,
     /// Queries that waited for their transport before they left (a connection being opened,
     /// the server's stream limit, an HTTP/1.1 connection busy...), by cause; absent when none
-    /// waited. The wait counts in latency: it is the server's or the protocol's doing.
+    /// waited. The wait is the server's or the protocol's doing: it counts in the response time
+    /// on a schedule, and in `generator_delay` (in the closed loop, not in its latency).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub transport_wait: Option<TransportWait>,
     /// The most queries on the wire at one moment (sent and not yet ended; the sum of each
@@ -344,6 +360,15 @@ pub struct LinkDirection {
     /// Time packets waited in the bottleneck queue (with a rate or a trace).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub queue_delay: Option<LatencySummary>,
+}
+
+/// How the queries that left were timed: `kernel` by a kernel transmit stamp, `fallback` by
+/// volley's clock after the send returned (no stamp from the kernel, stamps off, or a
+/// transport without them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SendStamps {
+    pub kernel: u64,
+    pub fallback: u64,
 }
 
 /// The time queries waited for their transport before they left.

@@ -34,6 +34,12 @@ pub enum Metric {
     P99,
     /// 99.9th percentile, ns.
     P999,
+    /// Median service time (departure to answer), ns; runs with `service_time` only.
+    ServiceP50,
+    /// 99th percentile of the service time, ns.
+    ServiceP99,
+    /// 99th percentile of the generator's delay (issue or schedule to departure), ns.
+    GeneratorP99,
     /// Median handshake time (TCP + TLS, or QUIC), ns; connection-based transports only.
     HandshakeP50,
     /// DNS message bytes written per query sent.
@@ -67,13 +73,16 @@ pub enum Better {
 
 impl Metric {
     /// Every figure, in table order.
-    pub const ALL: [Metric; 15] = [
+    pub const ALL: [Metric; 18] = [
         Metric::QpsAnswered,
         Metric::QpsSent,
         Metric::AnsweredPct,
         Metric::P50,
         Metric::P99,
         Metric::P999,
+        Metric::ServiceP50,
+        Metric::ServiceP99,
+        Metric::GeneratorP99,
         Metric::HandshakeP50,
         Metric::BytesOutPerQuery,
         Metric::BytesInPerAnswer,
@@ -94,6 +103,9 @@ impl Metric {
             Metric::P50 => "latency p50",
             Metric::P99 => "latency p99",
             Metric::P999 => "latency p99.9",
+            Metric::ServiceP50 => "service p50",
+            Metric::ServiceP99 => "service p99",
+            Metric::GeneratorP99 => "generator p99",
             Metric::HandshakeP50 => "handshake p50",
             Metric::BytesOutPerQuery => "bytes out/query",
             Metric::BytesInPerAnswer => "bytes in/answer",
@@ -129,6 +141,9 @@ impl Metric {
             Metric::P50 => answered.map(|_| r.latency.p50_ns as f64),
             Metric::P99 => answered.map(|_| r.latency.p99_ns as f64),
             Metric::P999 => answered.map(|_| r.latency.p999_ns as f64),
+            Metric::ServiceP50 => r.service_time.as_ref().filter(|s| s.count > 0).map(|s| s.p50_ns as f64),
+            Metric::ServiceP99 => r.service_time.as_ref().filter(|s| s.count > 0).map(|s| s.p99_ns as f64),
+            Metric::GeneratorP99 => r.generator_delay.as_ref().filter(|s| s.count > 0).map(|s| s.p99_ns as f64),
             Metric::HandshakeP50 => r
                 .connections
                 .as_ref()
@@ -153,7 +168,13 @@ impl Metric {
         match self {
             Metric::QpsAnswered | Metric::QpsSent => fmt_rate(v),
             Metric::AnsweredPct => format!("{v:.2}%"),
-            Metric::P50 | Metric::P99 | Metric::P999 | Metric::HandshakeP50 => fmt_ns(v.round() as u64),
+            Metric::P50
+            | Metric::P99
+            | Metric::P999
+            | Metric::ServiceP50
+            | Metric::ServiceP99
+            | Metric::GeneratorP99
+            | Metric::HandshakeP50 => fmt_ns(v.round() as u64),
             Metric::BytesOutPerQuery
             | Metric::BytesInPerAnswer
             | Metric::WireBytesOutPerQuery

@@ -334,7 +334,14 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
 
     out.push_str("<h3>Latency</h3>\n");
     table_open(out, "latency", &["", "min", "mean", "p50", "p90", "p99", "p99.9", "max", "values"]);
-    latency_rows(out, "response time", &r.latency, "answers");
+    let first = if r.load.model == "closed" { "latency (service time)" } else { "response time" };
+    latency_rows(out, first, &r.latency, "answers");
+    if let Some(st) = r.service_time.as_ref().filter(|s| s.count > 0 && r.load.model != "closed") {
+        latency_rows(out, "service time", st, "answers");
+    }
+    if let Some(d) = r.generator_delay.as_ref().filter(|d| d.count > 0) {
+        latency_rows(out, "generator delay", d, "sends");
+    }
     if let Some(l) = r.send_lateness.as_ref().filter(|l| l.count > 0) {
         latency_rows(out, "send lateness", l, "sends");
     }

@@ -153,6 +153,9 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     let mut latency = HistSum::new("latency");
     let mut lateness = HistSum::new("send_lateness");
     let mut schedule_lateness = HistSum::new("schedule_lateness");
+    let mut service_time = HistSum::new("service_time");
+    let mut generator_delay = HistSum::new("generator_delay");
+    let mut send_stamps: Option<volley_metrics::SendStamps> = None;
     let mut wait = HistSum::new("transport_wait");
     let mut wait_causes: BTreeMap<String, volley_metrics::WaitCause> = BTreeMap::new();
     let mut peak_on_wire = None;
@@ -179,6 +182,17 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
         }
         if let Some(l) = &r.schedule_lateness {
             schedule_lateness.add(&file, &l.histogram)?;
+        }
+        if let Some(l) = &r.service_time {
+            service_time.add(&file, &l.histogram)?;
+        }
+        if let Some(l) = &r.generator_delay {
+            generator_delay.add(&file, &l.histogram)?;
+        }
+        if let Some(s) = r.send_stamps {
+            let acc = send_stamps.get_or_insert_with(Default::default);
+            acc.kernel += s.kernel;
+            acc.fallback += s.fallback;
         }
         if let Some(w) = &r.transport_wait {
             wait.add(&file, &w.wait.histogram)?;
@@ -318,6 +332,9 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     result.latency = latency;
     result.send_lateness = lateness.summary();
     result.schedule_lateness = schedule_lateness.summary();
+    result.service_time = service_time.summary();
+    result.generator_delay = generator_delay.summary();
+    result.send_stamps = send_stamps;
     result.transport_wait =
         wait.summary().map(|w| volley_metrics::TransportWait { queries: w.count, wait: w, causes: wait_causes });
     result.peak_on_wire = peak_on_wire;

@@ -112,7 +112,9 @@ pub fn cumulative_buckets(h: &SparseHistogram) -> Vec<(u64, u64)> {
 /// `volley_answers` (by `rcode`), `volley_truncated`, `volley_errors` (by `kind`),
 /// `volley_unexpected` (by `kind`), `volley_bytes` (by `direction`: out, in),
 /// `volley_wire_bytes` and `volley_wire_packets` (by `direction`; when the run has `totals.wire`),
-/// `volley_latency_seconds` (histogram), `volley_connections` (by `event`: opened, failed,
+/// `volley_latency_seconds` (histogram), `volley_service_time_seconds` and
+/// `volley_generator_delay_seconds` (histograms) and `volley_send_stamps` (by `clock`: kernel,
+/// volley) where the run has them, `volley_connections` (by `event`: opened, failed,
 /// resumed), `volley_connections_in_progress` (gauge) and `volley_connections_closed` (by
 /// `how`) for connection-based transports,
 /// `volley_generator_cpu_seconds`, `volley_elapsed_seconds` (gauge).
@@ -178,6 +180,27 @@ pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
         &l.histogram,
         l.mean_ns as f64 * l.count as f64,
     )?;
+    if let Some(l) = r.service_time.as_ref().filter(|l| l.count > 0) {
+        om.histogram(
+            "volley_service_time_seconds",
+            "Service time of answered queries: from the query's departure to its answer's arrival.",
+            &l.histogram,
+            l.mean_ns as f64 * l.count as f64,
+        )?;
+    }
+    if let Some(l) = r.generator_delay.as_ref().filter(|l| l.count > 0) {
+        om.histogram(
+            "volley_generator_delay_seconds",
+            "The generator's delay of each query that left: from its issue or schedule to its departure.",
+            &l.histogram,
+            l.mean_ns as f64 * l.count as f64,
+        )?;
+    }
+    if let Some(s) = r.send_stamps {
+        om.family("volley_send_stamps", "counter", None, "Queries that left, by what timed their departure.")?;
+        om.sample("volley_send_stamps_total", &[("clock", "kernel")], s.kernel)?;
+        om.sample("volley_send_stamps_total", &[("clock", "volley")], s.fallback)?;
+    }
     if let Some(c) = &r.connections {
         om.family("volley_connections", "counter", None, "Connection events.")?;
         for (ev, n) in [("opened", c.opened), ("failed", c.failed), ("resumed", c.resumed)] {

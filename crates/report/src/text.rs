@@ -216,6 +216,13 @@ fn text_lines(r: &RunResult) -> Vec<String> {
         push_labeled(&mut out, "latency", "no answers");
     } else {
         lat_row(&mut lat, "latency", &r.latency, "answers");
+        // Closed loop: the latency is the service time already.
+        if let Some(st) = r.service_time.as_ref().filter(|s| s.count > 0 && r.load.model != "closed") {
+            lat_row(&mut lat, "  service", st, "answers");
+        }
+    }
+    if let Some(d) = r.generator_delay.as_ref().filter(|d| d.count > 0) {
+        lat_row(&mut lat, "  generator", d, "sends");
     }
     if let Some(late) = r.send_lateness.as_ref().filter(|l| l.count > 0) {
         lat_row(&mut lat, "lateness", late, "sends");
@@ -258,6 +265,21 @@ fn text_lines(r: &RunResult) -> Vec<String> {
                     x.count
                 ),
             );
+        }
+        if r.generator_delay.as_ref().is_some_and(|d| d.count > 0) {
+            let from = if r.load.model == "closed" { "issue" } else { "schedule" };
+            let mut line = format!("generator: from each query's {from} to its departure (volley's own delay)");
+            if r.load.model != "closed" {
+                line.push_str("; service: departure to answer");
+            }
+            if let Some(s) = r.send_stamps.filter(|s| s.fallback > 0) {
+                line.push_str(&format!(
+                    "; {} of {} departures timed by volley's clock (no kernel stamp)",
+                    s.fallback,
+                    s.kernel + s.fallback
+                ));
+            }
+            push_labeled(&mut out, "", &line);
         }
         if r.send_lateness.as_ref().is_some_and(|l| l.count > 0) {
             push_labeled(

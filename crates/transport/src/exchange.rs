@@ -13,6 +13,13 @@ pub trait Exchange {
     fn encode(&self, token: Token, id: u16, out: &mut Vec<u8>) -> bool;
     /// The query left, `bytes` long (the DNS message, without framing).
     fn sent(&self, token: Token, bytes: usize, now: u64);
+    /// The kernel's time (on the clock of [`Exchange::now`]) when query `token`'s latest
+    /// transmission left the socket (a transmit stamp from the error queue, see
+    /// `stamp.rs`). Called after [`Exchange::sent`], at most once per transmission, and not
+    /// at all where the kernel gives none: the engine then takes the time of `sent`.
+    fn stamped(&self, token: Token, at: u64) {
+        let _ = (token, at);
+    }
     /// Query `token`, taken from its lane, waited `ns` for its transport before it could
     /// leave, for `why` (a QUIC stream: the server's MAX_STREAMS). Called before
     /// [`Exchange::sent`]; waits in the lane itself are read from [`crate::Lane::waited`].

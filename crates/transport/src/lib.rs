@@ -100,6 +100,9 @@ pub struct LaneOptions {
     pub resend: u32,
     /// QUIC (DoQ, DoH/3): write a qlog trace of each connection into this directory (`--qlog`).
     pub qlog: Option<std::path::PathBuf>,
+    /// Kernel transmit stamps (`--tx-stamps`, on by default): each query's departure is the
+    /// kernel's send time where the transport supports it (UDP, TCP), volley's clock otherwise.
+    pub tx_stamps: bool,
 }
 
 impl Default for LaneOptions {
@@ -122,6 +125,7 @@ impl Default for LaneOptions {
             own_sessions: false,
             resend: u32::MAX,
             qlog: None,
+            tx_stamps: true,
         }
     }
 }
@@ -154,7 +158,7 @@ pub fn spawn_lane<X: Exchange + 'static>(target: &Target, lane: Rc<Lane>, x: Rc<
         Scheme::Udp => {
             // The socket is made now, not when the driver first runs: a run makes its lanes'
             // sockets before its clock starts.
-            let sock = udp::prepare(target.addr, opts.local);
+            let sock = udp::prepare(target.addr, opts.local, opts.tx_stamps);
             tokio::task::spawn_local(udp::drive(sock, target.addr, lane, x, opts.clone()));
         }
         Scheme::Tcp => {

@@ -43,13 +43,17 @@ pub(crate) fn enable(fd: RawFd) -> io::Result<()> {
     }
 }
 
-/// The SCM_TIMESTAMPNS of a received message, CLOCK_REALTIME ns (0 when absent).
+/// The receive stamp of a received message, CLOCK_REALTIME ns (0 when absent): its
+/// SCM_TIMESTAMPNS, or the software stamp of its SCM_TIMESTAMPING (a socket with transmit
+/// stamps on, see [`enable_tx`]).
 pub(crate) fn of(h: &libc::msghdr) -> u64 {
     // SAFETY: the CMSG macros walk the control buffer the kernel filled, within msg_controllen.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(h);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+            if (*c).cmsg_level == libc::SOL_SOCKET
+                && ((*c).cmsg_type == libc::SCM_TIMESTAMPNS || (*c).cmsg_type == libc::SO_TIMESTAMPING)
+            {
                 let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
                 return ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
             }
@@ -57,6 +61,207 @@ pub(crate) fn of(h: &libc::msghdr) -> u64 {
         }
     }
     0
+}
+
+/// SO_TIMESTAMPING's flags for transmit stamps: software stamps when a packet leaves for the
+/// device (TX_SOFTWARE) and when one arrives (RX_SOFTWARE, so that receive stamps need no
+/// SO_TIMESTAMPNS beside them: the two together would add two control messages to every
+/// datagram), reported (SOFTWARE), each with the ID of what it stamps (OPT_ID: a datagram's
+/// number over UDP, counted from 0 when the option is set; a byte's offset over TCP) and
+/// without the packet itself (OPT_TSONLY: a small message on the error queue, and no need
+/// for `net.core.tstamp_allow_data`).
+const TX_FLAGS: libc::c_uint = libc::SOF_TIMESTAMPING_TX_SOFTWARE
+    | libc::SOF_TIMESTAMPING_RX_SOFTWARE
+    | libc::SOF_TIMESTAMPING_SOFTWARE
+    | libc::SOF_TIMESTAMPING_OPT_ID
+    | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+
+fn set_timestamping(fd: RawFd, flags: libc::c_uint) -> io::Result<()> {
+    // SAFETY: setsockopt reads an int we own.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPING,
+            (&flags as *const libc::c_uint).cast(),
+            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Asks the kernel to stamp what the socket sends and receives (SO_TIMESTAMPING, see
+/// [`TX_FLAGS`]); the send stamps come back on the socket's error queue ([`TxReader`]).
+pub(crate) fn enable_tx(fd: RawFd) -> io::Result<()> {
+    set_timestamping(fd, TX_FLAGS)
+}
+
+/// A transmit stamp from the error queue: its ID (OPT_ID) and its time, CLOCK_REALTIME ns.
+/// None for anything else there (an ICMP error, a stamp of another kind).
+pub(crate) fn tx_of(h: &libc::msghdr) -> Option<(u32, u64)> {
+    let (mut id, mut at) = (None, 0);
+    // SAFETY: as in `of`; each payload is read unaligned, within its message.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            let (level, kind) = ((*c).cmsg_level, (*c).cmsg_type);
+            let data = libc::CMSG_DATA(c);
+            let len = (*c).cmsg_len as usize - (data as usize - c as usize);
+            if level == libc::SOL_SOCKET && kind == libc::SO_TIMESTAMPING && len >= 16 {
+                let ts = std::ptr::read_unaligned(data as *const libc::timespec);
+                at = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+            } else if ((level == libc::SOL_IP && kind == libc::IP_RECVERR)
+                || (level == libc::SOL_IPV6 && kind == libc::IPV6_RECVERR))
+                && len >= std::mem::size_of::<libc::sock_extended_err>()
+            {
+                let ee = std::ptr::read_unaligned(data as *const libc::sock_extended_err);
+                if ee.ee_errno == libc::ENOMSG as u32
+                    && ee.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING
+                    && ee.ee_info == SCM_TSTAMP_SND
+                {
+                    id = Some(ee.ee_data);
+                }
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    id.filter(|_| at != 0).map(|id| (id, at))
+}
+
+/// `ee_info` of a stamp taken as the packet went to the device (linux/errqueue.h).
+const SCM_TSTAMP_SND: u32 = 0;
+
+/// Stamps read from the error queue per system call.
+const TX_BATCH: usize = 64;
+/// Control bytes per stamp: SCM_TIMESTAMPING (16 + 48) and IP_RECVERR (16 + 16 + 16).
+const TX_CTRL: usize = 160;
+
+/// Reads transmit stamps from a socket's error queue in batches (`recvmmsg` with
+/// MSG_ERRQUEUE): one system call for up to [`TX_BATCH`] stamps. One per thread.
+struct TxReader {
+    hdrs: Vec<libc::mmsghdr>,
+    ctrl: Vec<u64>,
+}
+
+thread_local! {
+    static TX_READER: std::cell::RefCell<TxReader> = std::cell::RefCell::new(TxReader {
+        // SAFETY: mmsghdr is plain old data; all-zero is a valid empty header.
+        hdrs: (0..TX_BATCH).map(|_| unsafe { std::mem::zeroed::<libc::mmsghdr>() }).collect(),
+        ctrl: vec![0; TX_BATCH * TX_CTRL / 8],
+    });
+}
+
+/// Reads every transmit stamp waiting on `fd`'s error queue, in batches, and hands each to
+/// `each` (ID, CLOCK_REALTIME ns). Returns how many were read.
+pub(crate) fn read_tx(fd: RawFd, mut each: impl FnMut(u32, u64)) -> usize {
+    let mut total = 0;
+    loop {
+        let got = TX_READER.with(|r| {
+            let r = &mut *r.borrow_mut();
+            let TxReader { hdrs, ctrl } = r;
+            for (i, h) in hdrs.iter_mut().enumerate() {
+                h.msg_hdr.msg_iov = std::ptr::null_mut();
+                h.msg_hdr.msg_iovlen = 0;
+                h.msg_hdr.msg_name = std::ptr::null_mut();
+                h.msg_hdr.msg_namelen = 0;
+                h.msg_hdr.msg_control = ctrl[i * TX_CTRL / 8..].as_mut_ptr().cast();
+                h.msg_hdr.msg_controllen = TX_CTRL as _;
+                h.msg_hdr.msg_flags = 0;
+                h.msg_len = 0;
+            }
+            // SAFETY: the headers point into buffers of the reader, ours for the call; the
+            // kernel writes at most msg_controllen bytes into each.
+            let n = unsafe {
+                libc::recvmmsg(
+                    fd,
+                    hdrs.as_mut_ptr(),
+                    TX_BATCH as libc::c_uint,
+                    libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            let n = n.max(0) as usize;
+            // `each` reads no error queue itself: the reader stays borrowed while it runs.
+            for (id, at) in hdrs[..n].iter().filter_map(|h| tx_of(&h.msg_hdr)) {
+                each(id, at);
+            }
+            n
+        });
+        total += got;
+        let n = got;
+        if n < TX_BATCH {
+            return total;
+        }
+    }
+}
+
+/// The queries sent on one socket whose transmit stamps have not come yet, in the order they
+/// left, each with its stamp's ID: a datagram's number (UDP), or the offset of the last byte
+/// of the write that carried it (TCP: one stamp then covers every query up to its byte).
+/// Bounded: a socket whose stamps stop coming forgets its oldest queries, which then keep
+/// volley's own send time.
+#[derive(Default)]
+pub(crate) struct TxPending {
+    q: std::collections::VecDeque<(u64, crate::Token)>,
+    /// The next datagram's ID (UDP), or the bytes written so far (TCP).
+    pub(crate) next: u64,
+}
+
+/// Most queries a socket keeps waiting for their stamps.
+const PENDING_MAX: usize = 1 << 16;
+
+impl TxPending {
+    /// Query `t` left with ID `id`.
+    pub(crate) fn push(&mut self, id: u64, t: crate::Token) {
+        if self.q.len() >= PENDING_MAX {
+            self.q.pop_front();
+        }
+        self.q.push_back((id, t));
+    }
+
+    /// Forgets the queries waiting (they have their fates) and lets their memory go; the
+    /// numbering goes on.
+    pub(crate) fn forget(&mut self) {
+        if self.q.capacity() > 0 {
+            self.q = std::collections::VecDeque::new();
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    /// A stamp with the kernel's (32-bit) ID `id` came: the query or queries it stamps, each
+    /// handed to `stamped`. `cumulative`: it stamps every query up to its ID (TCP's bytes
+    /// leave in order); else only the query with that ID, and the ones before it (whose stamps
+    /// are lost) are forgotten.
+    pub(crate) fn stamp(&mut self, id: u32, cumulative: bool, mut stamped: impl FnMut(crate::Token)) {
+        // The full ID: the one nearest to the oldest query waiting (the kernel's wraps).
+        let base = self.q.front().map_or(self.next, |&(k, _)| k);
+        let mut full = (base & !0xffff_ffff) | u64::from(id);
+        if full + (1 << 31) < base {
+            full += 1 << 32;
+        } else if full > base + (1 << 31) && full >= 1 << 32 {
+            full -= 1 << 32;
+        }
+        while let Some(&(k, t)) = self.q.front() {
+            if k > full {
+                break;
+            }
+            self.q.pop_front();
+            if cumulative || k == full {
+                stamped(t);
+            }
+        }
+    }
 }
 
 /// CLOCK_REALTIME minus the run's clock (CLOCK_MONOTONIC), ns. Read between two readings of
@@ -109,6 +314,14 @@ struct Rx {
     checked: Cell<u64>,
     /// When the clock shift was last measured (run clock) and the shift.
     shift: Cell<(u64, u64)>,
+    /// Transmit stamps (a stream socket with them on): the bytes written to the socket so
+    /// far (TLS records included) and the queries waiting for their stamps.
+    tx: Option<TxState>,
+}
+
+struct TxState {
+    written: Cell<u64>,
+    pending: std::cell::RefCell<TxPending>,
 }
 
 /// How often the shift between the kernel's clock and the run's is measured again: a clock
@@ -118,12 +331,12 @@ const SHIFT_EVERY_NS: u64 = 1_000_000;
 impl Default for RxStamp {
     /// No socket: every arrival is now.
     fn default() -> RxStamp {
-        RxStamp::new(-1, Arc::default(), false)
+        RxStamp::new(-1, Arc::default(), false, false)
     }
 }
 
 impl RxStamp {
-    fn new(fd: RawFd, last: Arc<AtomicU64>, ordered: bool) -> RxStamp {
+    fn new(fd: RawFd, last: Arc<AtomicU64>, ordered: bool, tx: bool) -> RxStamp {
         RxStamp(Rc::new(Rx {
             last,
             fd: Cell::new(fd),
@@ -131,7 +344,63 @@ impl RxStamp {
             ooo: Cell::new(0),
             checked: Cell::new(0),
             shift: Cell::new((0, 0)),
+            tx: tx.then(|| TxState { written: Cell::new(0), pending: Default::default() }),
         }))
+    }
+
+    /// The shift of the kernel's clock against the run's (measured again every
+    /// [`SHIFT_EVERY_NS`]); `t` is now.
+    fn shift_at(&self, t: u64, now: &impl Fn() -> u64) -> u64 {
+        let (at, mut shift) = self.0.shift.get();
+        if at == 0 || t.saturating_sub(at) > SHIFT_EVERY_NS {
+            shift = realtime_shift(now);
+            self.0.shift.set((t, shift));
+        }
+        shift
+    }
+
+    /// `n` more bytes were written to the socket.
+    fn wrote(&self, n: usize) {
+        if let Some(tx) = &self.0.tx {
+            tx.written.set(tx.written.get() + n as u64);
+        }
+    }
+
+    /// The queries `tokens` (taken) were written out whole: every byte of theirs is in the
+    /// socket, so the kernel's stamp of the last byte written so far is their departure (the
+    /// stamp of each write's last byte: the writes of one flush leave together).
+    pub(crate) fn left(&self, tokens: &mut Vec<crate::Token>) {
+        let Some(tx) = &self.0.tx else {
+            tokens.clear();
+            return;
+        };
+        let last = tx.written.get().saturating_sub(1);
+        let mut p = tx.pending.borrow_mut();
+        for t in tokens.drain(..) {
+            p.push(last, t);
+        }
+    }
+
+    /// Whether enough queries wait for their stamps that they should be read now, answers or
+    /// not (the error queue takes room in the socket's receive buffer).
+    pub(crate) fn many_sent(&self) -> bool {
+        self.0.tx.as_ref().is_some_and(|tx| tx.pending.borrow().len() >= TX_BATCH)
+    }
+
+    /// Reads the transmit stamps waiting on the socket's error queue and hands the engine the
+    /// departures of the queries they cover (before their answers, which need them).
+    pub(crate) fn read_sent<X: Exchange + ?Sized>(&self, x: &X) {
+        let (Some(tx), fd) = (&self.0.tx, self.0.fd.get()) else { return };
+        if fd < 0 || tx.pending.borrow().is_empty() {
+            return;
+        }
+        let mut p = tx.pending.borrow_mut();
+        let mut shift = None;
+        read_tx(fd, |id, at| {
+            let s = *shift.get_or_insert_with(|| self.shift_at(x.now(), &|| x.now()));
+            let at = at.saturating_sub(s);
+            p.stamp(id, true, |t| x.stamped(t, at));
+        });
     }
 
     /// When what the newest read returned had arrived, on the run's clock: the kernel's stamp
@@ -149,11 +418,7 @@ impl RxStamp {
         if s == 0 {
             return t;
         }
-        let (at, mut shift) = rx.shift.get();
-        if at == 0 || t.saturating_sub(at) > SHIFT_EVERY_NS {
-            shift = realtime_shift(&now);
-            rx.shift.set((t, shift));
-        }
+        let shift = self.shift_at(t, &now);
         let arrived = s.saturating_sub(shift).min(t);
         let ooo = || {
             let after = rcv_ooopack(rx.fd.get())?;
@@ -200,10 +465,17 @@ fn trusted(age: u64, ooo: impl FnOnce() -> Option<(u32, u32)>) -> bool {
 const CONTROL: usize = 64;
 
 impl StampedTcp {
-    /// Wraps `inner`; without kernel stamps (an error enabling them) reads give none.
-    pub(crate) fn new(inner: TcpStream) -> StampedTcp {
-        let _ = enable(inner.as_raw_fd());
-        let stamp = RxStamp::new(inner.as_raw_fd(), Arc::default(), true);
+    /// Wraps `inner`; without kernel stamps (an error enabling them) reads give none. `tx`:
+    /// writes are stamped too (by the offset of each write's last byte, counted from here:
+    /// wrap the stream before anything is written), for a driver that reads the stamps
+    /// ([`RxStamp::read_sent`]): unread, they would fill the socket's receive buffer.
+    pub(crate) fn new(inner: TcpStream, tx: bool) -> StampedTcp {
+        let fd = inner.as_raw_fd();
+        let tx = tx && enable_tx(fd).is_ok();
+        if !tx {
+            let _ = enable(fd);
+        }
+        let stamp = RxStamp::new(fd, Arc::default(), true, tx);
         StampedTcp { inner, stamp }
     }
 
@@ -278,7 +550,12 @@ impl StampedTcp {
             ready!(self.inner.poll_write_ready(cx))?;
             match self.inner.try_write_vectored(bufs) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                r => return Poll::Ready(r),
+                r => {
+                    if let Ok(n) = r {
+                        self.stamp.wrote(n);
+                    }
+                    return Poll::Ready(r);
+                }
             }
         }
     }
@@ -338,7 +615,7 @@ impl StampedUdp {
         last_datagram(fd);
         let last = Arc::new(AtomicU64::new(0));
         let inner = runtime.wrap_udp_socket(socket)?;
-        let stamp = RxStamp::new(-1, last.clone(), false);
+        let stamp = RxStamp::new(-1, last.clone(), false, false);
         Ok((Arc::new(StampedUdp { inner, fd, last }), stamp))
     }
 }
@@ -452,6 +729,111 @@ mod tests {
     }
 
     #[test]
+    fn pending_queries_take_their_stamps_by_id() {
+        let mut got = Vec::new();
+        // UDP: one stamp, one datagram; the ones before it lost theirs.
+        let mut p = TxPending::default();
+        for (id, t) in [(0, 10), (1, 11), (2, 12), (3, 13)] {
+            p.push(id, t);
+        }
+        p.stamp(0, false, |t| got.push(t));
+        p.stamp(2, false, |t| got.push(t));
+        assert_eq!(got, [10, 12]);
+        assert_eq!(p.len(), 1);
+        // A stamp of something no query waits for (a handshake's bytes, say) takes nothing.
+        p.stamp(1, false, |t| got.push(t));
+        assert_eq!(got, [10, 12]);
+        p.stamp(3, false, |t| got.push(t));
+        assert_eq!(got, [10, 12, 13]);
+        assert!(p.is_empty());
+        // Forgotten queries (the lane went idle): their late stamps match the next ones not.
+        let mut p = TxPending::default();
+        p.push(0, 20);
+        p.next = 1;
+        p.forget();
+        p.push(1, 21);
+        p.next = 2;
+        p.stamp(0, false, |t| got.push(t));
+        assert_eq!(got, [10, 12, 13]);
+        p.stamp(1, false, |t| got.push(t));
+        assert_eq!(got, [10, 12, 13, 21]);
+        // TCP: a write's last byte stamps every query written up to it.
+        got.clear();
+        let mut p = TxPending::default();
+        for (id, t) in [(99, 1), (99, 2), (140, 3), (200, 4)] {
+            p.push(id, t);
+        }
+        p.stamp(50, true, |t| got.push(t));
+        assert!(got.is_empty());
+        p.stamp(160, true, |t| got.push(t));
+        assert_eq!(got, [1, 2, 3]);
+        // The kernel's IDs are 32 bits: past 2^32 bytes they wrap, and still match.
+        let mut p = TxPending::default();
+        p.push((1 << 32) + 5, 7);
+        p.next = (1 << 32) + 6;
+        p.stamp(5, true, |t| got.push(t));
+        assert_eq!(got.last(), Some(&7));
+        let mut p = TxPending::default();
+        p.push((1 << 32) - 2, 8);
+        p.push((1 << 32) + 1, 9);
+        p.stamp(u32::MAX - 1, false, |t| got.push(t));
+        p.stamp(1, false, |t| got.push(t));
+        assert_eq!(&got[got.len() - 2..], [8, 9]);
+    }
+
+    /// Transmit stamps come back on the error queue, read in a batch, each with its
+    /// datagram's number (UDP) or its write's last byte (TCP) and a time between the send and
+    /// the read.
+    #[test]
+    fn the_error_queue_gives_each_send_its_stamp() {
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        b.connect(a.local_addr().unwrap()).unwrap();
+        enable_tx(b.as_raw_fd()).unwrap();
+        let before = realtime_ns();
+        for _ in 0..3 {
+            b.send(b"query").unwrap();
+        }
+        let mut got = Vec::new();
+        // The kernel turns stamping on a moment after the first socket asks (see below).
+        for _ in 0..200 {
+            read_tx(b.as_raw_fd(), |id, at| got.push((id, at)));
+            if got.len() >= 3 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let after = realtime_ns();
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [0, 1, 2], "{got:?}");
+        assert!(got.iter().all(|&(_, at)| at >= before && at <= after), "{before} {got:?} {after}");
+        // The datagrams themselves arrived, and the error queue is empty now.
+        let mut buf = [0u8; 16];
+        assert_eq!(a.recv(&mut buf).unwrap(), 5);
+        assert_eq!(read_tx(b.as_raw_fd(), |_, _| panic!("read twice")), 0);
+        // Numbering goes on.
+        b.send(b"again").unwrap();
+        let mut ids = Vec::new();
+        read_tx(b.as_raw_fd(), |id, _| ids.push(id));
+        assert_eq!(ids, [3]);
+
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_server, _) = l.accept().unwrap();
+        enable_tx(c.as_raw_fd()).unwrap();
+        c.write_all(&[0; 10]).unwrap();
+        c.write_all(&[0; 5]).unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..200 {
+            read_tx(c.as_raw_fd(), |id, _| ids.push(id));
+            if ids.len() >= 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(ids, [9, 14], "the offset of each write's last byte");
+    }
+
+    #[test]
     fn a_datagram_is_timed_when_it_came() {
         let origin = Instant::now();
         let now = || origin.elapsed().as_nanos() as u64 + 1;
@@ -459,7 +841,7 @@ mod tests {
         let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         b.connect(a.local_addr().unwrap()).unwrap();
         last_datagram(a.as_raw_fd());
-        let rx = RxStamp::new(-1, Arc::default(), false);
+        let rx = RxStamp::new(-1, Arc::default(), false, false);
         let mut buf = [0u8; 16];
         // Stamping comes on a moment after the first socket asks (see the TCP test); until
         // then the kernel answers with the time of asking: wait until a datagram read 5 ms
@@ -495,7 +877,7 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
             let (mut server, _) = l.accept().unwrap();
-            let mut s = StampedTcp::new(c);
+            let mut s = StampedTcp::new(c, false);
             let rx = s.stamp();
             let t0 = now();
             assert!(rx.arrival_by(now) >= t0, "no read yet: the time is now");

@@ -89,11 +89,19 @@ pub(crate) struct Buffers {
     wbuf: Vec<u8>,
     rbuf: Vec<u8>,
     msg: Vec<u8>,
+    /// The queries framed into `wbuf` whose bytes have not all been flushed to the socket
+    /// (for their transmit stamps).
+    framed: Vec<Token>,
 }
 
 impl Buffers {
     pub(crate) fn new() -> Buffers {
-        Buffers { wbuf: Vec::new(), rbuf: Vec::with_capacity(READ_START), msg: Vec::with_capacity(512) }
+        Buffers {
+            wbuf: Vec::new(),
+            rbuf: Vec::with_capacity(READ_START),
+            msg: Vec::with_capacity(512),
+            framed: Vec::new(),
+        }
     }
 
     /// Frames every queued query into the write buffer, while the framing has room;
@@ -104,6 +112,7 @@ impl Buffers {
             let Some(t) = lane.pop() else { break };
             if f.frame(t, x, &mut self.msg, &mut self.wbuf) {
                 x.sent(t, self.msg.len(), x.now());
+                self.framed.push(t);
                 n += 1;
             }
         }
@@ -124,6 +133,7 @@ impl Buffers {
     /// Forgets what was framed (written elsewhere, or the connection died).
     pub(crate) fn clear(&mut self) {
         self.wbuf.clear();
+        self.framed.clear();
         self.rbuf.clear();
     }
 
@@ -131,6 +141,7 @@ impl Buffers {
     /// it), leaving a fresh buffer for the next connection.
     pub(crate) fn take_read(&mut self) -> Vec<u8> {
         self.wbuf.clear();
+        self.framed.clear();
         std::mem::replace(&mut self.rbuf, Vec::with_capacity(READ_START))
     }
 }
@@ -212,6 +223,7 @@ where
                 Ok(0) => return Served::Failed(ErrorKind::Closed),
                 Ok(n) => {
                     filled = n == spare;
+                    rx.read_sent(x);
                     let now = rx.arrival(x);
                     match f.split(&b.rbuf, x, now) {
                         Ok(used) => drop(b.rbuf.drain(..used)),
@@ -238,7 +250,14 @@ where
                         woff = 0;
                     }
                 }
-                Ok(None) => unflushed = false,
+                Ok(None) => {
+                    unflushed = false;
+                    // Every framed byte is in the socket now.
+                    rx.left(&mut b.framed);
+                    if rx.many_sent() {
+                        rx.read_sent(x);
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Served::Failed(kind_of(&e)),
             },
@@ -300,6 +319,7 @@ pub(crate) async fn drain<R, X, F>(
             r = rd.read_buf(&mut rbuf) => match r {
                 Ok(0) => break Err(ErrorKind::Closed),
                 Ok(_) => {
+                    rx.read_sent(x);
                     let now = rx.arrival(x);
                     match f.split(&rbuf, x, now) {
                         Ok(used) => drop(rbuf.drain(..used)),

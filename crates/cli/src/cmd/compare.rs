@@ -24,8 +24,8 @@ Examples:
   Also as an HTML report (the table, every chart with all runs, one section per run):
     volley compare --a a1.json a2.json --b b1.json b2.json --html compare.html
 
-Figures: answers/s, queries/s, answered %, latency p50/p99/p99.9, handshake p50 (connection-based
-transports), bytes out per query, bytes in per answer, wire bytes and packets (headers included)
+Figures: answers/s, queries/s, answered %, latency p50/p99/p99.9, service time p50/p99 and the
+generator's delay p99 (results that have them), handshake p50 (connection-based transports), bytes out per query, bytes in per answer, wire bytes and packets (headers included)
 out per query and in per answer (runs with wire statistics), generator CPU per answer.
 
 Noise rule: each side is summarised by the median of its runs and their range (min-max). A

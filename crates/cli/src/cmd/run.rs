@@ -172,6 +172,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = crate::args::parse_on_off, action = clap::ArgAction::Set, help_heading = "Connections")]
     pub udp_gso: bool,
 
+    /// Time each query's departure by the kernel's transmit stamp (SO_TIMESTAMPING, read from
+    /// the socket's error queue) [on], or by volley's clock after the send returned [off].
+    /// Stamps are taken over UDP, TCP, DoT and pipelined DoH/1.1; the other transports use
+    /// volley's clock either way (the results' send_stamps count both). Off only to measure
+    /// what the stamps cost.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = crate::args::parse_on_off, action = clap::ArgAction::Set, help_heading = "Output")]
+    pub tx_stamps: bool,
+
     /// Spread sockets over these source addresses: ADDR or ADDR/PREFIX (e.g. 127.0.1.0/24),
     /// each socket or connection slot taking the next address in turn. One address has about
     /// 28,000 ports towards one server; a range lifts that limit. Addresses must be on this
@@ -617,6 +625,7 @@ fn lane_options_with(a: &RunArgs, target: &Target, policy: ConnPolicy) -> CliRes
         conn_gate: a.conn_rate.clone(),
         udp_gso: a.udp_gso,
         resend: a.resend,
+        tx_stamps: a.tx_stamps,
         ..LaneOptions::default()
     };
     let opts = a.tls.apply(base, target)?;

@@ -182,6 +182,13 @@ impl Server {
         Server::start_command(cmd, args)
     }
 
+    /// As [`Server::start_with`], on the CPUs `cpus` only (`taskset -c CPUS`).
+    pub fn start_pinned(cpus: &str, args: &[&str]) -> Server {
+        let mut cmd = Command::new(require("taskset"));
+        cmd.arg("-c").arg(cpus).arg(volley());
+        Server::start_command(cmd, args)
+    }
+
     /// Starts `CMD serve -p 0 ARGS...` (CMD runs volley) as [`Server::start_with`] says.
     fn start_command(mut cmd: Command, args: &[&str]) -> Server {
         let want_udp = !args.contains(&"--no-udp");
@@ -543,9 +550,21 @@ impl RunResult {
 /// Runs `volley run ARGS... --progress never -o TMPFILE` to completion (bounded) and returns
 /// its exit status, outputs and parsed results.
 pub fn run_volley(args: &[&str]) -> RunResult {
+    run_volley_in(Command::new(volley()), args)
+}
+
+/// As [`run_volley`], on the CPUs `cpus` only (`taskset -c CPUS`), through the command
+/// `wrap` (e.g. `nice -n 10`; empty: none).
+pub fn run_volley_pinned(cpus: &str, wrap: &[&str], args: &[&str]) -> RunResult {
+    let mut cmd = Command::new(require("taskset"));
+    cmd.arg("-c").arg(cpus).args(wrap).arg(volley());
+    run_volley_in(cmd, args)
+}
+
+/// Runs `CMD run ARGS...` (CMD runs volley) as [`run_volley`] says.
+fn run_volley_in(mut cmd: Command, args: &[&str]) -> RunResult {
     let dir = tempfile::tempdir().expect("temp dir for results");
     let output = dir.path().join("results.json");
-    let mut cmd = Command::new(volley());
     cmd.arg("run").args(args).arg("--progress").arg("never").arg("-o").arg(&output);
     let out = run_cmd(&mut cmd, RUN_WAIT);
     let json = read_results(&output);

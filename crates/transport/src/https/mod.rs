@@ -449,15 +449,19 @@ async fn connect<X: Exchange + 'static>(
     alpn: &'static [u8],
     meter: &mut Option<TcpMeter>,
 ) -> Result<(Tls, Rc<Cell<Hs>>), (ErrorKind, String)> {
+    // Transmit stamps only on the stream loop (pipelined HTTP/1.1), which reads them: hyper
+    // and h2 write their requests themselves, and would leave them unread.
+    let tx = opts.tx_stamps && alpn == b"http/1.1" && opts.h1_pipeline > 1;
     if !cfg.enable_early_data {
         let (mut ids, mut bufs) = (IdTable::with_capacity(1), Buffers::default());
+        let opts = &LaneOptions { tx_stamps: tx, ..opts.clone() };
         let s = dot::connect(target, cfg, name, opts, lane, &**x, &mut ids, &mut bufs, Some(alpn), meter).await?;
         return Ok((Tls::new(s, None), Rc::new(Cell::new(Hs::Open))));
     }
     let tcp::Connected { s: tcp, tcp_ns, done: tcp_done, left } = tcp::connect_timed(target, opts, &**x, meter).await?;
     let connector = TlsConnector::from(cfg.clone()).early_data(true);
     // Returns at once in the early data state; otherwise after the full handshake.
-    let s = match tokio::time::timeout(left, connector.connect(name.clone(), StampedTcp::new(tcp))).await {
+    let s = match tokio::time::timeout(left, connector.connect(name.clone(), StampedTcp::new(tcp, tx))).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(dot::handshake_failed(target, &e)),
         Err(_) => return Err((ErrorKind::Tls, format!("TLS handshake with {target} timed out"))),

@@ -12,6 +12,7 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use volley_metrics::{ErrorKind, WireStats};
 
+use crate::stamp::TxPending;
 use crate::{deliver, error_kind, meter, Exchange, IdTable, Lane, LaneOptions, Token};
 
 pub use mmsg::Batch;
@@ -31,19 +32,24 @@ pub fn connect(addr: SocketAddr, local: Option<std::net::IpAddr>) -> io::Result<
 }
 
 /// A lane's socket, made before its driver runs (so that a run can make all of them before
-/// its clock starts): connected, with kernel receive stamps on when the kernel allows them.
+/// its clock starts): connected, with kernel receive stamps on when the kernel allows them,
+/// and transmit stamps when asked for.
 pub struct Prepared {
     sock: std::net::UdpSocket,
     stamped: bool,
+    tx: bool,
 }
 
-/// Makes a lane's socket: [`connect`], and kernel receive time stamps on.
-pub fn prepare(addr: SocketAddr, local: Option<std::net::IpAddr>) -> io::Result<Prepared> {
+/// Makes a lane's socket: [`connect`], kernel receive time stamps on, and transmit stamps
+/// too when `tx` (each datagram's departure read back from the socket's error queue).
+pub fn prepare(addr: SocketAddr, local: Option<std::net::IpAddr>, tx: bool) -> io::Result<Prepared> {
     let sock = connect(addr, local)?;
     // Answers are timed by the kernel when they arrive, so reading them later (in batches, or
     // in lazy mode) does not change their latency.
-    let stamped = crate::stamp::enable(sock.as_raw_fd()).is_ok();
-    Ok(Prepared { sock, stamped })
+    let fd = sock.as_raw_fd();
+    let tx = tx && crate::stamp::enable_tx(fd).is_ok();
+    let stamped = tx || crate::stamp::enable(fd).is_ok();
+    Ok(Prepared { sock, stamped, tx })
 }
 
 /// The driver of one UDP lane: sends what the engine queues, delivers what comes back. What
@@ -65,9 +71,9 @@ pub async fn drive<X: Exchange>(
             Some(_) => Sock::Raw(p.sock),
             None => UdpSocket::from_std(p.sock).map(Sock::Tokio)?,
         };
-        Ok((sock, p.stamped))
+        Ok((sock, p.stamped, p.tx))
     });
-    let (sock, stamped) = match sock {
+    let (sock, stamped, tx) = match sock {
         Ok(s) => s,
         Err(e) => {
             let kind = error_kind(&e);
@@ -85,21 +91,29 @@ pub async fn drive<X: Exchange>(
     let out_size = 512.max(opts.udp_payload.min(65_535));
     let in_size = opts.udp_payload.clamp(512, 65_535);
     let mut tokens: Vec<Token> = Vec::new();
+    // Queries whose transmit stamps are still to be read (None: no transmit stamps).
+    let mut pending = tx.then(TxPending::default);
     loop {
         while lane.queued() > 0 {
             let mut out = Batch::take(out_size);
-            send_batch(&sock, fd, &lane, &*x, &mut ids, &mut out, &mut tokens, header).await;
+            send_batch(&sock, fd, &lane, &*x, &mut ids, &mut out, &mut tokens, header, pending.as_mut()).await;
             out.give_back();
+            // The stamps wait on the error queue, in the socket's receive buffer: they are read
+            // with the answers, and here when a batch's worth piled up (no answers coming).
+            if let Some(p) = pending.as_mut().filter(|p| p.len() >= mmsg::BATCH) {
+                read_stamps(fd, p, &*x);
+            }
         }
         if let Some(poll) = opts.udp_lazy_receive {
             // Scheduled loads with many queries a lane: read what arrived whenever this lane
             // wakes to send, or every `poll` while it has answers to come, instead of waking
             // for every answer. With nothing outstanding the lane sleeps until its next query.
-            receive(&sock, fd, in_size, &mut ids, &*x, header, stamped);
+            receive(&sock, fd, in_size, &mut ids, &*x, header, stamped, pending.as_mut());
             if lane.closing() {
                 return;
             }
             if lane.in_flight() == 0 {
+                forget_stamps(pending.as_mut());
                 lane.wait().await;
                 continue;
             }
@@ -113,6 +127,9 @@ pub async fn drive<X: Exchange>(
         if lane.closing() {
             return;
         }
+        if lane.in_flight() == 0 {
+            forget_stamps(pending.as_mut());
+        }
         let Sock::Tokio(registered) = &sock else { unreachable!("a raw socket is only used with lazy receive") };
         tokio::select! {
             biased;
@@ -120,7 +137,7 @@ pub async fn drive<X: Exchange>(
                 if r.is_err() {
                     return;
                 }
-                receive(&sock, fd, in_size, &mut ids, &*x, header, stamped);
+                receive(&sock, fd, in_size, &mut ids, &*x, header, stamped, pending.as_mut());
             }
             _ = lane.wait() => {}
         }
@@ -163,9 +180,45 @@ impl Sock {
     }
 }
 
+/// A lane with nothing outstanding needs no stamps: its queue of queries waiting for them
+/// is let go (a million sockets of simulated clients, each idle most of the time, hold no
+/// memory for it), and stamps still to come for them match nothing.
+fn forget_stamps(pending: Option<&mut TxPending>) {
+    if let Some(p) = pending {
+        p.forget();
+    }
+}
+
+/// Reads the transmit stamps waiting on the socket's error queue and hands them to the engine,
+/// on the run's clock.
+fn read_stamps<X: Exchange>(fd: i32, pending: &mut TxPending, x: &X) {
+    if pending.is_empty() {
+        return;
+    }
+    let mut shift = None;
+    crate::stamp::read_tx(fd, |id, at| {
+        let s = *shift.get_or_insert_with(|| crate::stamp::realtime_shift(&|| x.now()));
+        let at = at.saturating_sub(s);
+        pending.stamp(id, false, |t| x.stamped(t, at));
+    });
+}
+
 /// Reads every datagram waiting on the socket, in batches, and hands them to the engine with
-/// their kernel receive time.
-fn receive<X: Exchange>(sock: &Sock, fd: i32, size: usize, ids: &mut IdTable, x: &X, header: u64, stamped: bool) {
+/// their kernel receive time (after the transmit stamps of the queries they answer).
+#[allow(clippy::too_many_arguments)]
+fn receive<X: Exchange>(
+    sock: &Sock,
+    fd: i32,
+    size: usize,
+    ids: &mut IdTable,
+    x: &X,
+    header: u64,
+    stamped: bool,
+    pending: Option<&mut TxPending>,
+) {
+    if let Some(p) = pending {
+        read_stamps(fd, p, x);
+    }
     let mut inb = Batch::take(size);
     receive_into(sock, fd, &mut inb, ids, x, header, stamped);
     inb.give_back();
@@ -244,6 +297,7 @@ async fn send_batch<X: Exchange>(
     out: &mut Batch,
     tokens: &mut Vec<Token>,
     header: u64,
+    mut pending: Option<&mut TxPending>,
 ) {
     out.count = 0;
     tokens.clear();
@@ -269,11 +323,19 @@ async fn send_batch<X: Exchange>(
                 for (i, &t) in tokens.iter().enumerate().skip(from).take(n) {
                     bytes += out.len_of(i) as u64;
                     x.sent(t, out.len_of(i), now);
+                    if let Some(p) = pending.as_deref_mut() {
+                        // The kernel numbers the datagrams that left, from 0.
+                        let id = p.next;
+                        p.push(id, t);
+                        p.next += 1;
+                    }
                 }
                 let k = n as u64;
                 x.wire(&WireStats { bytes_out: bytes + k * header, packets_out: k, ..WireStats::default() });
                 from += n;
             }
+            // A datagram that did not leave takes no number: the kernel gives its count back
+            // when a send fails (`hold_tskey` in __ip_append_data).
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => sock.writable().await,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => x.event("udp_icmp_refused"),
