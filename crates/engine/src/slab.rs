@@ -37,12 +37,15 @@ pub struct Entry {
     pub handed: bool,
     /// It left the generator (`Exchange::sent`), at least once.
     pub left: bool,
-    /// When its latest transmission left: by volley's clock after the send (`Exchange::sent`),
-    /// and by the kernel's transmit stamp (`Exchange::stamped`; 0 until one comes).
+    /// When its first transmission left: by volley's clock after the send (`Exchange::sent`),
+    /// and by the kernel's transmit stamp (`Exchange::stamped`; 0 until one comes). A query
+    /// sent again keeps these: its service time counts from its first send.
     pub sent_at: u64,
     pub wire_at: u64,
     /// Its departure was recorded (the generator's delay, and how it was timed).
     pub timed: bool,
+    /// A UDP retry of it waits in its lane: counted as a send again when it leaves.
+    pub retx: bool,
 }
 
 #[derive(Debug, Default)]

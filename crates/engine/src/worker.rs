@@ -418,6 +418,7 @@ impl Worker {
         let inn = &mut *guard;
         let mut wait = None;
         let mut scheduled = None;
+        let mut retried = None;
         if let Some(e) = inn.slab.get_mut(token) {
             if !e.on_wire {
                 e.on_wire = true;
@@ -425,9 +426,19 @@ impl Worker {
                 inn.peak_on_wire = inn.peak_on_wire.max(inn.on_wire);
             }
             e.again = None;
-            // Its departure, until the kernel's stamp of it comes.
-            e.sent_at = now;
-            e.wire_at = 0;
+            // Its departure, until the kernel's stamp of it comes. A query sent again (a UDP
+            // retry, a resend, a TCP fallback) keeps its first: its service time, as its
+            // latency, counts from its first send (a lost first send is the network's or the
+            // server's doing).
+            if !e.left {
+                e.sent_at = now;
+                e.wire_at = 0;
+            }
+            // A UDP retry counts when it leaves: an answer to an earlier send may end the
+            // query while its retry still waits in its lane, and then it is never sent.
+            if e.left && std::mem::take(&mut e.retx) {
+                retried = Some(e.resent);
+            }
             // A query counts as sent, with its lateness and wait, when it first leaves (not
             // when it is sent again).
             if !e.left {
@@ -448,6 +459,10 @@ impl Worker {
                     wait = Some((why.unwrap_or(Wait::Connecting), ns));
                 }
             }
+        }
+        if let Some(n) = retried {
+            count_event(&mut inn.events, UDP_RETRY_EVENT);
+            inn.rec().resent(now, u32::from(n), g);
         }
         let closed = self.closed_loop;
         let rec = inn.rec();
@@ -501,15 +516,15 @@ impl Worker {
                 if u32::from(n) + 1 < r.tries && next < deadline {
                     inn.retries[g].push_back((next, t));
                 }
+                // Counted when it leaves (`sent`): it may be answered before.
+                e.retx = true;
                 slot.lane.requeue(&[t]);
-                count_event(&mut inn.events, UDP_RETRY_EVENT);
-                inn.rec().resent(now, u32::from(n), slot.group);
             }
         }
     }
 
-    /// The kernel's transmit stamp of query `token`'s latest transmission: its departure.
-    /// The generator's delay is recorded at its first (the query's first departure).
+    /// The kernel's transmit stamp of query `token`'s first transmission: its departure (the
+    /// stamps of later ones are not taken). The generator's delay is recorded with it.
     fn stamped(&self, token: Token, at: u64) {
         let mut guard = self.inner.borrow_mut();
         let inn = &mut *guard;
@@ -539,7 +554,7 @@ impl Worker {
         }
     }
 
-    /// When query `e`'s latest transmission left: the kernel's stamp, else volley's clock.
+    /// When query `e` first left: the kernel's stamp, else volley's clock.
     #[inline]
     fn departure(e: &Entry) -> u64 {
         match (e.wire_at, e.left) {
@@ -1699,7 +1714,7 @@ mod tests {
     /// The UDP retry's sweep, in virtual time: a query with no answer after the delay goes back
     /// to its lane once (not again while it waits there), as often as its tries allow and no
     /// later than its deadline; it keeps one slab entry, `sent` counts it once, and each send
-    /// again is counted. An answer to its first send ends it (an answer to an earlier send);
+    /// again is counted as it leaves. An answer to its first send ends it (an answer to an earlier send);
     /// the answer to its other send then finds nothing.
     #[test]
     fn a_udp_query_goes_out_again_after_the_delay_with_one_fate() {
@@ -1723,10 +1738,11 @@ mod tests {
         assert_eq!((queued(), retries()), (0, 0), "not before the delay");
         w.expire(t0 + 100 * MS);
         w.expire(t0 + 105 * MS);
-        assert_eq!((queued(), retries()), (1, 1), "once, however often the sweep looks");
+        assert_eq!((queued(), retries()), (1, 0), "queued once, however often the sweep looks");
         send(&w, &x, 8, t0 + 105 * MS);
+        assert_eq!(retries(), 1, "counted when it leaves");
         w.expire(t0 + 205 * MS);
-        assert_eq!((queued(), retries()), (1, 2), "the third try");
+        assert_eq!((queued(), retries()), (1, 1), "the third try");
         send(&w, &x, 9, t0 + 205 * MS);
         w.expire(t0 + 240 * MS);
         assert_eq!((queued(), retries()), (0, 2), "no fourth: three tries in all");
