@@ -14,7 +14,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -79,6 +79,24 @@ pub struct LinkReport {
     pub elapsed: Duration,
 }
 
+/// The link at one moment (see [`Link::sample`]): counters since the start, the queues now,
+/// and the histograms of the interval since the previous sample.
+#[derive(Debug, Clone)]
+pub struct LinkSample {
+    /// Since the link's start.
+    pub up: Counters,
+    pub down: Counters,
+    /// Packets in each direction's bottleneck queue now (rate or trace).
+    pub up_queued: u64,
+    pub down_queued: u64,
+    /// Packets held past their due time now, both directions (the emulator's backlog).
+    pub overdue: u64,
+    /// Since the previous sample: lateness and each direction's queueing delay, ns.
+    pub lateness: Histogram,
+    pub up_queue_delay: Histogram,
+    pub down_queue_delay: Histogram,
+}
+
 /// A running link. Dropping it stops the forwarder; its devices and namespace go with it.
 pub struct Link {
     pub addrs: Addresses,
@@ -88,6 +106,7 @@ pub struct Link {
     ns: OwnedFd,
     stop_fd: Arc<OwnedFd>,
     stop: Arc<AtomicBool>,
+    samples: Mutex<mpsc::Sender<mpsc::Sender<LinkSample>>>,
     thread: Option<JoinHandle<io::Result<LinkReport>>>,
 }
 
@@ -122,11 +141,12 @@ impl Link {
         // Each direction its own stream of choices, both from the one seed.
         let down = Pipe::new(cfg.down, seed ^ 0xD0D0_D0D0_D0D0_D0D0, 0);
         let (sf, st) = (stop_fd.clone(), stop.clone());
+        let (samples, requests) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("volley-link".into())
-            .spawn(move || forward(Forwarder { ns_tun, host_tun, stop_fd: sf, stop: st, up, down, clock }))
+            .spawn(move || forward(Forwarder { ns_tun, host_tun, stop_fd: sf, stop: st, requests, up, down, clock }))
             .map_err(|err| LinkError::Io { what: "start the forwarder thread", err })?;
-        Ok(Link { addrs, host_dev, seed, ns, stop_fd, stop, thread: Some(thread) })
+        Ok(Link { addrs, host_dev, seed, ns, stop_fd, stop, samples: Mutex::new(samples), thread: Some(thread) })
     }
 
     /// The namespace's descriptor (for `setns`).
@@ -190,6 +210,15 @@ impl Link {
         status
     }
 
+    /// The link now, as the forwarder sees it between two packets (see [`LinkSample`]); None
+    /// when the forwarder has stopped. The interval histograms start again.
+    pub fn sample(&self) -> Option<LinkSample> {
+        let (tx, rx) = mpsc::channel();
+        self.samples.lock().ok()?.send(tx).ok()?;
+        sys::eventfd_signal(&self.stop_fd);
+        rx.recv_timeout(Duration::from_secs(1)).ok()
+    }
+
     /// Stops forwarding and returns what the link saw. The devices and the namespace go when
     /// the link is dropped (at the end of this call).
     pub fn finish(mut self) -> Result<LinkReport, LinkError> {
@@ -236,6 +265,7 @@ struct Forwarder {
     host_tun: OwnedFd,
     stop_fd: Arc<OwnedFd>,
     stop: Arc<AtomicBool>,
+    requests: mpsc::Receiver<mpsc::Sender<LinkSample>>,
     up: Pipe<Vec<u8>>,
     down: Pipe<Vec<u8>>,
     clock: Instant,
@@ -264,9 +294,25 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
     let mut buf = vec![0u8; 65536];
     let mut pool: Vec<Vec<u8>> = Vec::new();
     let mut lateness = Histogram::new(3);
+    // Since the last sample.
+    let mut late_i = Histogram::new(3);
     let mut write_errors = 0u64;
     let (ns_fd, host_fd) = (f.ns_tun.as_raw_fd(), f.host_tun.as_raw_fd());
     loop {
+        while let Ok(reply) = f.requests.try_recv() {
+            let t = now(&f.clock);
+            let s = LinkSample {
+                up: f.up.counters,
+                down: f.down.counters,
+                up_queued: f.up.queued(t) as u64,
+                down_queued: f.down.queued(t) as u64,
+                overdue: (f.up.overdue(t) + f.down.overdue(t)) as u64,
+                lateness: std::mem::replace(&mut late_i, Histogram::new(3)),
+                up_queue_delay: std::mem::replace(&mut f.up.queue_delay_since, Histogram::new(3)),
+                down_queue_delay: std::mem::replace(&mut f.down.queue_delay_since, Histogram::new(3)),
+            };
+            let _ = reply.send(s);
+        }
         // In: what each side has sent.
         for (fd, pipe) in [(ns_fd, &mut f.up), (host_fd, &mut f.down)] {
             for _ in 0..BATCH {
@@ -297,6 +343,7 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
                     write_errors += 1;
                 }
                 lateness.record(at.saturating_sub(d.due));
+                late_i.record(at.saturating_sub(d.due));
                 if pool.len() < POOL {
                     pool.push(d.packet);
                 }
@@ -328,7 +375,9 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
             }
         }
         if fds[2].revents != 0 {
-            // One last pass: what is due now still leaves (the loop checks `stop`).
+            // Stopped or asked for a sample: the loop checks both. When stopped, one last
+            // pass: what is due now still leaves.
+            sys::eventfd_drain(&f.stop_fd);
             continue;
         }
     }

@@ -149,7 +149,7 @@ pub fn enter_netns(ns: RawFd) -> io::Result<()> {
     cvt(unsafe { libc::setns(ns, libc::CLONE_NEWNET) }).map(|_| ())
 }
 
-/// An eventfd: the forwarder's stop signal.
+/// An eventfd: wakes the forwarder (to stop, or for a sample).
 pub fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: eventfd(2) with constant arguments.
     let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
@@ -162,4 +162,11 @@ pub fn eventfd_signal(fd: &OwnedFd) {
     let one = 1u64.to_ne_bytes();
     // SAFETY: an 8-byte write from a buffer we own.
     let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) };
+}
+
+/// Reads an eventfd back to zero (non-blocking).
+pub fn eventfd_drain(fd: &OwnedFd) {
+    let mut v = [0u8; 8];
+    // SAFETY: an 8-byte read into a buffer we own.
+    let _ = unsafe { libc::read(fd.as_raw_fd(), v.as_mut_ptr().cast(), 8) };
 }
