@@ -387,3 +387,122 @@ fn query_behind_a_link() {
     assert_eq!(counter(&out.stderr, "up", "out"), 1, "{}", out.stderr);
     assert_eq!(counter(&out.stderr, "down", "out"), 1, "{}", out.stderr);
 }
+
+/// `volley bench --link`: the embedded responder listens on the link's host end, so every
+/// transport crosses the link. The handshake column reads in round trips of the emulated path:
+/// TCP 1, DoT 2 and DoH 2 (TCP, then TLS 1.3), DoQ 1 (2 where the anti-amplification limit
+/// stalls it). Each transport's run carries the link over its own run, per second too.
+#[test]
+fn bench_behind_a_link_counts_handshakes_in_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let mut cmd = Command::new(volley());
+    cmd.args(["bench", "--link", "delay=10ms", "--link-seed", "3", "--transports", "udp,tcp,dot,doh2,doq"])
+        .args(["-l", "2s", "-c", "4", "--progress", "never", "-o"])
+        .arg(&json);
+    let out = run_cmd(&mut cmd, Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("behind the link"), "{}", out.stdout);
+    assert!(out.stderr.contains("volley link: lateness"), "the link's lines at the end:\n{}", out.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for (row, run) in doc["rows"].as_array().unwrap().iter().zip(doc["runs"].as_array().unwrap()) {
+        let t = row["transport"].as_str().unwrap();
+        check_accounting(run);
+        assert!(total(run, "answered") > 0, "{t}");
+        assert!(run["latency"]["min_ns"].as_u64().unwrap() >= 19_980_000, "{t}: below the link's 20 ms RTT");
+        let l = &run["link"];
+        assert_eq!((l["spec"].as_str(), l["seed"].as_u64()), (Some("delay=10ms"), Some(3)), "{t}");
+        // This run's packets only: what the generator counted on the wire entered the link.
+        let up = l["up"]["packets_in"].as_u64().unwrap();
+        let wire = run["totals"]["wire"]["packets_out"].as_u64().unwrap();
+        assert!(up.abs_diff(wire) <= wire / 10 + 10, "{t}: {up} packets into the link, {wire} on the wire: {l}");
+        let series = l["series"].as_array().unwrap();
+        assert!(!series.is_empty(), "{t}: the link per second");
+        let per_s: u64 = series.iter().map(|s| s["up"]["packets_out"].as_u64().unwrap()).sum();
+        let out = l["up"]["packets_out"].as_u64().unwrap();
+        assert!(per_s <= out && per_s * 2 >= out, "{t}: {per_s} per second of {out}");
+        let want: &[i64] = match t {
+            "udp" => continue,
+            "tcp" => &[1],
+            "dot" | "doh2" => &[2],
+            _ => &[1, 2],
+        };
+        let trips = row["handshake_rtts"].as_f64().unwrap_or_else(|| panic!("{t}: {row}"));
+        assert!(want.contains(&(trips.round() as i64)), "{t}: handshake {trips} round trips, want {want:?}");
+    }
+}
+
+/// An outage of 2 s in the middle of a 5 s run, on every transport: the link drops everything
+/// in it (the seconds of the link's series say when), every query still has one fate, and the
+/// run ends on time.
+#[test]
+fn an_outage_mid_run_balances_and_ends_on_time() {
+    let server = Server::start_encrypted(&["--listen", "0.0.0.0"]);
+    let port = |kind: &str| server.listener(kind).port();
+    for url in [
+        format!("udp://127.0.0.1:{}", port("udp")),
+        format!("tcp://127.0.0.1:{}", port("tcp")),
+        format!("tls://127.0.0.1:{}", port("dot")),
+        format!("https://127.0.0.1:{}/dns-query", port("doh")),
+        format!("quic://127.0.0.1:{}", port("doq")),
+    ] {
+        let r = run_volley(&[
+            &url,
+            "--link",
+            "delay=1ms outage=1.5s-3.5s",
+            "--link-seed",
+            "1",
+            "-Q",
+            "100",
+            "-l",
+            "5s",
+            "--timeout",
+            "1s",
+            "--ca",
+            server.ca_str(),
+        ]);
+        let v = r.ok();
+        check_accounting(v);
+        let l = &v["link"];
+        let dropped = l["up"]["dropped_outage"].as_u64().unwrap() + l["down"]["dropped_outage"].as_u64().unwrap();
+        assert!(dropped > 0, "{url}: {l}");
+        assert!(total(v, "answered") >= 200, "{url}: answers before and after the outage: {}", r.stdout);
+        assert!(total(v, "timed_out") + total(v, "failed") > 0, "{url}: the outage's queries");
+        // The run ends on time: its 5 s and the last queries' timeout, with a little slack.
+        let secs = v["duration_s"].as_f64().unwrap();
+        assert!(secs < 5.0 + 1.0 + 1.0, "{url}: ran {secs} s");
+        // The series: drops in the outage's seconds (1 to 3) only.
+        for s in l["series"].as_array().unwrap() {
+            let n = s["up"]["dropped_outage"].as_u64().unwrap() + s["down"]["dropped_outage"].as_u64().unwrap();
+            let sec = s["second"].as_u64().unwrap();
+            if !(1..=3).contains(&sec) {
+                assert_eq!(n, 0, "{url}: drops in second {sec}: {s}");
+            }
+        }
+        assert!(r.stdout.contains("link per s"), "{url}: {}", r.stdout);
+    }
+}
+
+/// `volley limit --link`: the search runs behind the link, and each step's results carry it.
+#[test]
+fn limit_behind_a_link() {
+    let server = Server::start_encrypted(&["--listen", "0.0.0.0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("limit.json");
+    let url = format!("udp://127.0.0.1:{}", server.listener("udp").port());
+    let mut cmd = Command::new(volley());
+    cmd.args(["limit", &url, "--link", "delay=5ms", "--start", "100", "--max", "200", "--step-duration", "1s"])
+        .args(["--progress", "never", "-o"])
+        .arg(&json);
+    let out = run_cmd(&mut cmd, Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = doc["searches"][0]["runs"].as_array().unwrap();
+    assert!(!runs.is_empty());
+    for r in runs {
+        check_accounting(r);
+        assert!(r["latency"]["min_ns"].as_u64().unwrap() >= 9_990_000, "through the link's 10 ms RTT");
+        assert_eq!(r["link"]["spec"], "delay=5ms");
+        assert!(r["link"]["up"]["packets_out"].as_u64().unwrap() >= total(r, "answered"));
+    }
+}

@@ -95,6 +95,9 @@ pub struct LinkSample {
     pub lateness: Histogram,
     pub up_queue_delay: Histogram,
     pub down_queue_delay: Histogram,
+    /// The forwarder's CPU time so far, and whether it runs at real-time priority.
+    pub cpu: Duration,
+    pub realtime: bool,
 }
 
 /// A running link. Dropping it stops the forwarder; its devices and namespace go with it.
@@ -310,6 +313,8 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
                 lateness: std::mem::replace(&mut late_i, Histogram::new(3)),
                 up_queue_delay: std::mem::replace(&mut f.up.queue_delay_since, Histogram::new(3)),
                 down_queue_delay: std::mem::replace(&mut f.down.queue_delay_since, Histogram::new(3)),
+                cpu: thread_cpu(),
+                realtime,
             };
             let _ = reply.send(s);
         }
@@ -382,13 +387,7 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         }
     }
     let held_at_end = (f.up.len() + f.down.len()) as u64;
-    // SAFETY: getrusage(2) of the calling thread into a struct we own.
-    let cpu = unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_THREAD, &mut u);
-        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-        tv(u.ru_utime) + tv(u.ru_stime)
-    };
+    let cpu = thread_cpu();
     Ok(LinkReport {
         up: f.up.counters,
         down: f.down.counters,
@@ -401,4 +400,15 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         cpu,
         elapsed: f.clock.elapsed(),
     })
+}
+
+/// CPU time of the calling thread (user + system).
+fn thread_cpu() -> Duration {
+    // SAFETY: getrusage(2) of the calling thread into a struct we own.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut u);
+        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+        tv(u.ru_utime) + tv(u.ru_stime)
+    }
 }

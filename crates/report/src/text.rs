@@ -393,6 +393,27 @@ fn link_lines(l: &volley_metrics::LinkInfo) -> Vec<String> {
             l.forwarder_cpu_s
         ),
     );
+    // Per second: the worst second's drops, the deepest queue, the latest second.
+    let drops = |s: &volley_metrics::LinkSecond| {
+        [&s.up, &s.down].iter().map(|d| d.dropped_loss + d.dropped_queue + d.dropped_outage).sum::<u64>()
+    };
+    if let Some(worst) = l.series.iter().max_by_key(|s| drops(s)).filter(|s| drops(s) > 0) {
+        let queued = l.series.iter().map(|s| s.up.queued + s.down.queued).max().unwrap_or(0);
+        let late = l.series.iter().max_by_key(|s| s.lateness_p99_ns).map_or(0, |s| s.lateness_p99_ns);
+        push_labeled(
+            &mut out,
+            "link per s",
+            &format!(
+                "most drops in second {}: {} (loss {}, queue {}, outage {}); deepest queue {queued} packets; worst second's lateness p99 {}",
+                worst.second,
+                drops(worst),
+                worst.up.dropped_loss + worst.down.dropped_loss,
+                worst.up.dropped_queue + worst.down.dropped_queue,
+                worst.up.dropped_outage + worst.down.dropped_outage,
+                fmt_ns(late)
+            ),
+        );
+    }
     out
 }
 
