@@ -506,3 +506,76 @@ fn limit_behind_a_link() {
         assert!(r["link"]["up"]["packets_out"].as_u64().unwrap() >= total(r, "answered"));
     }
 }
+
+/// Real peers through the link against real servers: kdig and dnsperf (UDP and TCP) against
+/// `volley serve` and against unbound, both listening on 0.0.0.0 on the host, through the 4g
+/// profile's delay and jitter (its loss off, so that every query is answered).
+#[test]
+fn kdig_and_dnsperf_through_the_link_against_volley_serve_and_unbound() {
+    require("kdig");
+    require("dnsperf");
+    let server = Server::start_with(&["--listen", "0.0.0.0", "--udp-port", "0", "--tcp-port", "0"]);
+    let unbound = Unbound::start_on("0.0.0.0", UNBOUND_DATA);
+    let dir = tempfile::tempdir().unwrap();
+    let queries = dir.path().join("q.txt");
+    std::fs::write(&queries, "www.example.test A\n").unwrap();
+    for (name, udp, tcp) in [
+        ("volley serve", server.udp_addr().port(), server.tcp_addr().port()),
+        ("unbound", unbound.port(), unbound.port()),
+    ] {
+        let q = queries.display();
+        let out = link(
+            &["4g", "--seed", "5", "up:loss=0%"],
+            &format!(
+                "kdig @$VOLLEY_LINK_HOST -p {udp} +notcp +short www.example.test A && \
+                 kdig @$VOLLEY_LINK_HOST -p {tcp} +tcp +short www.example.test A && \
+                 dnsperf -s $VOLLEY_LINK_HOST -p {udp} -m udp -d {q} -n 20 -Q 50 && \
+                 dnsperf -s $VOLLEY_LINK_HOST -p {tcp} -m tcp -d {q} -n 20 -Q 50"
+            ),
+        );
+        assert_eq!(out.status.code(), Some(0), "{name}: stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+        assert_eq!(out.stdout.matches("192.0.2.1").count(), 2, "{name}: {}", out.stdout);
+        let completed: Vec<&str> = out.stdout.lines().filter(|l| l.contains("Queries completed:")).collect();
+        assert_eq!(completed.len(), 2, "{name}: {}", out.stdout);
+        for l in completed {
+            assert!(l.contains("Queries completed:    20 (100.00%)") || l.contains("20 (100.00%)"), "{name}: {l}");
+        }
+        // dnsperf's latency is the link's: the average at least its 53.3 ms.
+        for l in out.stdout.lines().filter(|l| l.contains("Average Latency (s):")) {
+            let avg: f64 = l.split_whitespace().nth(3).unwrap().parse().unwrap();
+            assert!(avg >= 0.0533 * 0.999, "{name}: {l}");
+        }
+    }
+}
+
+/// DoT over a lossy link: the kernel retransmits what the link dropped (TCP_INFO's count in
+/// the results' `wire.retransmits`) and every query still has exactly one fate.
+#[test]
+fn dot_over_a_lossy_link_retransmits_and_balances() {
+    let server = Server::start_encrypted(&["--listen", "0.0.0.0"]);
+    let url = format!("tls://127.0.0.1:{}", server.listener("dot").port());
+    let r = run_volley(&[
+        &url,
+        "--link",
+        "delay=5ms loss=5%",
+        "--link-seed",
+        "2",
+        "-Q",
+        "200",
+        "-l",
+        "3s",
+        "--timeout",
+        "2s",
+        "--ca",
+        server.ca_str(),
+    ]);
+    let v = r.ok();
+    check_accounting(v);
+    let l = &v["link"];
+    let dropped = l["up"]["dropped_loss"].as_u64().unwrap() + l["down"]["dropped_loss"].as_u64().unwrap();
+    assert!(dropped > 0, "{l}");
+    let retrans = v["totals"]["wire"]["retransmits"].as_u64().unwrap_or(0);
+    assert!(retrans > 0, "TCP_INFO retransmissions: {:#}", v["totals"]["wire"]);
+    // TCP recovers: (nearly) every query is answered, each counted once.
+    assert!(total(v, "answered") >= total(v, "issued") * 9 / 10, "{:#}", v["totals"]);
+}

@@ -265,7 +265,8 @@ fn ks(sample: &[f64], cdf: impl Fn(f64) -> f64) -> f64 {
 fn jitter_has_its_distribution() {
     let (d, j) = (20.0, 4.0); // ms
     let xm = 2.0 * j / 3f64.sqrt();
-    let cdfs: [(&str, Box<dyn Fn(f64) -> f64>); 3] = [
+    type Cdf = Box<dyn Fn(f64) -> f64>;
+    let cdfs: [(&str, Cdf); 3] = [
         ("uniform", Box::new(move |x| ((x - (d - j)) / (2.0 * j)).clamp(0.0, 1.0))),
         ("normal", Box::new(move |x| 0.5 * (1.0 + erf((x - d) / (j * std::f64::consts::SQRT_2))))),
         (

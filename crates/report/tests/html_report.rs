@@ -101,7 +101,13 @@ fn console_lines(stderr: &str) -> Vec<&str> {
 
 fn runs() -> Vec<NamedRun> {
     // 1013 queries sent, 1000 answered; on the wire 2026 packets out and 1500 in.
-    let wire = volley_metrics::WireStats { bytes_out: 162_080, bytes_in: 120_000, packets_out: 2026, packets_in: 1500 };
+    let wire = volley_metrics::WireStats {
+        bytes_out: 162_080,
+        bytes_in: 120_000,
+        packets_out: 2026,
+        packets_in: 1500,
+        retransmits: 0,
+    };
     let mut udp =
         named("udp-run", &Spec { nxdomain_every: Some(4), timed_out: 10, failed: 3, wire, ..Spec::default() });
     udp.result.warnings.push("the generator fell behind <by 2 ms> & more".into());

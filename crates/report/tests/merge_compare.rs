@@ -296,7 +296,7 @@ fn medians_and_ranges() {
 
 /// A run of 1010 queries (1000 answered, 10 timed out) with the given wire counts.
 fn wire_run(name: &str, bytes_out: u64, bytes_in: u64, packets_out: u64, packets_in: u64) -> NamedRun {
-    let wire = volley_metrics::WireStats { bytes_out, bytes_in, packets_out, packets_in };
+    let wire = volley_metrics::WireStats { bytes_out, bytes_in, packets_out, packets_in, retransmits: 0 };
     named(name, &Spec { timed_out: 10, wire, ..Spec::default() })
 }
 

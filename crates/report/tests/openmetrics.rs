@@ -72,7 +72,13 @@ fn a_finished_run() {
 
 #[test]
 fn wire_bytes_and_packets() {
-    let wire = volley_metrics::WireStats { bytes_out: 73_000, bytes_in: 89_000, packets_out: 1000, packets_in: 999 };
+    let wire = volley_metrics::WireStats {
+        bytes_out: 73_000,
+        bytes_in: 89_000,
+        packets_out: 1000,
+        packets_in: 999,
+        retransmits: 0,
+    };
     let run = named("udp", &Spec { wire, ..Spec::default() });
     let mut out = Vec::new();
     write_openmetrics(&run.result, &mut out).unwrap();
