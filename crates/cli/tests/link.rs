@@ -64,11 +64,23 @@ fn round_trip_is_the_delay_of_each_direction() {
     let port = server.udp_addr().port();
     let dir = tempfile::tempdir().unwrap();
     for (args, want_ms) in [(&["delay=10ms", "--seed", "1"][..], 20.0), (&["up:delay=15ms", "--seed", "1"][..], 15.0)] {
-        let (out, v) = run_in_link(args, port, "-Q 50 -n 50 -t 2s", dir.path());
+        // The median is timed: on a loaded machine an attempt may miss it; up to 3 attempts.
+        let (out, v) = (1..=3)
+            .map(|attempt| {
+                let (out, v) = run_in_link(args, port, "-Q 50 -n 50 -t 2s", dir.path());
+                let p50 = ms(&v, "p50_ns");
+                if p50 >= want_ms + 2.0 {
+                    assert!(attempt < 3, "{args:?}: median {p50} ms, want {want_ms} ms + at most 2");
+                    eprintln!("{args:?}: attempt {attempt}: median {p50} ms");
+                }
+                (out, v, p50)
+            })
+            .find(|(_, _, p50)| *p50 < want_ms + 2.0)
+            .map(|(out, v, _)| (out, v))
+            .unwrap();
         assert_eq!(total(&v, "answered"), 50, "{}", out.stderr);
-        let (min, p50) = (ms(&v, "min_ns"), ms(&v, "p50_ns"));
+        let min = ms(&v, "min_ns");
         assert!(min >= want_ms * 0.999, "{args:?}: min {min} ms below the {want_ms} ms the link adds");
-        assert!(p50 < want_ms + 2.0, "{args:?}: median {p50} ms, want {want_ms} ms + at most 2");
         // Every query and answer crossed the link: 51 (the run's probe) each way.
         assert_eq!(counter(&out.stderr, "up", "out"), 51, "{}", out.stderr);
         assert_eq!(counter(&out.stderr, "down", "out"), 51, "{}", out.stderr);
@@ -578,4 +590,34 @@ fn dot_over_a_lossy_link_retransmits_and_balances() {
     assert!(retrans > 0, "TCP_INFO retransmissions: {:#}", v["totals"]["wire"]);
     // TCP recovers: (nearly) every query is answered, each counted once.
     assert!(total(v, "answered") >= total(v, "issued") * 9 / 10, "{:#}", v["totals"]);
+}
+
+/// IPv6 on the link: the command gets `$VOLLEY_LINK_HOST6`, and kdig reaches a server on `::`
+/// over it (UDP and TCP); `volley run --link` reaches `[::1]` at the link's IPv6 host end,
+/// through the link's delay.
+#[test]
+fn ipv6_crosses_the_link() {
+    let server = Server::start_with(&["--listen", "::", "--udp-port", "0", "--tcp-port", "0"]);
+    let (u, t) = (server.udp_addr().port(), server.tcp_addr().port());
+    let out = link(
+        &["delay=5ms"],
+        &format!(
+            "echo \"host6=$VOLLEY_LINK_HOST6 local6=$VOLLEY_LINK_LOCAL6\" && \
+             kdig @$VOLLEY_LINK_HOST6 -p {u} +notcp +short www.example.test A && \
+             kdig @$VOLLEY_LINK_HOST6 -p {t} +tcp +short www.example.test A"
+        ),
+    );
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("host6=fd76:6c69:6e6b::") && out.stdout.contains(":1 local6="), "{}", out.stdout);
+    assert_eq!(out.stdout.matches("192.0.2.1").count(), 2, "{}", out.stdout);
+    assert!(counter(&out.stderr, "up", "out") >= 4, "{}", out.stderr);
+    let r = run_volley(&[&format!("udp://[::1]:{u}"), "--link", "delay=5ms", "-Q", "20", "-n", "20"]);
+    let v = r.ok();
+    check_accounting(v);
+    assert_eq!(total(v, "answered"), 20, "{}", r.stderr);
+    assert!(r.stderr.contains(" and fd76:6c69:6e6b::"), "the link's IPv6 host end: {}", r.stderr);
+    let addr = v["target"]["address"].as_str().unwrap_or_default();
+    assert!(addr.starts_with("[fd76:6c69:6e6b::"), "measured at {addr}");
+    assert!(ms(v, "min_ns") >= 10.0 * 0.999, "through the link's 10 ms: {}", ms(v, "min_ns"));
+    assert!(v["link"]["up"]["packets_out"].as_u64().unwrap() >= 20, "{}", v["link"]);
 }

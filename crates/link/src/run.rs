@@ -9,7 +9,7 @@
 //! to clean up.
 
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus};
@@ -46,13 +46,25 @@ fn sys_err(what: &'static str) -> impl FnOnce(io::Error) -> LinkError {
     }
 }
 
-/// The addresses of a link: a /30 of 10.213.0.0/16 used between the host and our namespace.
+/// The addresses of a link: a /30 of 10.213.0.0/16 used between the host and our namespace,
+/// and the /126 of the same number in fd76:6c69:6e6b::/48 (`vlink`) where IPv6 works.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Addresses {
     /// The host's end (where the target listens).
     pub host: Ipv4Addr,
     /// The namespace's own.
     pub local: Ipv4Addr,
+    /// The same over IPv6, where the kernel has it.
+    pub host6: Option<Ipv6Addr>,
+    pub local6: Option<Ipv6Addr>,
+}
+
+impl Addresses {
+    /// The IPv6 pair of the IPv4 block of `host` (fd76:6c69:6e6b::B:1 and ::B:2).
+    fn v6_of(host: Ipv4Addr) -> (Ipv6Addr, Ipv6Addr) {
+        let b = ((u32::from(host) >> 2) & 0x3fff) as u16;
+        (Ipv6Addr::new(0xfd76, 0x6c69, 0x6e6b, 0, 0, 0, b, 1), Ipv6Addr::new(0xfd76, 0x6c69, 0x6e6b, 0, 0, 0, b, 2))
+    }
 }
 
 /// Links made by this process so far (device names and address blocks differ between them).
@@ -129,14 +141,18 @@ impl Link {
             Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ENXIO) => LinkError::NoTun(e),
             _ => sys_err("make a TUN device")(e),
         })?;
-        sys::configure_p2p(&host_dev, addrs.host, addrs.local).map_err(sys_err("configure the host's TUN device"))?;
-        let (ns, ns_tun) = sys::in_new_netns(|| {
+        let (host6, local6) = Addresses::v6_of(addrs.host);
+        let host_v6 = sys::configure_p2p(&host_dev, addrs.host, addrs.local, Some(host6))
+            .map_err(sys_err("configure the host's TUN device"))?;
+        let (ns, (ns_tun, ns_v6)) = sys::in_new_netns(|| {
             let tun = sys::tun_create("link0")?;
-            sys::configure_p2p("link0", addrs.local, addrs.host)?;
+            let v6 = sys::configure_p2p("link0", addrs.local, addrs.host, host_v6.then_some(local6))?;
             sys::link_up("lo")?;
-            Ok(tun)
+            Ok((tun, v6))
         })
         .map_err(sys_err("make a network namespace"))?;
+        let v6 = host_v6 && ns_v6;
+        let addrs = Addresses { host6: v6.then_some(host6), local6: v6.then_some(local6), ..addrs };
         let stop_fd = Arc::new(sys::eventfd().map_err(sys_err("make an eventfd"))?);
         let stop = Arc::new(AtomicBool::new(false));
         let clock = Instant::now();
@@ -168,6 +184,9 @@ impl Link {
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new(program);
         c.env("VOLLEY_LINK_HOST", self.addrs.host.to_string()).env("VOLLEY_LINK_LOCAL", self.addrs.local.to_string());
+        if let (Some(h), Some(l)) = (self.addrs.host6, self.addrs.local6) {
+            c.env("VOLLEY_LINK_HOST6", h.to_string()).env("VOLLEY_LINK_LOCAL6", l.to_string());
+        }
         let ns = self.ns.as_raw_fd();
         // SAFETY: between fork and exec only async-signal-safe system calls (setns, prctl).
         unsafe {
@@ -258,7 +277,12 @@ fn pick_addresses(pid: u32, n: u32) -> Result<Addresses, LinkError> {
         if used.iter().any(|a| u32::from(*a) & !3 == base) {
             continue;
         }
-        return Ok(Addresses { host: Ipv4Addr::from(base + 1), local: Ipv4Addr::from(base + 2) });
+        return Ok(Addresses {
+            host: Ipv4Addr::from(base + 1),
+            local: Ipv4Addr::from(base + 2),
+            host6: None,
+            local6: None,
+        });
     }
     Err(LinkError::NoAddress)
 }

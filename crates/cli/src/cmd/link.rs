@@ -50,8 +50,13 @@ pub fn run(a: LinkArgs) -> CliResult {
     let seed = a.seed.unwrap_or_else(volley_link::rng::random_seed);
     let link = Link::start(cfg.clone(), seed).map_err(CliError::usage)?;
     eprintln!(
-        "volley link: host {} ($VOLLEY_LINK_HOST), namespace {} ($VOLLEY_LINK_LOCAL), seed {seed}",
-        link.addrs.host, link.addrs.local
+        "volley link: host {} ($VOLLEY_LINK_HOST), namespace {} ($VOLLEY_LINK_LOCAL){}, seed {seed}",
+        link.addrs.host,
+        link.addrs.local,
+        match (link.addrs.host6, link.addrs.local6) {
+            (Some(h), Some(l)) => format!("; host {h} ($VOLLEY_LINK_HOST6), namespace {l} ($VOLLEY_LINK_LOCAL6)"),
+            _ => String::new(),
+        }
     );
     eprintln!("volley link: up: {}; down: {}", cfg.up.describe(), cfg.down.describe());
     let status = link.run_command(&a.command);
@@ -95,8 +100,9 @@ pub fn start_link(spec: &str, seed: Option<u64>) -> CliResult<BehindLink> {
     let seed = seed.unwrap_or_else(volley_link::rng::random_seed);
     let link = Link::start(cfg.clone(), seed).map_err(|e| CliError::usage(format!("--link: {e}")))?;
     eprintln!(
-        "volley link: host {}, namespace {}, seed {seed}; up: {}; down: {}",
+        "volley link: host {}{}, namespace {}, seed {seed}; up: {}; down: {}",
         link.addrs.host,
+        link.addrs.host6.map_or(String::new(), |h| format!(" and {h}")),
         link.addrs.local,
         cfg.up.describe(),
         cfg.down.describe()
@@ -154,12 +160,14 @@ impl BehindLink {
     }
 
     /// Loopback targets (127.0.0.1, ::1, localhost's addresses are the namespace's own) are
-    /// reached at the link's host end, once.
+    /// reached at the link's host end, once: ::1 at its IPv6 end where the link has one.
     pub fn reach(&self, targets: Vec<&mut volley_transport::Target>) {
         let host = self.host();
+        let host6 = self.link.addrs.host6.map(std::net::IpAddr::V6);
         let to_host = |a: &mut std::net::SocketAddr| {
             if a.ip().is_loopback() {
-                *a = std::net::SocketAddr::new(host, a.port());
+                let h = if a.is_ipv6() { host6.unwrap_or(host) } else { host };
+                *a = std::net::SocketAddr::new(h, a.port());
             }
         };
         for t in targets {
