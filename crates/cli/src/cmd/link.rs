@@ -18,7 +18,8 @@ Impairments (items applied in order; a later one replaces an earlier setting):
   4g +53.3 ms, 1 ms jitter, 0.5 % loss; lossy-4g the same with 1.5 %; 3g +150 ms, 8 ms, 2.5 %.
 
 The command sees the host at $VOLLEY_LINK_HOST (a server on the host must listen there or on
-0.0.0.0) and has $VOLLEY_LINK_LOCAL itself. Lines from volley link go to stderr.
+0.0.0.0) and has $VOLLEY_LINK_LOCAL itself; over IPv6, $VOLLEY_LINK_HOST6 and
+$VOLLEY_LINK_LOCAL6 (a server listening on :: has both). Lines from volley link go to stderr.
 
 Examples:
   volley serve --listen 0.0.0.0 --port 5353 &
