@@ -326,3 +326,35 @@ fn comparison_of_repeated_runs_renders_in_headless_chromium() {
         assert!(combined.contains(&format!("{name}: answered")), "{name} missing from the response rate legend");
     }
 }
+
+/// A run behind an emulated link: its table (settings, counters per direction), its lateness,
+/// and the chart of its drops and queue over time.
+#[test]
+fn report_shows_the_emulated_link() {
+    use volley_metrics::{LinkCounters, LinkDirection, LinkInfo, LinkSecond, LinkSecondDir};
+    let mut run = named("udp-run", &Spec::default());
+    let counts = LinkCounters { packets_in: 1000, packets_out: 995, dropped_loss: 5, ..Default::default() };
+    let series = (0..5)
+        .map(|s| LinkSecond {
+            second: s,
+            up: LinkSecondDir { dropped_loss: 1, ..Default::default() },
+            ..Default::default()
+        })
+        .collect();
+    run.result.link = Some(LinkInfo {
+        spec: "4g".into(),
+        seed: 7,
+        up: LinkDirection { settings: "loss 0.5%, delay 53.3ms".into(), counts, queue_delay: None },
+        series,
+        ..Default::default()
+    });
+    let mut out = Vec::new();
+    write_html_report(&[run], &mut out).unwrap();
+    let html = String::from_utf8(out).unwrap();
+    assert!(html.contains("<h3>Emulated link: 4g (seed 7)</h3>"), "the link's heading");
+    assert!(
+        html.contains("<td>up</td><td class=\"n\">loss 0.5%, delay 53.3ms</td><td class=\"n\">1000</td><td class=\"n\">995</td><td class=\"n\">5</td>"),
+        "the up row"
+    );
+    assert!(html.contains("Emulated link: drops and queue over time"), "the link's chart");
+}
