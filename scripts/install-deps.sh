@@ -38,6 +38,9 @@ APT_PACKAGES=(
     "util-linux:/usr/bin/taskset"
     "openssl:/usr/bin/openssl"
     "ca-certificates:/etc/ssl/certs"
+    # The Debian package (scripts/deb.sh, crates/cli/tests/package.rs) and reading its pages.
+    "dpkg-dev:/usr/bin/dpkg-shlibdeps"
+    "man-db:/usr/bin/man"
     # Headless browser for the HTML report test (crates/report/tests/html_report.rs).
     "chromium:/usr/bin/chromium"
 )

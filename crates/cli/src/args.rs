@@ -58,6 +58,11 @@ pub struct TlsArgs {
     /// QUIC 0-RTT for DoQ and DoH/3). Needs --tls-resume on.
     #[arg(long = "zero-rtt")]
     pub zero_rtt: bool,
+
+    /// DoQ and DoH/3: write a qlog trace of each QUIC connection into DIR (created if missing;
+    /// one JSON-SEQ file each, `client-PID-N.sqlog`, for qvis). Other transports: no effect.
+    #[arg(long = "qlog", value_name = "DIR")]
+    pub qlog: Option<PathBuf>,
 }
 
 impl TlsArgs {
@@ -106,7 +111,11 @@ impl TlsArgs {
             resume,
             zero_rtt: self.zero_rtt,
         };
-        let opts = LaneOptions { tls, http, doh_method, h1_pipeline: self.h1_pipeline, ..base };
+        if let Some(dir) = &self.qlog {
+            volley_transport::qlog::prepare_dir(dir).map_err(CliError::usage)?;
+        }
+        let opts =
+            LaneOptions { tls, http, doh_method, h1_pipeline: self.h1_pipeline, qlog: self.qlog.clone(), ..base };
         if self.h1_pipeline > 1 && !(target.scheme.is_https() && opts.http_for(target.scheme) == HttpVersion::Http1) {
             return Err(CliError::usage("--h1-pipeline applies to DoH over HTTP/1.1 (https:// with --http 1.1)"));
         }

@@ -6,12 +6,16 @@ use clap::{Parser, Subcommand};
 use crate::cmd;
 use crate::error::{CliError, CliResult};
 
+/// The version and the build: `0.1.0 (1a2b3c4d5e6f 2026-11-25)`, the commit it was built from
+/// and its date (crates/cli/build.rs).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("VOLLEY_BUILD"), ")");
+
 /// volley: a measurement instrument for DNS transports.
 ///
 /// A load generator (`run`), a responder that answers on every transport (`serve`), a one-shot
 /// query tool (`query`) and a quick comparison of transports (`bench`).
 #[derive(Parser, Debug)]
-#[command(name = "volley", version, propagate_version = true, max_term_width = 100)]
+#[command(name = "volley", version = VERSION, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -41,6 +45,10 @@ pub enum Command {
     Limit(cmd::limit::LimitArgs),
     /// Run a command behind an emulated network link (delay, jitter, loss, rate, outages).
     Link(cmd::link::LinkArgs),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell) on standard output.
+    Completions(cmd::completions::CompletionsArgs),
+    /// Print a man page, or write them all with --dir.
+    Man(cmd::completions::ManArgs),
 }
 
 pub fn run() -> CliResult {
@@ -55,7 +63,12 @@ pub fn run() -> CliResult {
             // clap's own message, reduced to its first line, exit code 2.
             let text = e.to_string();
             let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
-            return Err(CliError::usage(first));
+            // Another tool's spelling (dnsperf, dnspyre, flamethrower): say volley's.
+            let args: Vec<String> = std::env::args().collect();
+            return Err(match crate::neighbours::hint(&args) {
+                Some(h) => CliError::usage(format!("{first} ({h})")),
+                None => CliError::usage(first),
+            });
         }
     };
     match cli.command {
@@ -69,5 +82,7 @@ pub fn run() -> CliResult {
         Command::Merge(a) => cmd::merge::run(a),
         Command::Limit(a) => cmd::limit::run(a),
         Command::Link(a) => cmd::link::run(a),
+        Command::Completions(a) => cmd::completions::completions(a),
+        Command::Man(a) => cmd::completions::man(a),
     }
 }

@@ -4,6 +4,7 @@ mod args;
 mod cli;
 mod cmd;
 mod error;
+mod neighbours;
 
 fn main() {
     volley_transport::tls::install_crypto_provider();

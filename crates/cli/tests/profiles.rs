@@ -140,7 +140,8 @@ fn each_client_resumes_only_its_own_sessions() {
 }
 
 /// Stub clients over UDP ask for a 2000-octet TXT (TC=1 over UDP) and ask again over TCP to
-/// the same port: one retry per truncated answer, one TCP connection per retry.
+/// the same port: one retry per truncated answer, one TCP connection per retry; each query's
+/// fate is its TCP answer.
 #[test]
 fn stub_retries_truncated_answers_over_tcp() {
     let port = free_port().to_string();
@@ -170,6 +171,9 @@ fn stub_retries_truncated_answers_over_tcp() {
     assert_eq!(retries, truncated, "one TCP retry per truncated answer:\n{}", show(v));
     assert_eq!(conn_total(v, "opened"), retries, "one connection per retry:\n{}", show(v));
     assert_eq!(total(v, "failed"), 0, "{}", show(v));
+    // The retry is its query's own send, not a query of its own: its TCP answer is the fate.
+    assert_eq!(total(v, "answered"), total(v, "issued"), "{}", show(v));
+    assert_eq!(v["totals"]["tries"]["2"].as_u64(), Some(retries), "{}", show(v));
     // The responder saw those connections on its TCP side of the same port (the probe went
     // over UDP).
     assert_eq!(serve_stat(&stats, "tcp_connections"), retries, "{stats}");

@@ -356,3 +356,67 @@ fn report_draws_a_limit_search() {
     assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
     assert!(r.stderr.contains("wrong.json") && r.stderr.contains("volley.limit/1"), "{}", r.stderr);
 }
+
+/// A DNS Shotgun results file in its documented JSON-lines format (schema_version 20221207,
+/// per-millisecond latency buckets), made here: `answers` answers split between 0 and 4 ms,
+/// 1 % at 99 ms, `timeouts` timed out (Shotgun counts them in its last bucket).
+fn shotgun_file(path: &Path, answers: u64, timeouts: u64) {
+    let mut buckets = vec![0u64; 2001];
+    buckets[0] = answers * 30 / 100;
+    buckets[4] = answers * 69 / 100;
+    buckets[99] = answers - buckets[0] - buckets[4];
+    buckets[2000] = timeouts;
+    let header = serde_json::json!({"runid": "7", "type": "header", "schema_version": 20221207, "generator": "shotgun",
+        "generator_version": "20240219", "generator_params": ["replay.py", "-c", "udp.toml", "-s", "127.0.0.1"],
+        "time_units_per_sec": 1000, "stats_interval": 1000, "timeout": 2000, "merged": true});
+    let sum = serde_json::json!({"runid": "7", "type": "stats_sum", "since": 1_764_000_000_000u64, "until": 1_764_000_001_000u64,
+        "queries": answers + timeouts, "ongoing": 0, "responses": answers, "timeouts": timeouts, "discarded": 0,
+        "response_rcodes": {"NOERROR": answers}, "response_latency": {"buckets": buckets.clone()},
+        "conn_active": 0, "conn_info": {"type": "udp", "handshakes": 0, "handshakes_failed": 0}});
+    let mut periodic = sum.clone();
+    periodic["type"] = "stats_periodic".into();
+    std::fs::write(path, format!("{header}\n{periodic}\n{sum}\n")).unwrap();
+}
+
+/// DNS Shotgun's results are read by `report` and `compare` as runs, beside volley's own.
+#[test]
+fn report_and_compare_read_dns_shotgun_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let (u1, _, _) = results(dir.path());
+    let sg = dir.path().join("shotgun-udp.json");
+    shotgun_file(&sg, 9900, 100);
+
+    let out = volley_cmd(&["compare", s(&u1), s(&sg), "--format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "compare: {}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let fig = |m: &str| -> f64 {
+        let f = v["figures"].as_array().unwrap().iter().find(|f| f["metric"] == m).unwrap_or_else(|| panic!("no {m}"));
+        f["groups"][1]["median"].as_f64().unwrap_or_else(|| panic!("{m}: {f}"))
+    };
+    assert_eq!(fig("qps_answered"), 9900.0);
+    assert!((fig("answered_pct") - 99.0).abs() < 1e-9, "answered {}", fig("answered_pct"));
+    // p50 in the [4, 5) ms bucket, read at its upper end; p99.9 in [99, 100) ms.
+    let p50 = fig("p50") / 1e6;
+    assert!((4.0..=5.01).contains(&p50), "p50 {p50} ms");
+    let p999 = fig("p999") / 1e6;
+    assert!((99.0..=100.1).contains(&p999), "p99.9 {p999} ms");
+    // What Shotgun does not count is no figure, not a zero.
+    let cpu = v["figures"].as_array().unwrap().iter().find(|f| f["metric"] == "cpu_us_per_answer").unwrap();
+    assert!(cpu["groups"][1]["median"].is_null(), "{cpu}");
+
+    let html = dir.path().join("r.html");
+    let out = volley_cmd(&["report", s(&u1), s(&sg), "-o", s(&html)]);
+    assert_eq!(out.status.code(), Some(0), "report: {}", out.stderr);
+    let text = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        text.contains("shotgun-udp") && text.contains("imported from DNS Shotgun"),
+        "the report does not show the Shotgun run"
+    );
+
+    // A broken Shotgun file: one line naming file:line, exit 2.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\"type\": \"header\", \"schema_version\": 20221207, \"time_units_per_sec\": 1000}\n{oops\n")
+        .unwrap();
+    let line = one_error_line(&volley_cmd(&["compare", s(&u1), s(&bad)]));
+    assert!(line.contains("bad.json:2: DNS Shotgun results"), "{line}");
+}

@@ -26,6 +26,11 @@ pub struct Profile {
     pub busy: Option<ConnPolicy>,
     /// UDP: ask a truncated answer's question again over TCP (stub resolvers).
     pub tcp_on_truncation: bool,
+    /// UDP: send a query again after this long without an answer (None: the run's timeout
+    /// shared by `udp_tries`), ...
+    pub udp_retry: Option<Duration>,
+    /// ... up to this many sends in all (None, or 1: never again).
+    pub udp_tries: Option<u32>,
 }
 
 /// A profile as written (TOML), with where each checked value stands in the text.
@@ -44,6 +49,8 @@ struct ProfileFile {
     busy: Option<PolicyFile>,
     #[serde(default)]
     tcp_on_truncation: bool,
+    udp_retry: Option<Spanned<String>>,
+    udp_tries: Option<Spanned<u32>>,
 }
 
 /// A connection policy as written in a profile.
@@ -147,6 +154,24 @@ impl Profile {
             Some(r) => *r.get_ref(),
             None => 1.0,
         };
+        let udp_retry = match &f.udp_retry {
+            None => None,
+            Some(v) => match parse(v.get_ref()) {
+                Ok(d) if !d.is_zero() => Some(d),
+                Ok(_) => return Err(at.at(Some(v.span()), "udp_retry must be above 0")),
+                Err(e) => return Err(at.at(Some(v.span()), format!("udp_retry: {e}"))),
+            },
+        };
+        let udp_tries = match &f.udp_tries {
+            Some(n) if *n.get_ref() == 0 => {
+                return Err(at.at(Some(n.span()), "udp_tries must be at least 1 (the first send)"))
+            }
+            Some(n) => Some(*n.get_ref()),
+            None => None,
+        };
+        if let (Some(v), None | Some(1)) = (&f.udp_retry, udp_tries) {
+            return Err(at.at(Some(v.span()), "udp_retry needs udp_tries of 2 or more (the sends in all)"));
+        }
         let light = f.light.resolve(&at, "light", parse)?;
         let busy = f.busy.as_ref().map(|b| b.resolve(&at, "busy", parse)).transpose()?;
         Ok(Profile {
@@ -158,6 +183,8 @@ impl Profile {
             light,
             busy,
             tcp_on_truncation: f.tcp_on_truncation,
+            udp_retry,
+            udp_tries,
         })
     }
 
@@ -196,6 +223,9 @@ pub struct Group {
     pub busy: Option<ConnPolicy>,
     /// Where truncated UDP answers are asked again (stub profile): TCP to the same server.
     pub fallback: Option<Target>,
+    /// UDP: how the group's clients send a query again when no answer comes (the profile's
+    /// `udp_retry` and `udp_tries`, or the command line's).
+    pub udp_retry: Option<crate::UdpRetry>,
 }
 
 impl Group {
@@ -375,7 +405,13 @@ mod tests {
         assert_eq!(b.connections, 3);
         assert_eq!(b.policy_for(0.5).idle, Some(Duration::from_secs(10)));
         assert_eq!(b.policy_for(20.0).max_queries, Some(4));
-        assert!(load("stub").unwrap().tcp_on_truncation);
+        let stub = load("stub").unwrap();
+        assert!(stub.tcp_on_truncation);
+        assert_eq!((stub.udp_retry, stub.udp_tries), (None, Some(2)), "glibc's two attempts, sharing the timeout");
+        assert_eq!(
+            parse("name = \"x\"\nudp_retry = \"10s\"\nudp_tries = 3\n").unwrap().udp_retry,
+            Some(Duration::from_secs(10))
+        );
     }
 
     #[test]
@@ -404,6 +440,12 @@ mod tests {
             ("name = \"x\"\n[light]\n\nlifetime = \"3 parsecs\"\n", 4, "light.lifetime: invalid duration '3 parsecs'"),
             ("name = \"x\"\nlight_rate = nan\n", 2, "light_rate must be"),
             ("name = \"x\"\nlight_rate = -1.0\n", 2, "light_rate must be"),
+            ("name = \"x\"\nudp_tries = 2\nudp_retry = \"0s\"\n", 3, "udp_retry must be above 0"),
+            ("name = \"x\"\nudp_retry = \"3 parsecs\"\n", 2, "udp_retry: invalid duration '3 parsecs'"),
+            ("name = \"x\"\n\nudp_tries = 0\n", 3, "udp_tries must be at least 1"),
+            ("name = \"x\"\nudp_retry = \"10s\"\n", 2, "udp_retry needs udp_tries of 2 or more"),
+            ("name = \"x\"\nudp_retry = \"10s\"\nudp_tries = 1\n", 2, "udp_retry needs udp_tries"),
+            ("name = \"x\"\nudp_tries = -1\n", 2, ""),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.starts_with(&format!("p.toml:{line}: {what}")), "{text:?}: {e}");
@@ -421,6 +463,7 @@ mod tests {
             lane: LaneOptions::default(),
             busy: None,
             fallback: None,
+            udp_retry: None,
         };
         let load = ClientsLoad {
             count: 100,
@@ -451,6 +494,7 @@ mod tests {
             lane: LaneOptions::default(),
             busy: None,
             fallback: None,
+            udp_retry: None,
         };
         let load = |groups| ClientsLoad { count: 10, arrivals: Arrivals::Constant, groups, replay: None };
         let l = load(vec![

@@ -32,6 +32,7 @@ use volley_metrics::{
 use volley_transport::{LaneOptions, Target};
 
 pub use clients::{Arrivals, ClientsLoad, Group, Profile};
+
 pub use source::{QuerySet, SourceError};
 pub use worker::threads_own_descriptor_tables;
 
@@ -68,6 +69,43 @@ pub struct Plan {
     /// The target's processes, when it runs on this host: their CPU time over the run is
     /// reported (`target_cpu`).
     pub target_pids: Vec<u32>,
+    /// UDP: send a query again when no answer came (`--udp-retry`, `--udp-tries`).
+    pub udp_retry: Option<UdpRetry>,
+    /// UDP: ask a truncated answer's question again over TCP (`--tc-fallback`), on a
+    /// connection of its own per retry, from the UDP socket's address, as stub resolvers do.
+    pub tc_fallback: bool,
+}
+
+/// How a stub resolver sends a UDP query again when no answer comes (glibc's `timeout:` and
+/// `attempts:` in resolv.conf, dig's `+timeout` and `+tries`): after `after` without an answer
+/// the query goes out again, up to `tries` sends in all, all within the query's own timeout.
+/// Each send has a DNS ID of its own (see docs/run.md, "Retransmission over UDP").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpRetry {
+    pub after: Duration,
+    pub tries: u32,
+}
+
+impl UdpRetry {
+    /// The retry of `after` and `tries` for queries that time out after `timeout`: checked
+    /// (tries at least 2, `after` above 0 and below `timeout`: a retry that could never be
+    /// sent is a contradiction). `after` None: the timeout shared evenly by the tries (glibc
+    /// waits `timeout:` after each of its `attempts:`, so its whole wait is their product).
+    pub fn new(after: Option<Duration>, tries: u32, timeout: Duration) -> Result<UdpRetry, String> {
+        if tries < 2 {
+            return Err(format!("{tries} tries: a retry needs at least 2 (1 is no retry)"));
+        }
+        let after = after.unwrap_or(timeout / tries);
+        if after.is_zero() {
+            return Err("the retry delay must be above 0".into());
+        }
+        if after >= timeout {
+            return Err(format!(
+                "a retry after {after:?} is never sent: queries time out after {timeout:?} (--timeout)"
+            ));
+        }
+        Ok(UdpRetry { after, tries })
+    }
 }
 
 #[derive(Debug, Error)]
@@ -76,6 +114,16 @@ pub enum EngineError {
     Plan(String),
     #[error("cannot start worker thread: {0}")]
     Thread(std::io::Error),
+}
+
+/// The lane settings of a stub's retries over TCP after truncation: a connection of its own
+/// for each, closed after its answer.
+fn stub_tcp(udp: &LaneOptions) -> LaneOptions {
+    LaneOptions {
+        conn: volley_transport::ConnPolicy { max_queries: Some(1), ..Default::default() },
+        udp_lazy_receive: None,
+        ..udp.clone()
+    }
 }
 
 /// The clock starts this long after the last worker is ready (each looks every millisecond).
@@ -241,7 +289,10 @@ fn unexpected_warnings(c: &volley_metrics::Counters, timeout: Duration) -> Vec<S
     use volley_metrics::Unexpected;
     let n = |k: Unexpected| c.unexpected[k as usize];
     let mut out = Vec::new();
-    let late = n(Unexpected::Late);
+    // A query sent again may be answered once per send: an answer after its first is late
+    // too, but not for a short timeout. Only those beyond the sends again count here.
+    let resends: u64 = c.again.iter().sum();
+    let late = n(Unexpected::Late).saturating_sub(resends);
     if late >= 10 && late * 2 >= c.timed_out {
         out.push(format!(
             "{late} answers came after their query had timed out ({} timed out): the timeout ({timeout:?}, -t) \
@@ -368,28 +419,33 @@ pub fn run(
             .iter()
             .map(|g| worker::GroupRt {
                 spec: worker::LaneSpec { target: g.target.clone(), lane: g.lane.clone() },
-                fallback: g.fallback.as_ref().map(|t| worker::LaneSpec {
-                    target: t.clone(),
-                    // A stub asks again over TCP on a connection of its own, closed after.
-                    lane: LaneOptions {
-                        conn: volley_transport::ConnPolicy { max_queries: Some(1), ..Default::default() },
-                        ..g.lane.clone()
-                    },
-                }),
+                fallback: g.fallback.as_ref().map(|t| worker::LaneSpec { target: t.clone(), lane: stub_tcp(&g.lane) }),
                 connections: g.profile.connections,
                 connect_at_start: g.profile.connect_at_start,
                 rate: g.rate,
                 busy: g.busy.map(|b| (b, g.profile.light_rate)),
+                retry: g.udp_retry.filter(|_| g.target.scheme == volley_transport::Scheme::Udp),
             })
             .collect(),
-        _ => vec![worker::GroupRt {
-            spec: worker::LaneSpec { target: plan.target.clone(), lane: plan.lane.clone() },
-            fallback: None,
-            connections: 1,
-            connect_at_start: true,
-            rate: 0.0,
-            busy: None,
-        }],
+        _ => {
+            let udp = plan.target.scheme == volley_transport::Scheme::Udp;
+            let fallback = match (udp && plan.tc_fallback, plan.target.addr) {
+                (true, addr) => Some(worker::LaneSpec {
+                    target: format!("tcp://{addr}").parse::<Target>().map_err(|e| EngineError::Plan(e.to_string()))?,
+                    lane: stub_tcp(&plan.lane),
+                }),
+                _ => None,
+            };
+            vec![worker::GroupRt {
+                spec: worker::LaneSpec { target: plan.target.clone(), lane: plan.lane.clone() },
+                fallback,
+                connections: 1,
+                connect_at_start: true,
+                rate: 0.0,
+                busy: None,
+                retry: plan.udp_retry.filter(|_| udp),
+            }]
+        }
     };
     // Clients are dealt to groups by weight, then to workers in turn.
     let assignment = match &plan.load {
@@ -622,6 +678,9 @@ pub fn run(
             // Simulated clients: the UDP sockets their UDP clients have (a plain run: its lanes).
             connections: if udp_clients > 0 { sockets_made } else { connections },
             queries: plan.queries.description.clone(),
+            udp_retry_ms: groups.iter().find_map(|g| g.retry).map(|r| r.after.as_secs_f64() * 1e3),
+            udp_tries: groups.iter().find_map(|g| g.retry).map(|r| r.tries),
+            tc_fallback: groups.iter().any(|g| g.fallback.is_some()),
         },
         qps: Qps {
             issued: totals.issued as f64 / sending_s,
@@ -633,6 +692,11 @@ pub fn run(
         schedule_lateness,
         transport_wait,
         peak_on_wire: (got.peak_on_wire > 0).then_some(got.peak_on_wire),
+        qlog_dir: match &plan.load {
+            Load::Clients(c) => c.groups.iter().find_map(|g| g.lane.qlog.as_ref()),
+            _ => plan.lane.qlog.as_ref(),
+        }
+        .map(|d| d.display().to_string()),
         generator: GeneratorInfo {
             cpu_s,
             cpu_us_per_answer: if totals.answered > 0 { cpu_s * 1e6 / totals.answered as f64 } else { 0.0 },
@@ -760,9 +824,22 @@ fn group_summaries(
 mod tests {
     use super::{
         busy_warning, concurrency_warning, lateness_warning, time_wait_warning, transport_wait_warning,
-        unexpected_warnings,
+        unexpected_warnings, UdpRetry,
     };
     use crate::worker::Late;
+
+    /// A retry shares the timeout when no delay is given (glibc's attempts each wait as
+    /// long); one that could never be sent, or no retry at all, is refused.
+    #[test]
+    fn a_udp_retry_fits_in_the_timeout() {
+        let s = std::time::Duration::from_secs;
+        assert_eq!(UdpRetry::new(None, 2, s(5)), Ok(UdpRetry { after: s(5) / 2, tries: 2 }));
+        assert_eq!(UdpRetry::new(Some(s(1)), 3, s(5)), Ok(UdpRetry { after: s(1), tries: 3 }));
+        assert!(UdpRetry::new(Some(s(5)), 2, s(5)).unwrap_err().contains("never sent"));
+        assert!(UdpRetry::new(Some(s(1)), 1, s(5)).unwrap_err().contains("at least 2"));
+        assert!(UdpRetry::new(Some(s(0)), 2, s(5)).unwrap_err().contains("above 0"));
+        assert!(UdpRetry::new(None, 2, std::time::Duration::from_nanos(1)).unwrap_err().contains("above 0"));
+    }
     use std::time::Duration;
     use volley_metrics::LatencySummary;
     use volley_metrics::{Close, ConnCounters, Counters, SecondConnections, SecondRow, Unexpected};
@@ -888,5 +965,13 @@ mod tests {
         let w = run(1000, 1000, 0, 0, 0, 10);
         assert!(w.len() == 1 && w[0].contains("10 responses carried the ID of no query in flight"), "{w:?}");
         assert!(run(10_000, 10_000, 0, 0, 0, 99).is_empty());
+        // Queries sent again (--udp-retry) answered once per send: the second answers are late
+        // but say nothing of the timeout; only those beyond the sends again count.
+        let mut c = Counters { sent: 1000, answered: 1000, ..Default::default() };
+        c.unexpected[Unexpected::Late as usize] = 150;
+        c.again[0] = 150;
+        assert!(unexpected_warnings(&c, Duration::from_millis(500)).is_empty());
+        c.unexpected[Unexpected::Late as usize] = 170;
+        assert!(unexpected_warnings(&c, Duration::from_millis(500))[0].contains("20 answers came after"));
     }
 }

@@ -16,8 +16,11 @@ pub struct Entry {
     pub scheduled: u64,
     /// Question key to match the response against (0 until written, for random labels).
     pub key: u64,
-    /// Times sent again after a connection ended without its answer.
+    /// Times sent again: after a connection ended without its answer (`--resend`), after a
+    /// UDP retry's delay without one (`--udp-retry`), over TCP after a truncated answer.
     pub resent: u16,
+    /// The DNS ID of its latest send (an answer under another answers an earlier UDP send).
+    pub id: u16,
     /// Waiting to be sent again after a connection ended without its answer with this error
     /// kind (None once it has left again): if its deadline comes first, it fails with it.
     pub again: Option<volley_metrics::ErrorKind>,

@@ -31,9 +31,10 @@ pub struct QuerySet {
 }
 
 impl QuerySet {
-    /// Reads a dnsperf-format file: `NAME [TYPE]` per line (TYPE defaults to A), `#` or `;`
-    /// starts a comment, blank lines are skipped.
-    pub fn from_file(path: &Path, opts: QueryOptions) -> Result<QuerySet, SourceError> {
+    /// Reads a dnsperf-format file: `NAME [TYPE]` per line (a line without TYPE asks for
+    /// `default_type`, as dnspyre's files of names do), `#` or `;` starts a comment, blank lines
+    /// are skipped.
+    pub fn from_file(path: &Path, default_type: QType, opts: QueryOptions) -> Result<QuerySet, SourceError> {
         let text = std::fs::read(path).map_err(|err| SourceError::Read { path: path.to_path_buf(), err })?;
         let mut templates = Vec::new();
         for (i, raw) in text.split(|b| *b == b'\n').enumerate() {
@@ -45,12 +46,15 @@ impl QuerySet {
             }
             let mut fields = line.split_whitespace();
             let name = fields.next().unwrap_or_default();
-            let qtype = fields.next().unwrap_or("A");
+            let qtype = fields.next();
             if let Some(extra) = fields.next() {
                 return Err(line_err(format!("unexpected '{extra}': expected 'NAME [TYPE]'")));
             }
             let name: Name = name.parse().map_err(|e| line_err(format!("invalid name '{name}': {e}")))?;
-            let qtype: QType = qtype.parse().map_err(|_| line_err(format!("unknown query type '{qtype}'")))?;
+            let qtype: QType = match qtype {
+                None => default_type,
+                Some(t) => t.parse().map_err(|_| line_err(format!("unknown query type '{t}'")))?,
+            };
             templates.push(QueryTemplate::new(&name, qtype, opts));
         }
         if templates.is_empty() {
@@ -201,15 +205,23 @@ mod tests {
     #[test]
     fn dnsperf_format() {
         let f = file("# comment\nwww.example.test A\n\n; other\nexample.test AAAA  # trailing\nmx.test\n");
-        let s = QuerySet::from_file(&f.0, QueryOptions::default()).unwrap();
+        let s = QuerySet::from_file(&f.0, QType::A, QueryOptions::default()).unwrap();
         assert_eq!(s.len(), 3);
+        // A line without a type asks for the default one (--qtype; dnspyre's files of names).
+        let s = QuerySet::from_file(&f.0, QType::AAAA, QueryOptions::default()).unwrap();
+        let qtype = |i: u32| {
+            let mut w = Vec::new();
+            s.write(i, 1, 7, &mut w);
+            volley_wire::parse_query(&w).unwrap().qtype
+        };
+        assert_eq!((qtype(0), qtype(1), qtype(2)), (QType::A, QType::AAAA, QType::AAAA));
         let f = file("a.test A\nb.test A\nc.test BOGUS\n");
-        let e = QuerySet::from_file(&f.0, QueryOptions::default()).unwrap_err().to_string();
+        let e = QuerySet::from_file(&f.0, QType::A, QueryOptions::default()).unwrap_err().to_string();
         assert!(e.ends_with(":3: unknown query type 'BOGUS'"), "{e}");
         assert!(e.contains(&f.0.display().to_string()));
         let f = file("# nothing\n");
-        assert!(matches!(QuerySet::from_file(&f.0, QueryOptions::default()), Err(SourceError::Empty(_))));
-        let e = QuerySet::from_file(Path::new("/nonexistent/q.txt"), QueryOptions::default()).unwrap_err();
+        assert!(matches!(QuerySet::from_file(&f.0, QType::A, QueryOptions::default()), Err(SourceError::Empty(_))));
+        let e = QuerySet::from_file(Path::new("/nonexistent/q.txt"), QType::A, QueryOptions::default()).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/q.txt"));
         let _ = std::io::stdout().flush();
     }
@@ -230,7 +242,7 @@ mod tests {
     #[test]
     fn cursor_cycles() {
         let f = file("a.test\nb.test\nc.test\n");
-        let s = QuerySet::from_file(&f.0, QueryOptions::default()).unwrap();
+        let s = QuerySet::from_file(&f.0, QType::A, QueryOptions::default()).unwrap();
         let mut c = Cursor::new(&s, 1, 2);
         let got: Vec<u32> = (0..4).map(|_| c.take().0).collect();
         assert_eq!(got, vec![1, 2, 0, 1]);

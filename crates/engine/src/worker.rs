@@ -46,6 +46,8 @@ pub(crate) struct GroupRt {
     /// Clients mode: the policy a client's connections switch to while its own rate is above
     /// the rate given (the profile's busy policy and light_rate); `spec.lane.conn` otherwise.
     pub busy: Option<(ConnPolicy, f64)>,
+    /// UDP: a query without an answer is sent again (`--udp-retry`, the stub profile).
+    pub retry: Option<crate::UdpRetry>,
 }
 
 /// A worker's part of a replay: the captured clients, and for each of its clients which one
@@ -162,6 +164,9 @@ impl ClientRt {
 pub(crate) struct Worker {
     inner: RefCell<Inner>,
     lanes: Vec<LaneSlot>,
+    /// Plain runs: the lanes queries are issued to, the first of `lanes` (the rest are their
+    /// TCP lanes for truncated answers, `--tc-fallback`).
+    pool: u32,
     specs: Vec<LaneSpec>,
     clients: Vec<ClientRt>,
     queries: QuerySet,
@@ -180,6 +185,10 @@ struct Inner {
     slab: Slab,
     /// (deadline, token) in issue order: deadlines only grow, so the front expires first.
     deadlines: VecDeque<(u64, Token)>,
+    /// Per group with a UDP retry: (when its query is sent again, token), in the order they
+    /// were noted: each is noted when its query left (or went out again) plus the group's
+    /// constant delay, so these times only grow too, and one sweep serves both.
+    retries: Vec<VecDeque<(u64, Token)>>,
     rec: Option<Recorder>,
     cursor: Cursor,
     issued: u64,
@@ -223,7 +232,7 @@ pub(crate) struct WorkerEnd {
 #[derive(Clone, Copy)]
 enum What {
     Next,
-    /// This query of the set (a retry over TCP after truncation, or a replayed query).
+    /// This query of the set (a replayed query).
     Exact(u32, u64),
 }
 
@@ -325,7 +334,7 @@ impl Worker {
 
     /// Plain runs: a query on any of the worker's lanes, in turn.
     fn issue_any(&self, inn: &mut Inner, scheduled: u64, now: u64) {
-        self.issue(inn, What::Next, scheduled, now, 0..self.lanes.len() as u32, false);
+        self.issue(inn, What::Next, scheduled, now, 0..self.pool, false);
     }
 
     /// Closed loop: a query ended, so another starts.
@@ -362,6 +371,7 @@ impl Worker {
                 self.refill(&mut inn, now);
             }
         }
+        self.retransmit(&mut inn, now);
     }
 
     /// Why query `e`, which never left, was still waiting when its timeout came: a query
@@ -394,6 +404,7 @@ impl Worker {
         let mut inn = self.inner.borrow_mut();
         let Some(e) = inn.slab.get_mut(token) else { return false };
         e.handed = true;
+        e.id = id;
         self.queries.write(e.query, e.seed, id, out);
         if e.key == 0 {
             e.key = question_key(out).unwrap_or(1);
@@ -417,6 +428,13 @@ impl Worker {
             // when it is sent again).
             if !e.left {
                 e.left = true;
+                let lane = &self.lanes[e.lane as usize];
+                if let Some(r) = self.udp_retry_of(lane) {
+                    let due = now + r.after.as_nanos() as u64;
+                    if due < e.deadline {
+                        inn.retries[lane.group as usize].push_back((due, token));
+                    }
+                }
                 scheduled = Some((e.scheduled, e.lane));
                 let (mark, last) = self.lanes[e.lane as usize].lane.waited();
                 let in_lane = mark.saturating_sub(e.lane_mark);
@@ -442,6 +460,46 @@ impl Worker {
             if late > LATE_NS {
                 inn.late.sends += 1;
                 inn.late.behind_cap += self.behind_cap(lane as usize, s, now) as u64;
+            }
+        }
+    }
+
+    /// The UDP retry of the queries on `lane`: its group's, when the lane is one of the group's
+    /// UDP sockets (not a stub's TCP lane).
+    fn udp_retry_of(&self, lane: &LaneSlot) -> Option<crate::UdpRetry> {
+        let r = self.groups.get(lane.group as usize)?.retry?;
+        (self.specs[lane.spec as usize].target.scheme == volley_transport::Scheme::Udp).then_some(r)
+    }
+
+    /// Sends again every UDP query whose retry is due and that is still on the wire without
+    /// its answer: back to the head of its lane (it keeps its place in the lane's load, its
+    /// deadline and its schedule: its latency counts from its first send), under a new DNS
+    /// ID that its driver gives it; an answer to any of its sends ends it. Counted as a send
+    /// again (`totals.tries`) and as event [`UDP_RETRY_EVENT`].
+    fn retransmit(&self, inn: &mut Inner, now: u64) {
+        for g in 0..inn.retries.len() {
+            while let Some(&(due, t)) = inn.retries[g].front() {
+                if due > now {
+                    break;
+                }
+                inn.retries[g].pop_front();
+                let Some(e) = inn.slab.get_mut(t) else { continue };
+                let slot = &self.lanes[e.lane as usize];
+                let Some(r) = self.udp_retry_of(slot) else { continue };
+                // Still in its lane from the last time (its socket's buffer full): not twice.
+                if !e.handed || u32::from(e.resent) + 1 >= r.tries {
+                    continue;
+                }
+                e.resent = e.resent.saturating_add(1);
+                e.handed = false;
+                let (n, deadline) = (e.resent, e.deadline);
+                let next = now + r.after.as_nanos() as u64;
+                if u32::from(n) + 1 < r.tries && next < deadline {
+                    inn.retries[g].push_back((next, t));
+                }
+                slot.lane.requeue(&[t]);
+                count_event(&mut inn.events, UDP_RETRY_EVENT);
+                inn.rec().resent(now, u32::from(n), slot.group);
             }
         }
     }
@@ -513,9 +571,19 @@ impl Worker {
         false
     }
 
-    fn response(&self, token: Token, msg: &[u8], now: u64) {
+    /// An answer to `token` came on lane `lane`.
+    fn response(&self, token: Token, msg: &[u8], now: u64, lane: usize) {
         let mut inn = self.inner.borrow_mut();
         if inn.finished {
+            return;
+        }
+        if inn.slab.get_mut(token).is_some_and(|e| e.lane as usize != lane) {
+            // An answer to a UDP send of a query that went on over TCP after a truncated
+            // answer: it was answered already, late.
+            inn.rec().unexpected(now, Unexpected::Late, msg.len());
+            return;
+        }
+        if self.over_tcp(&mut inn, token, msg, now) {
             return;
         }
         let Some(e) = inn.slab.remove(token) else {
@@ -528,18 +596,20 @@ impl Worker {
         slot.lane.answered();
         let g = slot.group;
         let latency = now.saturating_sub(e.scheduled);
-        let mut retry = None;
+        if e.resent > 0
+            && msg.len() >= 2
+            && u16::from_be_bytes([msg[0], msg[1]]) != e.id
+            && self.udp_retry_of(slot).is_some()
+        {
+            // Sent again too soon: the answer to an earlier send was on its way.
+            count_event(&mut inn.events, UDP_EARLIER_EVENT);
+        }
         let rec = inn.rec();
         match Header::parse(msg) {
             // Not a response (QR clear), on a stream that carries only this query's answer.
             Ok(h) if !h.is_response() => rec.failed(now, ErrorKind::Malformed, g),
             Ok(h) => match question_key(msg) {
-                Ok(k) if k == e.key => {
-                    rec.answered(now, latency, h.rcode().0, h.truncated(), msg.len(), g);
-                    if h.truncated() {
-                        retry = slot.fallback;
-                    }
-                }
+                Ok(k) if k == e.key => rec.answered(now, latency, h.rcode().0, h.truncated(), msg.len(), g),
                 Ok(_) => rec.failed(now, ErrorKind::Mismatch, g),
                 // Error responses (FORMERR, NOTIMP...) may carry no question: still an answer.
                 Err(_) if h.qdcount == 0 && h.rcode() != Rcode::NOERROR => {
@@ -549,11 +619,41 @@ impl Worker {
             },
             Err(_) => rec.failed(now, ErrorKind::Malformed, g),
         }
-        if let Some((lo, hi)) = retry {
-            count_event(&mut inn.events, "tcp_retries_after_truncation");
-            self.issue(&mut inn, What::Exact(e.query, e.seed), now, now, lo..hi, false);
-        }
         self.refill(&mut inn, now);
+    }
+
+    /// A truncated UDP answer (TC=1) to its own question, on a lane that asks such questions
+    /// again over TCP (`--tc-fallback`, the `stub` profile): the query moves to the lane's TCP
+    /// lane, where it goes out again (a send again: `totals.tries`, event
+    /// `tcp_retries_after_truncation`) with its deadline and its schedule (its latency counts
+    /// from its first UDP send), and its fate is what comes over TCP. The truncated answer
+    /// counts in `truncated` and `bytes_in`, not as a fate. False: not such an answer.
+    fn over_tcp(&self, inn: &mut Inner, token: Token, msg: &[u8], now: u64) -> bool {
+        let Some(e) = inn.slab.get_mut(token) else { return false };
+        let from = &self.lanes[e.lane as usize];
+        let Some((lo, _)) = from.fallback else { return false };
+        let truncated = matches!(Header::parse(msg), Ok(h) if h.is_response() && h.truncated());
+        if !truncated || question_key(msg).ok() != Some(e.key) || !self.lanes[lo as usize].lane.has_room() {
+            return false;
+        }
+        from.lane.release();
+        from.lane.answered();
+        let to = &self.lanes[lo as usize];
+        e.lane = lo;
+        e.handed = false;
+        e.lane_mark = to.lane.waited().0;
+        e.resent = e.resent.saturating_add(1);
+        let n = e.resent;
+        if std::mem::take(&mut e.on_wire) {
+            inn.on_wire = inn.on_wire.saturating_sub(1);
+        }
+        count_event(&mut inn.events, TC_RETRY_EVENT);
+        let rec = inn.rec();
+        rec.truncated_answer(now, msg.len(), from.group);
+        rec.resent(now, u32::from(n), from.group);
+        self.ensure_started(lo as usize);
+        to.lane.push(token);
+        true
     }
 
     fn failed(&self, token: Token, kind: ErrorKind, now: u64) {
@@ -630,7 +730,7 @@ impl Exchange for LaneView {
 
     #[inline]
     fn response(&self, token: Token, msg: &[u8], now: u64) {
-        self.w.response(token, msg, now)
+        self.w.response(token, msg, now, self.lane)
     }
 
     #[inline]
@@ -707,6 +807,16 @@ impl Exchange for LaneView {
 /// The prefix of the event that counts queries sent again after their connection ended
 /// without their answer, by the error kind it ended with: `resent_closed`.
 pub const RESENT_EVENT: &str = "resent_";
+
+/// The event that counts UDP queries sent again after `--udp-retry`'s delay without an answer.
+pub const UDP_RETRY_EVENT: &str = "udp_retries";
+
+/// The event that counts answers to a UDP send that was not a query's latest: the query was
+/// sent again while its answer was on its way (the retry delay was shorter than the wait).
+pub const UDP_EARLIER_EVENT: &str = "udp_answers_to_earlier_send";
+
+/// The event that counts truncated UDP answers asked again over TCP.
+pub const TC_RETRY_EVENT: &str = "tcp_retries_after_truncation";
 
 /// Adds one to event `what` (a new name costs an allocation; a known one none).
 fn count_event(events: &mut BTreeMap<String, u64>, what: &str) {
@@ -812,7 +922,18 @@ fn layout(share: &Share, c: &Common) -> (Vec<LaneSlot>, Vec<LaneSpec>, Vec<Clien
     let mut lanes: Vec<LaneSlot> = Vec::new();
     if share.clients.is_empty() {
         let policy = c.groups[0].spec.lane.conn;
-        lanes.extend((0..share.lanes.max(1)).map(|_| LaneSlot::new(0, 0, policy)));
+        let n = share.lanes.max(1) as u32;
+        lanes.extend((0..n).map(|_| LaneSlot::new(0, 0, policy)));
+        // `--tc-fallback`: each UDP socket has a TCP lane of its own, from its address.
+        if let Some(f) = &c.groups[0].fallback {
+            specs.push(f.clone());
+            for k in 0..n {
+                let mut s = LaneSlot::new(0, 1, f.lane.conn);
+                s.source_of = Some(k);
+                lanes.push(s);
+                lanes[k as usize].fallback = Some((n + k, n + k + 1));
+            }
+        }
         return (lanes, specs, Vec::new());
     }
     let udp = |gi: usize| c.groups[gi].spec.target.scheme == volley_transport::Scheme::Udp;
@@ -900,6 +1021,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         inner: RefCell::new(Inner {
             slab: Slab::default(),
             deadlines: VecDeque::new(),
+            retries: vec![VecDeque::new(); groups],
             // Its start is set once the run's clock starts: until then every count is second 0's.
             rec: Some(Recorder::with_groups(share.index, u64::MAX, c.out.clone(), groups)),
             cursor: Cursor::new(&c.queries, share.index, c.workers),
@@ -913,6 +1035,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
             on_wire: 0,
             peak_on_wire: 0,
         }),
+        pool: if share.clients.is_empty() { share.lanes.max(1) as u32 } else { 0 },
         lanes,
         specs,
         clients,
@@ -929,7 +1052,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
     // its start (a plain run's lanes, and the clients that connect at their start: browsers).
     // The others connect at their client's first query, as such clients do.
     if w.clients.is_empty() {
-        for i in 0..w.lanes.len() {
+        for i in 0..w.pool as usize {
             w.ensure_started(i);
         }
     } else {
@@ -965,6 +1088,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         tokio::task::spawn_local(schedule(w.clone(), start + offset, interval, share.batch_window_ns, end));
     }
 
+    let scheduled = !w.clients.is_empty() || share.schedule.is_some();
     // Housekeeping: timeouts, the per-second flush, and the end of the run.
     let mut tick = tokio::time::interval(Duration::from_millis(5));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -978,7 +1102,12 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         if c.interrupt.load(Ordering::Relaxed) {
             break;
         }
-        if inn.issuing && end.is_some_and(|e| now >= e) {
+        // A scheduled load (open loop, clients, replay) stops issuing when its schedule task has
+        // issued every query due before the end, however late it runs (a busy machine): that
+        // task ends it. A schedule still running a second past the end is stopped here, as
+        // the closed loop is at the end.
+        let stop_at = end.map(|e| if scheduled { e + 1_000_000_000 } else { e });
+        if inn.issuing && stop_at.is_some_and(|e| now >= e) {
             inn.issuing = false;
         }
         if !inn.issuing {
@@ -1287,6 +1416,7 @@ mod tests {
             connect_at_start: true,
             rate: 0.0,
             busy: Some((busy, 1.0)),
+            retry: None,
         };
         let lanes = (0..2).map(|_| LaneSlot::new(0, 0, light)).collect();
         let c = ClientRt { lanes: 0..2, group: 0, last: Cell::new(0), gap: Cell::new(0.0), busy: Cell::new(false) };
@@ -1354,6 +1484,7 @@ mod tests {
             connect_at_start: true,
             rate: 0.0,
             busy: None,
+            retry: None,
         }
     }
 
@@ -1436,6 +1567,14 @@ mod tests {
 
     /// A worker whose lanes are in the groups `groups` (two groups), its run over.
     fn worker(groups: &[u16]) -> (Rc<Worker>, std::sync::mpsc::Receiver<volley_metrics::WorkerMessage>) {
+        worker_with(groups, None)
+    }
+
+    /// [`worker`], its UDP groups sending queries again as `retry` says.
+    fn worker_with(
+        groups: &[u16],
+        retry: Option<crate::UdpRetry>,
+    ) -> (Rc<Worker>, std::sync::mpsc::Receiver<volley_metrics::WorkerMessage>) {
         let (tx, rx) = std::sync::mpsc::channel();
         let queries = QuerySet::single("example.test", QType::A, QueryOptions::default()).unwrap();
         let lanes = groups
@@ -1450,6 +1589,7 @@ mod tests {
             inner: RefCell::new(Inner {
                 slab: Slab::default(),
                 deadlines: VecDeque::new(),
+                retries: vec![VecDeque::new(); 2],
                 rec: Some(Recorder::with_groups(0, 0, tx, 2)),
                 cursor: Cursor::new(&queries, 0, 1),
                 issued: 0,
@@ -1462,13 +1602,14 @@ mod tests {
                 on_wire: 0,
                 peak_on_wire: 0,
             }),
+            pool: groups.len() as u32,
             lanes,
-            specs: Vec::new(),
+            specs: vec![plain_group().spec],
             clients: Vec::new(),
             queries,
             timeout_ns: 0,
             closed_loop: false,
-            groups: vec![plain_group(); 2],
+            groups: vec![GroupRt { retry, ..plain_group() }; 2],
             this: RefCell::new(std::rc::Weak::new()),
             reports: Cell::new(0),
         });
@@ -1477,6 +1618,62 @@ mod tests {
 
     fn view(w: &Rc<Worker>, lane: usize) -> Rc<LaneView> {
         Rc::new(LaneView { w: w.clone(), g: w.lanes[lane].group, lane })
+    }
+
+    /// Stands for a UDP lane's driver: takes the lane's next query, gives it `id`, and says
+    /// it left at `now`; returns the query's message.
+    fn send(w: &Rc<Worker>, x: &LaneView, id: u16, now: u64) -> (Token, Vec<u8>) {
+        let t = w.lanes[x.lane].lane.pop().expect("a query in the lane");
+        let mut out = Vec::new();
+        assert!(x.encode(t, id, &mut out));
+        x.sent(t, out.len(), now);
+        (t, out)
+    }
+
+    /// The UDP retry's sweep, in virtual time: a query with no answer after the delay goes back
+    /// to its lane once (not again while it waits there), as often as its tries allow and no
+    /// later than its deadline; it keeps one slab entry, `sent` counts it once, and each send
+    /// again is counted. An answer to its first send ends it (an answer to an earlier send);
+    /// the answer to its other send then finds nothing.
+    #[test]
+    fn a_udp_query_goes_out_again_after_the_delay_with_one_fate() {
+        const MS: u64 = 1_000_000;
+        let retry = crate::UdpRetry { after: Duration::from_millis(100), tries: 3 };
+        let (w, _rx) = worker_with(&[0], Some(retry));
+        let x = view(&w, 0);
+        let t0 = 10 * S;
+        let t = {
+            let mut inn = w.inner.borrow_mut();
+            inn.finished = false;
+            let t = inn.slab.insert(Entry { lane: 0, scheduled: t0, deadline: t0 + 250 * MS, ..Default::default() });
+            inn.deadlines.push_back((t0 + 250 * MS, t));
+            t
+        };
+        w.lanes[0].lane.push(t);
+        let (_, first) = send(&w, &x, 7, t0);
+        let queued = || w.lanes[0].lane.queued();
+        let retries = || w.inner.borrow().events.get(UDP_RETRY_EVENT).copied().unwrap_or(0);
+        w.expire(t0 + 99 * MS);
+        assert_eq!((queued(), retries()), (0, 0), "not before the delay");
+        w.expire(t0 + 100 * MS);
+        w.expire(t0 + 105 * MS);
+        assert_eq!((queued(), retries()), (1, 1), "once, however often the sweep looks");
+        send(&w, &x, 8, t0 + 105 * MS);
+        w.expire(t0 + 205 * MS);
+        assert_eq!((queued(), retries()), (1, 2), "the third try");
+        send(&w, &x, 9, t0 + 205 * MS);
+        w.expire(t0 + 240 * MS);
+        assert_eq!((queued(), retries()), (0, 2), "no fourth: three tries in all");
+        assert_eq!(w.inner.borrow().slab.live(), 1, "one query, one entry");
+        assert!(w.inner.borrow().retries[0].is_empty(), "nothing left due past its tries");
+        // The first send's answer ends it.
+        let mut answer = first.clone();
+        answer[2] |= 0x80;
+        x.response(t, &answer, t0 + 241 * MS);
+        let inn = w.inner.borrow();
+        assert_eq!(inn.slab.live(), 0);
+        assert_eq!(inn.events.get(UDP_EARLIER_EVENT), Some(&1));
+        assert!(!x.is_live(t), "a later answer to another send finds no query");
     }
 
     /// The end of a run: an attempt still going is in progress; a connection whose driver

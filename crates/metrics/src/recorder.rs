@@ -262,6 +262,16 @@ impl Recorder {
         }
     }
 
+    /// A truncated answer (TC=1) that is not its query's fate: the query is asked again over
+    /// TCP. Counted in `truncated` and `bytes_in`.
+    pub fn truncated_answer(&mut self, now_ns: u64, bytes: usize, g: u16) {
+        self.tick(now_ns);
+        self.count(g, |c| {
+            c.truncated += 1;
+            c.bytes_in += bytes as u64;
+        });
+    }
+
     #[inline]
     pub fn timed_out(&mut self, now_ns: u64, g: u16) {
         self.tick(now_ns);

@@ -66,6 +66,9 @@ pub struct RunResult {
     /// The emulated link the generator was behind (`--link`; docs/link.md).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub link: Option<LinkInfo>,
+    /// The directory of the QUIC connections' qlog traces (`--qlog`; one `.sqlog` file each).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub qlog_dir: Option<String>,
     /// Connection-based transports only: handshakes, resumption, closes.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub connections: Option<crate::ConnectionSummary>,
@@ -130,6 +133,16 @@ pub struct LoadInfo {
     pub connections: usize,
     /// Where queries came from: `file:PATH`, `name:NAME TYPE`, `random:SUFFIX TYPE`.
     pub queries: String,
+    /// UDP: a query without an answer went out again after this long (`--udp-retry`, or the
+    /// first UDP group's profile with simulated clients) ...
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub udp_retry_ms: Option<f64>,
+    /// ... up to this many sends in all.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub udp_tries: Option<u32>,
+    /// UDP: truncated answers were asked again over TCP (`--tc-fallback`, the stub profile).
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub tc_fallback: bool,
 }
 
 /// Fates of every query and the events around them.

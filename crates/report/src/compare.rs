@@ -144,13 +144,15 @@ impl Metric {
                 .and_then(|c| c.handshake_total.as_ref())
                 .filter(|h| h.count > 0)
                 .map(|h| h.p50_ns as f64),
-            Metric::BytesOutPerQuery => per_sent(t.bytes_out),
-            Metric::BytesInPerAnswer => per_answer(t.bytes_in),
+            // A run that sent queries and counted no bytes did not count them (DNS Shotgun's
+            // results, read by `shotgun.rs`): no figure rather than 0.
+            Metric::BytesOutPerQuery => (t.bytes_out > 0).then(|| per_sent(t.bytes_out)).flatten(),
+            Metric::BytesInPerAnswer => (t.bytes_in > 0).then(|| per_answer(t.bytes_in)).flatten(),
             Metric::WireBytesOutPerQuery => wire.and_then(|w| per_sent(w.bytes_out)),
             Metric::WireBytesInPerAnswer => wire.and_then(|w| per_answer(w.bytes_in)),
             Metric::PacketsOutPerQuery => wire.and_then(|w| per_sent(w.packets_out)),
             Metric::PacketsInPerAnswer => wire.and_then(|w| per_answer(w.packets_in)),
-            Metric::CpuUsPerAnswer => answered.map(|_| r.generator.cpu_us_per_answer),
+            Metric::CpuUsPerAnswer => answered.and((r.generator.cpu_s > 0.0).then_some(r.generator.cpu_us_per_answer)),
             Metric::TargetCpuUsPerAnswer => answered.and(r.target_cpu.as_ref()).map(|c| c.cpu_us_per_answer),
             Metric::LinkDroppedPct => r.link.as_ref().and_then(|l| {
                 let (u, d) = (&l.up.counts, &l.down.counts);

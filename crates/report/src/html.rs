@@ -148,6 +148,12 @@ fn params(out: &mut String, run: &NamedRun) {
     if let Some(n) = l.count {
         rows.push(("count requested", n.to_string()));
     }
+    if let (Some(ms), Some(n)) = (l.udp_retry_ms, l.udp_tries) {
+        rows.push(("UDP retry", format!("after {} without an answer, {n} sends at most", fmt_secs(ms / 1000.0))));
+    }
+    if l.tc_fallback {
+        rows.push(("truncated answers", "asked again over TCP".into()));
+    }
     rows.extend([
         ("timeout", fmt_secs(l.timeout_ms as f64 / 1000.0)),
         ("threads", l.threads.to_string()),

@@ -1,5 +1,6 @@
 //! Results files read for reports, comparisons and merges: a [`RunResult`] with the name it is
-//! shown under, and the parts it was merged from when `volley merge` wrote it.
+//! shown under, and the parts it was merged from when `volley merge` wrote it. DNS Shotgun's
+//! results files are read too, as runs (`shotgun.rs`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -58,7 +59,17 @@ impl NamedRun {
             }
         })?;
         let json_err = |source| ReportError::Json { path: path.to_path_buf(), source };
-        let mut value: serde_json::Value = serde_json::from_str(&text).map_err(json_err)?;
+        // DNS Shotgun's results read as a run (crate::shotgun), so old measurements sit beside new.
+        let mut value: serde_json::Value = if crate::shotgun::is_lines_format(&text) {
+            crate::shotgun::read_lines(&text, path)?
+        } else {
+            let v = serde_json::from_str(&text).map_err(json_err)?;
+            if crate::shotgun::is_object_format(&v) {
+                crate::shotgun::read_object(&v, path)?
+            } else {
+                v
+            }
+        };
         let found = value.get("schema").and_then(|s| s.as_str());
         if found != Some(SCHEMA) {
             return Err(ReportError::Schema { path: path.to_path_buf(), found: found.map(str::to_string) });

@@ -50,6 +50,9 @@ pub enum ReportError {
         /// The value of its `schema` field, `None` when missing or not a string.
         found: Option<String>,
     },
+    /// DNS Shotgun's results that cannot be read as a run.
+    #[error(transparent)]
+    Shotgun(#[from] crate::ShotgunError),
 }
 
 /// Writes `r` as pretty-printed JSON (two-space indent) followed by a newline. Arrays inside

@@ -30,6 +30,7 @@ mod merge;
 mod openmetrics;
 mod progress;
 mod render;
+mod shotgun;
 pub mod table;
 mod text;
 mod units;
@@ -58,6 +59,7 @@ pub use openmetrics::{
 };
 pub use progress::progress_line;
 pub use render::{render_png, render_svg, ChartError, CHART_SIZE};
+pub use shotgun::ShotgunError;
 pub use table::{Align, Table};
 pub use text::{write_text, MAX_COLUMNS};
 pub use units::{fmt_bytes, fmt_ns, fmt_pct, fmt_rate, fmt_ratio_pct, fmt_secs};

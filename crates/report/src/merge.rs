@@ -293,6 +293,11 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     load.threads = all().map(|r| r.load.threads).sum();
     load.connections = all().map(|r| r.load.connections).sum();
     load.queries = distinct(all().map(|r| r.load.queries.as_str()), "; ");
+    // The UDP retry where every part had the same (else none); TC fallback where any had it.
+    let retry = |r: &RunResult| (r.load.udp_retry_ms, r.load.udp_tries);
+    let first = retry(&earliest_run.result);
+    (load.udp_retry_ms, load.udp_tries) = if all().all(|r| retry(r) == first) { first } else { (None, None) };
+    load.tc_fallback = all().any(|r| r.load.tc_fallback);
     // Start from the earliest part so that fields added to the schema later keep a value;
     // every field known here is then combined from all parts.
     let mut result = earliest_run.result.clone();

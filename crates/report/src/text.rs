@@ -113,7 +113,16 @@ fn text_lines(r: &RunResult) -> Vec<String> {
         &mut tbl,
         &mut labels,
         "truncated",
-        vec![["TC=1".into(), t.truncated.to_string(), fmt_pct(t.truncated, t.answered), "of answers".into()]],
+        match r.events.get("tcp_retries_after_truncation").copied().unwrap_or(0) {
+            // Asked again over TCP: the TCP answer is the fate, the truncated one is not.
+            0 => vec![["TC=1".into(), t.truncated.to_string(), fmt_pct(t.truncated, t.answered), "of answers".into()]],
+            n => vec![[
+                "TC=1".into(),
+                t.truncated.to_string(),
+                fmt_pct(t.truncated, t.sent),
+                format!("of queries sent; {n} asked again over TCP"),
+            ]],
+        },
     );
     let errors = share_rows(&t.errors.iter().map(|(k, v)| (k.clone(), *v)).collect::<Vec<_>>(), t.issued, "of issued");
     group(&mut tbl, &mut labels, "errors", if errors.is_empty() { none("") } else { errors });
@@ -169,7 +178,7 @@ fn text_lines(r: &RunResult) -> Vec<String> {
         push_labeled(
             &mut out,
             "resent",
-            &format!("{n} queries sent again after a connection ended without their answer ({})", by.join(", ")),
+            &format!("{n} queries sent more than once ({}; why: the events)", by.join(", ")),
         );
     }
     if t.bytes_out > 0 || t.bytes_in > 0 {
@@ -462,6 +471,12 @@ fn describe_load(r: &RunResult) -> String {
         parts.push(format!("count {n}"));
     }
     parts.push(format!("timeout {}", fmt_secs(l.timeout_ms as f64 / 1000.0)));
+    if let (Some(ms), Some(n)) = (l.udp_retry_ms, l.udp_tries) {
+        parts.push(format!("UDP retry after {} ({n} tries)", fmt_secs(ms / 1000.0)));
+    }
+    if l.tc_fallback {
+        parts.push("TC over TCP".into());
+    }
     parts.push(format!("{} threads", l.threads));
     parts.push(format!("{} connections", l.connections));
     parts.join(", ")

@@ -117,6 +117,9 @@ fn sample(plan: Plan) -> RunResult {
             threads: 2,
             connections: 2,
             queries: "name:example.com A".into(),
+            udp_retry_ms: None,
+            udp_tries: None,
+            tc_fallback: false,
         },
         qps: Qps {
             issued: totals.issued as f64 / duration_s,
@@ -135,6 +138,7 @@ fn sample(plan: Plan) -> RunResult {
         },
         target_cpu: None,
         link: None,
+        qlog_dir: None,
         connections: None,
         groups: Vec::new(),
         totals,

@@ -67,6 +67,8 @@ pub struct ResponderConfig {
     /// (default on). Off: one message per answer, so that a capture on the sending host shows
     /// each answer as its own packet (a packet capture sees a train before segmentation).
     pub udp_gso: bool,
+    /// DoQ and DoH/3: a qlog trace of each connection in this directory (`--qlog`).
+    pub qlog: Option<std::path::PathBuf>,
     /// Misbehaviour on purpose (see [`Fault`]).
     pub faults: Vec<Fault>,
     /// What to answer.
@@ -92,6 +94,7 @@ impl Default for ResponderConfig {
             tls: TlsConfig::default(),
             retry: false,
             udp_gso: true,
+            qlog: None,
             faults: Vec::new(),
             answer: AnswerConfig::default(),
         }
@@ -439,6 +442,7 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
                 config.max_streams,
                 h3,
                 config.udp_gso,
+                config.qlog.clone(),
             )
             .map_err(ResponderError::Config)
         };
@@ -592,6 +596,7 @@ fn io_thread(
             let ep = crate::quic::endpoint(s.into(), q)?;
             let f = crate::quic::accept_loop(
                 ep,
+                q.clone(),
                 ctx.clone(),
                 Transport::Doh3,
                 retry,
@@ -608,6 +613,7 @@ fn io_thread(
             let ep = crate::quic::endpoint(s.into(), q)?;
             let f = crate::quic::accept_loop(
                 ep,
+                q.clone(),
                 ctx.clone(),
                 Transport::Doq,
                 retry,

@@ -16,6 +16,7 @@ mod idtable;
 mod lane;
 mod meter;
 pub mod probe;
+pub mod qlog;
 pub mod quic;
 mod source;
 mod stamp;
@@ -97,6 +98,8 @@ pub struct LaneOptions {
     /// (`--resend`; the engine decides, in [`Exchange::resend`]): its own timeout bounds it
     /// anyway. `u32::MAX`: no other bound.
     pub resend: u32,
+    /// QUIC (DoQ, DoH/3): write a qlog trace of each connection into this directory (`--qlog`).
+    pub qlog: Option<std::path::PathBuf>,
 }
 
 impl Default for LaneOptions {
@@ -118,6 +121,7 @@ impl Default for LaneOptions {
             udp_gso: true,
             own_sessions: false,
             resend: u32::MAX,
+            qlog: None,
         }
     }
 }

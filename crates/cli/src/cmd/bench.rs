@@ -285,6 +285,8 @@ pub fn run(a: BenchArgs) -> CliResult {
             batch_window: Duration::ZERO,
             target_pids: target_pids.clone(),
             target: case.target,
+            udp_retry: None,
+            tc_fallback: false,
         };
         check_target(&mut plan)?;
         let srv0 = embedded.as_ref().map(|r| r.cpu_ns());

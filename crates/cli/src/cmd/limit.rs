@@ -10,7 +10,9 @@ use volley_engine::limit::{search, GeneratorFigures, Growth, Measured, Objective
 use volley_metrics::{Histogram, RunResult};
 
 use crate::args::parse_duration;
-use crate::cmd::run::{check_output, check_target, execute, interrupt_flag, plan, same_addresses, RunArgs};
+use crate::cmd::run::{
+    check_output, check_target, dnsperf_target, execute, interrupt_flag, plan, same_addresses, RunArgs,
+};
 use crate::error::{CliError, CliResult};
 
 const EXAMPLES: &str = "\
@@ -188,7 +190,13 @@ pub fn run(a: LimitArgs) -> CliResult {
     if !a.also.is_empty() && !a.run.mix.is_empty() {
         return Err(CliError::usage("--also searches other targets; a --mix names its own: use one or the other"));
     }
-    let mut targets: Vec<Option<String>> = vec![a.run.target.clone()];
+    // dnsperf's -s/-p/-m name the first target; each step's plan then names it as TARGET.
+    let first = if a.run.server.is_some() || a.run.port.is_some() || a.run.mode.is_some() {
+        Some(dnsperf_target(a.run.server.as_deref(), a.run.port, a.run.mode.as_deref())?)
+    } else {
+        a.run.target.clone()
+    };
+    let mut targets: Vec<Option<String>> = vec![first];
     targets.extend(a.also.iter().cloned().map(Some));
     let interrupt = interrupt_flag();
     // Behind a link (--link): one link for the whole search, entered before any socket is
@@ -207,6 +215,7 @@ pub fn run(a: LimitArgs) -> CliResult {
         let step_args = |load: f64| {
             let mut r = a.run.clone();
             r.target = target.clone();
+            (r.server, r.port, r.mode) = (None, None, None);
             r.duration = Some(a.step_duration);
             r.output = None;
             match a.by {

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod compare;
+pub mod completions;
 pub mod limit;
 pub mod link;
 pub mod merge;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use volley_engine::{Arrivals, ClientsLoad, Group, Load, Plan, Profile, QuerySet};
+use volley_engine::{Arrivals, ClientsLoad, Group, Load, Plan, Profile, QuerySet, UdpRetry};
 use volley_metrics::{RunResult, Status};
 use volley_transport::{
     probe::probe_addresses, ConnGate, ConnPolicy, HttpVersion, LaneOptions, Scheme, Sources, Target,
@@ -46,8 +46,21 @@ pub struct RunArgs {
     /// h3://HOST[:PORT][/PATH] (DoH over HTTP/3), quic://HOST[:PORT] (DoQ, port 853); dot://,
     /// doh:// and doq:// name tls://, https:// and quic:// too. IPv6 in brackets, e.g.
     /// udp://[::1]:53.
-    #[arg(value_name = "TARGET", required_unless_present = "mix")]
+    #[arg(value_name = "TARGET", required_unless_present_any = ["mix", "server", "port", "mode"])]
     pub target: Option<String>,
+
+    /// dnsperf's spelling of TARGET: the server's address (IPv6 without brackets too); with -p
+    /// and -m [default: 127.0.0.1, as dnsperf's, when only -p or -m is given].
+    #[arg(short = 's', long = "server", value_name = "ADDR", conflicts_with_all = ["target", "mix"], help_heading = "dnsperf's spelling of TARGET")]
+    pub server: Option<String>,
+
+    /// dnsperf's spelling: the server's port [default: the transport's: 53, 853 or 443].
+    #[arg(short = 'p', long = "port", value_name = "PORT", conflicts_with_all = ["target", "mix"], help_heading = "dnsperf's spelling of TARGET")]
+    pub port: Option<u16>,
+
+    /// dnsperf's spelling: the transport: udp, tcp, dot, doh (DoH over HTTP/2), doh3, doq [default: udp].
+    #[arg(short = 'm', long = "mode", value_name = "MODE", conflicts_with_all = ["target", "mix"], help_heading = "dnsperf's spelling of TARGET")]
+    pub mode: Option<String>,
 
     /// Read queries from FILE (dnsperf format: 'NAME [TYPE]' per line), cycling through it.
     #[arg(short = 'd', long = "queries", value_name = "FILE", help_heading = "Queries")]
@@ -61,7 +74,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "SUFFIX", conflicts_with_all = ["queries", "name"], help_heading = "Queries")]
     pub random_under: Option<String>,
 
-    /// Query type for --name and --random-under (A, AAAA, TXT, ... or TYPE123).
+    /// Query type for --name, --random-under and the lines of a -d file that name none (A, AAAA,
+    /// TXT, ... or TYPE123).
     #[arg(long = "qtype", value_name = "TYPE", default_value = "A", help_heading = "Queries")]
     pub qtype: String,
 
@@ -101,6 +115,24 @@ pub struct RunArgs {
     /// A query without an answer after DURATION has timed out.
     #[arg(short = 't', long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, help_heading = "Load")]
     pub timeout: Duration,
+
+    /// UDP: send a query again after DURATION without an answer, as stub resolvers do
+    /// (glibc's resolv.conf `timeout:`, dig's +timeout), up to --udp-tries sends in all, all
+    /// within --timeout; each query keeps one fate, its latency counted from its first send.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Load")]
+    pub udp_retry: Option<Duration>,
+
+    /// UDP: how many times a query may go out in all, the first send included (glibc's
+    /// `attempts:`, dig's +tries) [default: 2 with --udp-retry; without it, the sends share
+    /// --timeout evenly].
+    #[arg(long, value_name = "N", help_heading = "Load")]
+    pub udp_tries: Option<u32>,
+
+    /// UDP: ask the question of a truncated answer (TC=1) again over TCP, on a connection of
+    /// its own, as stub resolvers do; the TCP answer is the query's fate, its latency counted
+    /// from its first UDP send.
+    #[arg(long, help_heading = "Load")]
+    pub tc_fallback: bool,
 
     /// Open loop: queries due within this window of a wake-up leave together in one system
     /// call (up to this early; their latency then counts from when they left). 0 wakes up
@@ -247,8 +279,36 @@ pub enum ProgressMode {
     Never,
 }
 
+/// TARGET from dnsperf's -s ADDR, -p PORT and -m MODE: `udp://127.0.0.1:53` and the like.
+pub fn dnsperf_target(server: Option<&str>, port: Option<u16>, mode: Option<&str>) -> CliResult<String> {
+    let (scheme, default_port) = match mode.unwrap_or("udp").to_ascii_lowercase().as_str() {
+        "udp" => ("udp", 53),
+        "tcp" => ("tcp", 53),
+        "dot" | "tls" => ("tls", 853),
+        "doh" | "https" => ("https", 443),
+        "doh3" | "h3" => ("h3", 443),
+        "doq" | "quic" => ("quic", 853),
+        m => {
+            return Err(CliError::usage(format!("invalid -m/--mode '{m}': expected udp, tcp, dot, doh, doh3 or doq")));
+        }
+    };
+    let host = server.unwrap_or("127.0.0.1");
+    let host = if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host.to_string() };
+    Ok(format!("{scheme}://{host}:{}", port.unwrap_or(default_port)))
+}
+
 /// Builds a plan from the flags, or says which flag is wrong.
 pub fn plan(a: &RunArgs) -> CliResult<Plan> {
+    // dnsperf's -s/-p/-m name the TARGET (clap has made sure neither TARGET nor --mix is given).
+    let spelled;
+    let a = if a.server.is_some() || a.port.is_some() || a.mode.is_some() {
+        let mut b = a.clone();
+        b.target = Some(dnsperf_target(a.server.as_deref(), a.port, a.mode.as_deref())?);
+        spelled = b;
+        &spelled
+    } else {
+        a
+    };
     let replayed = a.replay.as_deref().map(crate::cmd::replay::load).transpose()?;
     let (clients, conn_sockets) = match clients_load(a, replayed.as_ref().map(|(r, _)| r.clone()))? {
         Some((c, n)) => (Some(c), n),
@@ -269,7 +329,10 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
     let queries = if let Some((_, set)) = replayed {
         Ok(set)
     } else if let Some(path) = &a.queries {
-        QuerySet::from_file(path, opts)
+        if let Some(h) = crate::neighbours::missing_queries_file(path) {
+            return Err(CliError::usage(format!("{}: no such queries file ({h})", path.display())));
+        }
+        QuerySet::from_file(path, qtype, opts)
     } else if let Some(suffix) = &a.random_under {
         QuerySet::random_under(suffix, qtype, opts)
     } else {
@@ -325,6 +388,10 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
     if clients.is_none() {
         check_sockets(connections as u64, threads, &lane, &format!("{connections} connections"))?;
     }
+    let udp_retry = udp_retry_flags(a)?;
+    if clients.is_none() && target.scheme != Scheme::Udp && (udp_retry.is_some() || a.tc_fallback) {
+        return Err(CliError::usage(UDP_FLAGS_NEED_UDP));
+    }
     Ok(Plan {
         target,
         queries,
@@ -337,7 +404,22 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         lane,
         batch_window: a.batch_window,
         target_pids: target_pids(&a.target_pid)?,
+        udp_retry,
+        tc_fallback: a.tc_fallback,
     })
+}
+
+/// The error of UDP flags on a run without UDP.
+const UDP_FLAGS_NEED_UDP: &str = "--udp-retry, --udp-tries and --tc-fallback apply to UDP: use a udp:// target";
+
+/// `--udp-retry` and `--udp-tries`, checked against `--timeout`: None when neither is given.
+fn udp_retry_flags(a: &RunArgs) -> CliResult<Option<UdpRetry>> {
+    if a.udp_retry.is_none() && a.udp_tries.is_none() {
+        return Ok(None);
+    }
+    UdpRetry::new(a.udp_retry, a.udp_tries.unwrap_or(2), a.timeout)
+        .map(Some)
+        .map_err(|e| CliError::usage(format!("invalid --udp-retry/--udp-tries: {e}")))
 }
 
 /// Simulated UDP clients of a run: how many.
@@ -462,11 +544,21 @@ fn clients_load(
             lane.conn = with_flags(profile.light);
             busy = profile.busy.map(with_flags);
         }
-        let fallback = (profile.tcp_on_truncation && udp)
+        let fallback = ((profile.tcp_on_truncation || a.tc_fallback) && udp)
             .then(|| format!("tcp://{}", target.addr).parse::<Target>())
             .transpose()
             .map_err(CliError::usage)?;
-        groups.push(Group { weight, profile, target, rate, lane, busy, fallback });
+        // The command line's retry replaces the profile's.
+        let udp_retry = match (udp_retry_flags(a)?, profile.udp_tries) {
+            _ if !udp => None,
+            (Some(r), _) => Some(r),
+            (None, Some(tries)) if tries > 1 => Some(
+                UdpRetry::new(profile.udp_retry, tries, a.timeout)
+                    .map_err(|e| CliError::usage(format!("profile {}: udp_retry/udp_tries: {e}", profile.name)))?,
+            ),
+            (None, _) => None,
+        };
+        groups.push(Group { weight, profile, target, rate, lane, busy, fallback, udp_retry });
     }
     let arrivals = match a.arrivals {
         ArrivalsArg::Constant => Arrivals::Constant,
@@ -496,6 +588,11 @@ fn clients_load(
             (clients * f64::from(g.profile.connections) * open_share).ceil() as u64
         })
         .sum();
+    if !groups.iter().any(|g| g.target.scheme == Scheme::Udp)
+        && (a.udp_retry.is_some() || a.udp_tries.is_some() || a.tc_fallback)
+    {
+        return Err(CliError::usage(UDP_FLAGS_NEED_UDP));
+    }
     check_sockets(sockets, worker_threads(a), &groups[0].lane, &format!("{count} clients"))?;
     Ok(Some((ClientsLoad { count, arrivals, groups, replay }, sockets)))
 }

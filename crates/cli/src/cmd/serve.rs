@@ -129,6 +129,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     pub udp_gso: bool,
 
+    /// DoQ and DoH/3: write a qlog trace of each QUIC connection into DIR (created if missing;
+    /// one JSON-SEQ file each, `server-PID-N.sqlog`, for qvis).
+    #[arg(long = "qlog", value_name = "DIR")]
+    pub qlog: Option<std::path::PathBuf>,
+
     /// Answer at most N queries per second (in 100 ms windows of N/10); drop the rest, as an
     /// overloaded server would: a target with a known capacity, e.g. for `volley limit`.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
@@ -272,6 +277,13 @@ fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
         tls: TlsConfig { cert, ca_out: args.ca_out.clone(), tickets: !args.no_tickets, zero_rtt: args.zero_rtt },
         retry: args.retry,
         udp_gso: args.udp_gso,
+        qlog: match &args.qlog {
+            Some(dir) => {
+                volley_transport::qlog::prepare_dir(dir).map_err(CliError::usage)?;
+                Some(dir.clone())
+            }
+            None => None,
+        },
         faults,
         answer: AnswerConfig { ttl: args.ttl, edns_size: args.edns_size, delays, drop, max_qps: args.max_qps },
     })

@@ -23,6 +23,34 @@ use crate::stats::add;
 pub(crate) struct Config {
     endpoint: quinn::EndpointConfig,
     server: quinn::ServerConfig,
+    /// The transport settings, to make a connection's own (with its qlog trace).
+    params: Params,
+    /// `--qlog DIR`: a trace per connection.
+    qlog: Option<std::path::PathBuf>,
+}
+
+/// The settings of [`transport`].
+#[derive(Clone, Copy)]
+struct Params {
+    idle: std::time::Duration,
+    max_streams: u32,
+    h3: bool,
+    gso: bool,
+}
+
+impl Config {
+    /// The server configuration of one connection from `peer` when it is traced (`--qlog`):
+    /// the listener's, with a transport config of its own that writes the trace.
+    fn traced(&self, peer: std::net::SocketAddr) -> Option<Arc<quinn::ServerConfig>> {
+        let dir = self.qlog.as_deref()?;
+        let what = if self.params.h3 { "DoH/3" } else { "DoQ" };
+        let stream = volley_transport::qlog::stream(dir, "server", format!("volley serve {what}, client {peer}"))?;
+        let mut t = transport(self.params);
+        t.qlog_stream(Some(stream));
+        let mut sc = self.server.clone();
+        sc.transport_config(Arc::new(t));
+        Some(Arc::new(sc))
+    }
 }
 
 /// Stream limits at or below which clients are asked to acknowledge every packet at once.
@@ -37,15 +65,23 @@ pub(crate) fn config(
     max_streams: u32,
     h3: bool,
     gso: bool,
+    qlog: Option<std::path::PathBuf>,
 ) -> Result<Config, String> {
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|e| format!("QUIC TLS: {e}"))?;
     let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let params = Params { idle: ctx_idle, max_streams, h3, gso };
+    sc.transport_config(Arc::new(transport(params)));
+    Ok(Config { endpoint: endpoint_config(key), server: sc, params, qlog })
+}
+
+/// The server's QUIC transport settings: idle timeout, stream limits, offload, ACK frequency.
+fn transport(p: Params) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
-    t.max_idle_timeout(quinn::IdleTimeout::try_from(ctx_idle).ok());
-    t.max_concurrent_bidi_streams(max_streams.into());
-    t.enable_segmentation_offload(gso);
+    t.max_idle_timeout(quinn::IdleTimeout::try_from(p.idle).ok());
+    t.max_concurrent_bidi_streams(p.max_streams.into());
+    t.enable_segmentation_offload(p.gso);
     // HTTP/3 needs the client's control and QPACK streams; DoQ uses none.
-    t.max_concurrent_uni_streams(if h3 { 8u32.into() } else { 0u32.into() });
+    t.max_concurrent_uni_streams(if p.h3 { 8u32.into() } else { 0u32.into() });
     // A stream's credit (MAX_STREAMS) comes back only once the client has acknowledged the
     // answer on it, and a client acknowledges a lone packet up to its max_ack_delay (25 ms)
     // late: under a small --max-streams that delay, not the server, set the pace (2 streams:
@@ -55,13 +91,12 @@ pub(crate) fn config(
     // only under a limit whose answers can fit in one packet (about 20 small answers do); with
     // more streams a window of answers spans packets and the client's ACK of every second
     // packet returns the credit.
-    if max_streams <= SMALL_STREAM_LIMIT {
+    if p.max_streams <= SMALL_STREAM_LIMIT {
         let mut ack = quinn::AckFrequencyConfig::default();
         ack.ack_eliciting_threshold(0u32.into()).reordering_threshold(1u32.into());
         t.ack_frequency_config(Some(ack));
     }
-    sc.transport_config(Arc::new(t));
-    Ok(Config { endpoint: endpoint_config(key), server: sc })
+    t
 }
 
 /// An endpoint that knows the connections of an earlier run with the same key well enough to
@@ -103,6 +138,7 @@ pub(crate) fn still_handshaking(accepted: &mut ZeroRttAccepted) -> bool {
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn accept_loop<F, Fut>(
     ep: quinn::Endpoint,
+    cfg: Config,
     ctx: Rc<Ctx>,
     transport: Transport,
     retry: bool,
@@ -139,7 +175,11 @@ pub(crate) async fn accept_loop<F, Fut>(
             Admit::Counted(s) => Some(s),
             Admit::Free => None,
         };
-        let Ok(connecting) = incoming.accept() else { continue };
+        let accepted = match cfg.traced(incoming.remote_address()) {
+            Some(traced) => incoming.accept_with(traced),
+            None => incoming.accept(),
+        };
+        let Ok(connecting) = accepted else { continue };
         let ctx = ctx.clone();
         tokio::task::spawn_local(async move {
             // Holds the connection's place under --max-conns until it is served.

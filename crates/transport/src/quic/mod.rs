@@ -169,6 +169,7 @@ fn connection_config(
     h3: bool,
     idle: Duration,
     gso: bool,
+    qlog: Option<quinn::QlogStream>,
 ) -> Result<(quinn::ClientConfig, Arc<std::sync::atomic::AtomicBool>), String> {
     let (c, seen) = SeenVerify::connection(cfg);
     let q =
@@ -182,6 +183,7 @@ fn connection_config(
     }
     t.max_concurrent_bidi_streams(0u32.into());
     t.enable_segmentation_offload(gso);
+    t.qlog_stream(qlog);
     cc.transport_config(Arc::new(t));
     Ok((cc, seen))
 }
@@ -207,7 +209,12 @@ pub(crate) async fn connect<X: Exchange + 'static>(
     x: &Rc<X>,
     h3: bool,
 ) -> Result<quinn::Connection, (ErrorKind, String)> {
-    let (cc, seen) = connection_config(cfg, h3, idle_timeout(opts), opts.udp_gso).map_err(|e| (ErrorKind::Tls, e))?;
+    let qlog = opts.qlog.as_deref().and_then(|dir| {
+        let what = if h3 { "DoH/3" } else { "DoQ" };
+        crate::qlog::stream(dir, "client", format!("volley {what} client to {target}"))
+    });
+    let (cc, seen) =
+        connection_config(cfg, h3, idle_timeout(opts), opts.udp_gso, qlog).map_err(|e| (ErrorKind::Tls, e))?;
     let name = opts.tls.sni.as_deref().unwrap_or(&target.host);
     let began = x.now();
     let connecting = ep

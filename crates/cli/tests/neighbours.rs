@@ -1,0 +1,71 @@
+//! The spellings of the tools volley sits beside: dnsperf's -s/-p/-m name the target, a file
+//! of bare names (dnspyre's) takes --qtype, and other tools' flags that mean something else in
+//! volley get one line naming volley's spelling, exit 2.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+#[test]
+fn dnsperf_server_port_and_mode_name_the_target() {
+    let server = Server::start();
+    let udp = server.udp_addr();
+    let r = run_volley(&["-s", &udp.ip().to_string(), "-p", &udp.port().to_string(), "-l", "1s", "-c", "4"]);
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    let json = r.json.expect("results");
+    assert_eq!(json["target"]["url"].as_str(), Some(format!("udp://{udp}").as_str()));
+    assert!(json["totals"]["answered"].as_u64().unwrap() > 0);
+
+    let tcp: std::net::SocketAddr = server.tcp_url().trim_start_matches("tcp://").parse().unwrap();
+    let r =
+        run_volley(&["-s", &tcp.ip().to_string(), "-p", &tcp.port().to_string(), "-m", "tcp", "-l", "1s", "-c", "4"]);
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    let json = r.json.expect("results");
+    assert_eq!(json["target"]["transport"].as_str(), Some("tcp"));
+    assert!(json["totals"]["answered"].as_u64().unwrap() > 0);
+
+    // A file of bare names asks for --qtype: AAAA answers carry 16-octet addresses where A
+    // answers carry 4, 12 octets more per answer.
+    let dir = tempfile::tempdir().unwrap();
+    let names = dir.path().join("names.txt");
+    std::fs::write(&names, "www.example.test\nmail.example.test\n").unwrap();
+    let per_answer = |qtype: &str| {
+        let r =
+            run_volley(&[&server.udp_url(), "-d", names.to_str().unwrap(), "--qtype", qtype, "-n", "20", "-c", "2"]);
+        assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+        let t = &r.json.expect("results")["totals"];
+        assert_eq!(t["answered"].as_u64(), Some(20));
+        t["bytes_in"].as_u64().unwrap() / 20
+    };
+    assert_eq!(per_answer("AAAA"), per_answer("A") + 12);
+}
+
+fn one_line(args: &[&str]) -> String {
+    let out = run_cmd(Command::new(volley()).args(args), RUN_WAIT);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {}\n{}", out.status, out.stderr);
+    let lines: Vec<&str> = out.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: not one line: {}", out.stderr);
+    lines[0].to_string()
+}
+
+#[test]
+fn other_tools_flags_get_volleys_spelling() {
+    // dnsperf's -q (queries outstanding) is volley's -c.
+    let l = one_line(&["run", "-s", "127.0.0.1", "-q", "100"]);
+    assert!(l.contains("-c N"), "{l}");
+    // dnspyre's -t (query type) is --qtype; its -d (duration) is -l.
+    let l = one_line(&["run", "udp://127.0.0.1:9", "-t", "AAAA"]);
+    assert!(l.contains("--qtype"), "{l}");
+    let l = one_line(&["run", "udp://127.0.0.1:9", "-d", "10s"]);
+    assert!(l.contains("-l 10s"), "{l}");
+    // flamethrower's -P (protocol).
+    let l = one_line(&["run", "udp://127.0.0.1:9", "-P", "tcp"]);
+    assert!(l.contains("-m MODE"), "{l}");
+    // TARGET and -s together, and an unknown mode.
+    let l = one_line(&["run", "udp://127.0.0.1:9", "-s", "127.0.0.1"]);
+    assert!(l.contains("cannot be used with"), "{l}");
+    let l = one_line(&["run", "-m", "sctp"]);
+    assert!(l.contains("invalid -m/--mode 'sctp'"), "{l}");
+}
