@@ -171,14 +171,15 @@ fn load_per_core() -> f64 {
 }
 
 /// One-way delay without jitter at 10,000 packets/s: median within 50 us of the setting, p99
-/// within 200 us, and never early. On a machine loaded beyond 2 runnable threads per core
-/// (other builds), the hypervisor's and the neighbours' scheduling, not the emulator, sets
-/// the tail: after three attempts the test then holds the delay to p50 within 200 us and p99
-/// within 2 ms, and says so (bench/link_accuracy.sh checks the figures on a quiet
-/// machine).
+/// within 200 us, and never early. On a machine with more runnable threads than cores (other
+/// builds: a load average above 1 per core before or after), the hypervisor's and the
+/// neighbours' scheduling, not the emulator, sets the wake-ups: after three attempts the test
+/// then holds the delay to p50 within 200 us and p99 within 2 ms, and says so
+/// (bench/link_accuracy.sh checks the figures on a quiet machine).
 #[test]
 fn one_way_delay_is_the_setting() {
     let mut last = (0, 0);
+    let load_before = load_per_core();
     let strict = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         up_to_3("one-way delay", || {
             let p = probe(&["up:delay=5ms"], 1, 20_000, 10_000.0, 64, 1);
@@ -201,8 +202,8 @@ fn one_way_delay_is_the_setting() {
         })
     }));
     if let Err(e) = strict {
-        let load = load_per_core();
-        if load <= 2.0 || last.0 == 0 {
+        let load = load_per_core().max(load_before);
+        if load <= 1.0 || last.0 == 0 {
             std::panic::resume_unwind(e);
         }
         eprintln!("one-way delay: the machine is loaded ({load:.1} per core): the loaded bounds");
