@@ -71,12 +71,16 @@ row() {
         | "| " + (map(tostring) | join(" | ")) + " |"' "$WORK/$label.json"
 }
 
-# The capacity: the most packets per second forwarded in a run (a rate of RATES or the closed
-# loop) whose lateness p99 stayed under 100 us.
+# The capacity: the most packets per second forwarded in a run whose lateness p99 stayed under
+# 100 us and that carried its load: an open-loop rate of RATES answered in full (98 %: 4g
+# loses 0.5 % of the queries), or the closed loop (saturated). The lateness alone does not
+# see packets that wait in the TUN device's queue before the forwarder reads them: a rate the
+# forwarder cannot keep up with shows as answers missing and a round trip of queueing.
 capacity() {
     local best=0 r pps
     for r in $RATES closed; do
-        if [ "$(jq '.link.lateness.p99_ns < 100000 and .totals.answered > 0' "$WORK/$1-$r.json")" = true ]; then
+        if [ "$(jq --arg r "$r" '.link.lateness.p99_ns < 100000 and .totals.answered > 0
+                and ($r == "closed" or .qps.answered >= ($r | tonumber) * 0.98)' "$WORK/$1-$r.json")" = true ]; then
             pps="$(jq '(.link.up.packets_out + .link.down.packets_out) / .duration_s | round' "$WORK/$1-$r.json")"
             [ "$pps" -gt "$best" ] && best="$pps"
         fi
@@ -120,7 +124,7 @@ load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
     cap0="$(capacity none)"
     cap4="$(capacity 4g)"
     veth="$(jq '.qps.answered * 2 | round' "$WORK/veth-closed.json")"
-    echo "Capacity (the most packets/s forwarded above with p99 lateness under 100 us): $cap0 packets/s at zero" \
+    echo "Capacity (the most packets/s forwarded above with p99 lateness under 100 us, its load carried): $cap0 packets/s at zero" \
         "impairment, $cap4 with 4g. The veth pair's closed loop carried $veth packets/s:" \
         "ratio $(div "$cap0" "$veth") (zero impairment), $(div "$cap4" "$veth") (4g)."
     g0="$(jq '.generator.cpu_us_per_answer * 100 | round / 100' "$WORK/direct-closed.json")"
