@@ -64,11 +64,23 @@ fn round_trip_is_the_delay_of_each_direction() {
     let port = server.udp_addr().port();
     let dir = tempfile::tempdir().unwrap();
     for (args, want_ms) in [(&["delay=10ms", "--seed", "1"][..], 20.0), (&["up:delay=15ms", "--seed", "1"][..], 15.0)] {
-        let (out, v) = run_in_link(args, port, "-Q 50 -n 50 -t 2s", dir.path());
+        // The median is timed: on a loaded machine an attempt may miss it; up to 3 attempts.
+        let (out, v) = (1..=3)
+            .map(|attempt| {
+                let (out, v) = run_in_link(args, port, "-Q 50 -n 50 -t 2s", dir.path());
+                let p50 = ms(&v, "p50_ns");
+                if p50 >= want_ms + 2.0 {
+                    assert!(attempt < 3, "{args:?}: median {p50} ms, want {want_ms} ms + at most 2");
+                    eprintln!("{args:?}: attempt {attempt}: median {p50} ms");
+                }
+                (out, v, p50)
+            })
+            .find(|(_, _, p50)| *p50 < want_ms + 2.0)
+            .map(|(out, v, _)| (out, v))
+            .unwrap();
         assert_eq!(total(&v, "answered"), 50, "{}", out.stderr);
-        let (min, p50) = (ms(&v, "min_ns"), ms(&v, "p50_ns"));
+        let min = ms(&v, "min_ns");
         assert!(min >= want_ms * 0.999, "{args:?}: min {min} ms below the {want_ms} ms the link adds");
-        assert!(p50 < want_ms + 2.0, "{args:?}: median {p50} ms, want {want_ms} ms + at most 2");
         // Every query and answer crossed the link: 51 (the run's probe) each way.
         assert_eq!(counter(&out.stderr, "up", "out"), 51, "{}", out.stderr);
         assert_eq!(counter(&out.stderr, "down", "out"), 51, "{}", out.stderr);
@@ -386,4 +398,226 @@ fn query_behind_a_link() {
     assert!(out.stdout.contains(";; SERVER: 10.213."), "{}", out.stdout);
     assert_eq!(counter(&out.stderr, "up", "out"), 1, "{}", out.stderr);
     assert_eq!(counter(&out.stderr, "down", "out"), 1, "{}", out.stderr);
+}
+
+/// `volley bench --link`: the embedded responder listens on the link's host end, so every
+/// transport crosses the link. The handshake column reads in round trips of the emulated path:
+/// TCP 1, DoT 2 and DoH 2 (TCP, then TLS 1.3), DoQ 1 (2 where the anti-amplification limit
+/// stalls it). Each transport's run carries the link over its own run, per second too.
+#[test]
+fn bench_behind_a_link_counts_handshakes_in_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let mut cmd = Command::new(volley());
+    cmd.args(["bench", "--link", "delay=10ms", "--link-seed", "3", "--transports", "udp,tcp,dot,doh2,doq"])
+        .args(["-l", "2s", "-c", "4", "--progress", "never", "-o"])
+        .arg(&json);
+    let out = run_cmd(&mut cmd, Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("behind the link"), "{}", out.stdout);
+    assert!(out.stderr.contains("volley link: lateness"), "the link's lines at the end:\n{}", out.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for (row, run) in doc["rows"].as_array().unwrap().iter().zip(doc["runs"].as_array().unwrap()) {
+        let t = row["transport"].as_str().unwrap();
+        check_accounting(run);
+        assert!(total(run, "answered") > 0, "{t}");
+        assert!(run["latency"]["min_ns"].as_u64().unwrap() >= 19_980_000, "{t}: below the link's 20 ms RTT");
+        let l = &run["link"];
+        assert_eq!((l["spec"].as_str(), l["seed"].as_u64()), (Some("delay=10ms"), Some(3)), "{t}");
+        // This run's packets only: what the generator counted on the wire entered the link.
+        let up = l["up"]["packets_in"].as_u64().unwrap();
+        let wire = run["totals"]["wire"]["packets_out"].as_u64().unwrap();
+        assert!(up.abs_diff(wire) <= wire / 10 + 10, "{t}: {up} packets into the link, {wire} on the wire: {l}");
+        let series = l["series"].as_array().unwrap();
+        assert!(!series.is_empty(), "{t}: the link per second");
+        let per_s: u64 = series.iter().map(|s| s["up"]["packets_out"].as_u64().unwrap()).sum();
+        let out = l["up"]["packets_out"].as_u64().unwrap();
+        assert!(per_s <= out && per_s * 2 >= out, "{t}: {per_s} per second of {out}");
+        let want: &[i64] = match t {
+            "udp" => continue,
+            "tcp" => &[1],
+            "dot" | "doh2" => &[2],
+            _ => &[1, 2],
+        };
+        let trips = row["handshake_rtts"].as_f64().unwrap_or_else(|| panic!("{t}: {row}"));
+        assert!(want.contains(&(trips.round() as i64)), "{t}: handshake {trips} round trips, want {want:?}");
+    }
+}
+
+/// An outage of 2 s in the middle of a 5 s run, on every transport: the link drops everything
+/// in it (the seconds of the link's series say when), every query still has one fate, and the
+/// run ends on time.
+#[test]
+fn an_outage_mid_run_balances_and_ends_on_time() {
+    let server = Server::start_encrypted(&["--listen", "0.0.0.0"]);
+    let port = |kind: &str| server.listener(kind).port();
+    for url in [
+        format!("udp://127.0.0.1:{}", port("udp")),
+        format!("tcp://127.0.0.1:{}", port("tcp")),
+        format!("tls://127.0.0.1:{}", port("dot")),
+        format!("https://127.0.0.1:{}/dns-query", port("doh")),
+        format!("quic://127.0.0.1:{}", port("doq")),
+    ] {
+        let r = run_volley(&[
+            &url,
+            "--link",
+            "delay=1ms outage=1.5s-3.5s",
+            "--link-seed",
+            "1",
+            "-Q",
+            "100",
+            "-l",
+            "5s",
+            "--timeout",
+            "1s",
+            "--ca",
+            server.ca_str(),
+        ]);
+        let v = r.ok();
+        check_accounting(v);
+        let l = &v["link"];
+        let dropped = l["up"]["dropped_outage"].as_u64().unwrap() + l["down"]["dropped_outage"].as_u64().unwrap();
+        assert!(dropped > 0, "{url}: {l}");
+        assert!(total(v, "answered") >= 200, "{url}: answers before and after the outage: {}", r.stdout);
+        assert!(total(v, "timed_out") + total(v, "failed") > 0, "{url}: the outage's queries");
+        // The run ends on time: its 5 s and the last queries' timeout, with a little slack.
+        let secs = v["duration_s"].as_f64().unwrap();
+        assert!(secs < 5.0 + 1.0 + 1.0, "{url}: ran {secs} s");
+        // The series: drops in the outage's seconds (1 to 3) only.
+        for s in l["series"].as_array().unwrap() {
+            let n = s["up"]["dropped_outage"].as_u64().unwrap() + s["down"]["dropped_outage"].as_u64().unwrap();
+            let sec = s["second"].as_u64().unwrap();
+            if !(1..=3).contains(&sec) {
+                assert_eq!(n, 0, "{url}: drops in second {sec}: {s}");
+            }
+        }
+        assert!(r.stdout.contains("link per s"), "{url}: {}", r.stdout);
+    }
+}
+
+/// `volley limit --link`: the search runs behind the link, and each step's results carry it.
+#[test]
+fn limit_behind_a_link() {
+    let server = Server::start_encrypted(&["--listen", "0.0.0.0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("limit.json");
+    let url = format!("udp://127.0.0.1:{}", server.listener("udp").port());
+    let mut cmd = Command::new(volley());
+    cmd.args(["limit", &url, "--link", "delay=5ms", "--start", "100", "--max", "200", "--step-duration", "1s"])
+        .args(["--progress", "never", "-o"])
+        .arg(&json);
+    let out = run_cmd(&mut cmd, Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = doc["searches"][0]["runs"].as_array().unwrap();
+    assert!(!runs.is_empty());
+    for r in runs {
+        check_accounting(r);
+        assert!(r["latency"]["min_ns"].as_u64().unwrap() >= 9_990_000, "through the link's 10 ms RTT");
+        assert_eq!(r["link"]["spec"], "delay=5ms");
+        assert!(r["link"]["up"]["packets_out"].as_u64().unwrap() >= total(r, "answered"));
+    }
+}
+
+/// Real peers through the link against real servers: kdig and dnsperf (UDP and TCP) against
+/// `volley serve` and against unbound, both listening on 0.0.0.0 on the host, through the 4g
+/// profile's delay and jitter (its loss off, so that every query is answered).
+#[test]
+fn kdig_and_dnsperf_through_the_link_against_volley_serve_and_unbound() {
+    require("kdig");
+    require("dnsperf");
+    let server = Server::start_with(&["--listen", "0.0.0.0", "--udp-port", "0", "--tcp-port", "0"]);
+    let unbound = Unbound::start_on("0.0.0.0", UNBOUND_DATA);
+    let dir = tempfile::tempdir().unwrap();
+    let queries = dir.path().join("q.txt");
+    std::fs::write(&queries, "www.example.test A\n").unwrap();
+    for (name, udp, tcp) in [
+        ("volley serve", server.udp_addr().port(), server.tcp_addr().port()),
+        ("unbound", unbound.port(), unbound.port()),
+    ] {
+        let q = queries.display();
+        let out = link(
+            &["4g", "--seed", "5", "up:loss=0%"],
+            &format!(
+                "kdig @$VOLLEY_LINK_HOST -p {udp} +notcp +short www.example.test A && \
+                 kdig @$VOLLEY_LINK_HOST -p {tcp} +tcp +short www.example.test A && \
+                 dnsperf -s $VOLLEY_LINK_HOST -p {udp} -m udp -d {q} -n 20 -Q 50 && \
+                 dnsperf -s $VOLLEY_LINK_HOST -p {tcp} -m tcp -d {q} -n 20 -Q 50"
+            ),
+        );
+        assert_eq!(out.status.code(), Some(0), "{name}: stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+        assert_eq!(out.stdout.matches("192.0.2.1").count(), 2, "{name}: {}", out.stdout);
+        let completed: Vec<&str> = out.stdout.lines().filter(|l| l.contains("Queries completed:")).collect();
+        assert_eq!(completed.len(), 2, "{name}: {}", out.stdout);
+        for l in completed {
+            assert!(l.contains("Queries completed:    20 (100.00%)") || l.contains("20 (100.00%)"), "{name}: {l}");
+        }
+        // dnsperf's latency is the link's: the average at least its 53.3 ms.
+        for l in out.stdout.lines().filter(|l| l.contains("Average Latency (s):")) {
+            let avg: f64 = l.split_whitespace().nth(3).unwrap().parse().unwrap();
+            assert!(avg >= 0.0533 * 0.999, "{name}: {l}");
+        }
+    }
+}
+
+/// DoT over a lossy link: the kernel retransmits what the link dropped (TCP_INFO's count in
+/// the results' `wire.retransmits`) and every query still has exactly one fate.
+#[test]
+fn dot_over_a_lossy_link_retransmits_and_balances() {
+    let server = Server::start_encrypted(&["--listen", "0.0.0.0"]);
+    let url = format!("tls://127.0.0.1:{}", server.listener("dot").port());
+    let r = run_volley(&[
+        &url,
+        "--link",
+        "delay=5ms loss=5%",
+        "--link-seed",
+        "2",
+        "-Q",
+        "200",
+        "-l",
+        "3s",
+        "--timeout",
+        "2s",
+        "--ca",
+        server.ca_str(),
+    ]);
+    let v = r.ok();
+    check_accounting(v);
+    let l = &v["link"];
+    let dropped = l["up"]["dropped_loss"].as_u64().unwrap() + l["down"]["dropped_loss"].as_u64().unwrap();
+    assert!(dropped > 0, "{l}");
+    let retrans = v["totals"]["wire"]["retransmits"].as_u64().unwrap_or(0);
+    assert!(retrans > 0, "TCP_INFO retransmissions: {:#}", v["totals"]["wire"]);
+    // TCP recovers: (nearly) every query is answered, each counted once.
+    assert!(total(v, "answered") >= total(v, "issued") * 9 / 10, "{:#}", v["totals"]);
+}
+
+/// IPv6 on the link: the command gets `$VOLLEY_LINK_HOST6`, and kdig reaches a server on `::`
+/// over it (UDP and TCP); `volley run --link` reaches `[::1]` at the link's IPv6 host end,
+/// through the link's delay.
+#[test]
+fn ipv6_crosses_the_link() {
+    let server = Server::start_with(&["--listen", "::", "--udp-port", "0", "--tcp-port", "0"]);
+    let (u, t) = (server.udp_addr().port(), server.tcp_addr().port());
+    let out = link(
+        &["delay=5ms"],
+        &format!(
+            "echo \"host6=$VOLLEY_LINK_HOST6 local6=$VOLLEY_LINK_LOCAL6\" && \
+             kdig @$VOLLEY_LINK_HOST6 -p {u} +notcp +short www.example.test A && \
+             kdig @$VOLLEY_LINK_HOST6 -p {t} +tcp +short www.example.test A"
+        ),
+    );
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("host6=fd76:6c69:6e6b::") && out.stdout.contains(":1 local6="), "{}", out.stdout);
+    assert_eq!(out.stdout.matches("192.0.2.1").count(), 2, "{}", out.stdout);
+    assert!(counter(&out.stderr, "up", "out") >= 4, "{}", out.stderr);
+    let r = run_volley(&[&format!("udp://[::1]:{u}"), "--link", "delay=5ms", "-Q", "20", "-n", "20"]);
+    let v = r.ok();
+    check_accounting(v);
+    assert_eq!(total(v, "answered"), 20, "{}", r.stderr);
+    assert!(r.stderr.contains(" and fd76:6c69:6e6b::"), "the link's IPv6 host end: {}", r.stderr);
+    let addr = v["target"]["address"].as_str().unwrap_or_default();
+    assert!(addr.starts_with("[fd76:6c69:6e6b::"), "measured at {addr}");
+    assert!(ms(v, "min_ns") >= 10.0 * 0.999, "through the link's 10 ms: {}", ms(v, "min_ns"));
+    assert!(v["link"]["up"]["packets_out"].as_u64().unwrap() >= 20, "{}", v["link"]);
 }

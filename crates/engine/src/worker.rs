@@ -1782,7 +1782,7 @@ mod tests {
                     lane.wait().await;
                 }
                 x.conn_closed(Close::ClientEnd, x.now());
-                x.wire(&WireStats { bytes_out: 100, bytes_in: 50, packets_out: 3, packets_in: 2 });
+                x.wire(&WireStats { bytes_out: 100, bytes_in: 50, packets_out: 3, packets_in: 2, retransmits: 0 });
             });
             for s in &w.lanes {
                 s.lane.close();

@@ -18,4 +18,4 @@ pub use pipe::{Counters, Departure, Pipe};
 pub mod run;
 pub mod sys;
 
-pub use run::{Addresses, Link, LinkError, LinkReport};
+pub use run::{Addresses, Link, LinkError, LinkReport, LinkSample};

@@ -82,6 +82,8 @@ pub struct Pipe<P> {
     pub counters: Counters,
     /// Time each packet waited in the bottleneck queue (rate or trace only), ns.
     pub queue_delay: Histogram,
+    /// The same since it was last taken (per-second figures).
+    pub queue_delay_since: Histogram,
 }
 
 impl<P: AsRef<[u8]>> Pipe<P> {
@@ -104,6 +106,7 @@ impl<P: AsRef<[u8]>> Pipe<P> {
             op_left: 0,
             counters: Counters::default(),
             queue_delay: Histogram::new(3),
+            queue_delay_since: Histogram::new(3),
         }
     }
 
@@ -219,6 +222,7 @@ impl<P: AsRef<[u8]>> Pipe<P> {
                     Rate::Unlimited => unreachable!("handled above"),
                 };
                 self.queue_delay.record(start - ready);
+                self.queue_delay_since.record(start - ready);
                 self.queue_cum += len;
                 self.queue.push_back((due, self.queue_cum));
                 due
@@ -263,6 +267,17 @@ impl<P: AsRef<[u8]>> Pipe<P> {
     /// When the next packet is due; None when none is held.
     pub fn next_due(&self) -> Option<Nanos> {
         self.held.peek().map(|Reverse(s)| s.due)
+    }
+
+    /// Packets in the bottleneck queue at `now` (waiting for or on the wire; rate or trace
+    /// only).
+    pub fn queued(&self, now: Nanos) -> usize {
+        self.queue.len() - self.queue.partition_point(|&(d, _)| d <= now)
+    }
+
+    /// Packets held that were due at or before `now` (the emulator's backlog).
+    pub fn overdue(&self, now: Nanos) -> usize {
+        self.held.iter().filter(|Reverse(s)| s.due <= now).count()
     }
 
     /// Packets held.

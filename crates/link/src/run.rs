@@ -9,12 +9,12 @@
 //! to clean up.
 
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -46,13 +46,25 @@ fn sys_err(what: &'static str) -> impl FnOnce(io::Error) -> LinkError {
     }
 }
 
-/// The addresses of a link: a /30 of 10.213.0.0/16 used between the host and our namespace.
+/// The addresses of a link: a /30 of 10.213.0.0/16 used between the host and our namespace,
+/// and the /126 of the same number in fd76:6c69:6e6b::/48 (`vlink`) where IPv6 works.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Addresses {
     /// The host's end (where the target listens).
     pub host: Ipv4Addr,
     /// The namespace's own.
     pub local: Ipv4Addr,
+    /// The same over IPv6, where the kernel has it.
+    pub host6: Option<Ipv6Addr>,
+    pub local6: Option<Ipv6Addr>,
+}
+
+impl Addresses {
+    /// The IPv6 pair of the IPv4 block of `host` (fd76:6c69:6e6b::B:1 and ::B:2).
+    fn v6_of(host: Ipv4Addr) -> (Ipv6Addr, Ipv6Addr) {
+        let b = ((u32::from(host) >> 2) & 0x3fff) as u16;
+        (Ipv6Addr::new(0xfd76, 0x6c69, 0x6e6b, 0, 0, 0, b, 1), Ipv6Addr::new(0xfd76, 0x6c69, 0x6e6b, 0, 0, 0, b, 2))
+    }
 }
 
 /// Links made by this process so far (device names and address blocks differ between them).
@@ -79,6 +91,27 @@ pub struct LinkReport {
     pub elapsed: Duration,
 }
 
+/// The link at one moment (see [`Link::sample`]): counters since the start, the queues now,
+/// and the histograms of the interval since the previous sample.
+#[derive(Debug, Clone)]
+pub struct LinkSample {
+    /// Since the link's start.
+    pub up: Counters,
+    pub down: Counters,
+    /// Packets in each direction's bottleneck queue now (rate or trace).
+    pub up_queued: u64,
+    pub down_queued: u64,
+    /// Packets held past their due time now, both directions (the emulator's backlog).
+    pub overdue: u64,
+    /// Since the previous sample: lateness and each direction's queueing delay, ns.
+    pub lateness: Histogram,
+    pub up_queue_delay: Histogram,
+    pub down_queue_delay: Histogram,
+    /// The forwarder's CPU time so far, and whether it runs at real-time priority.
+    pub cpu: Duration,
+    pub realtime: bool,
+}
+
 /// A running link. Dropping it stops the forwarder; its devices and namespace go with it.
 pub struct Link {
     pub addrs: Addresses,
@@ -88,6 +121,7 @@ pub struct Link {
     ns: OwnedFd,
     stop_fd: Arc<OwnedFd>,
     stop: Arc<AtomicBool>,
+    samples: Mutex<mpsc::Sender<mpsc::Sender<LinkSample>>>,
     thread: Option<JoinHandle<io::Result<LinkReport>>>,
 }
 
@@ -107,14 +141,18 @@ impl Link {
             Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ENXIO) => LinkError::NoTun(e),
             _ => sys_err("make a TUN device")(e),
         })?;
-        sys::configure_p2p(&host_dev, addrs.host, addrs.local).map_err(sys_err("configure the host's TUN device"))?;
-        let (ns, ns_tun) = sys::in_new_netns(|| {
+        let (host6, local6) = Addresses::v6_of(addrs.host);
+        let host_v6 = sys::configure_p2p(&host_dev, addrs.host, addrs.local, Some(host6))
+            .map_err(sys_err("configure the host's TUN device"))?;
+        let (ns, (ns_tun, ns_v6)) = sys::in_new_netns(|| {
             let tun = sys::tun_create("link0")?;
-            sys::configure_p2p("link0", addrs.local, addrs.host)?;
+            let v6 = sys::configure_p2p("link0", addrs.local, addrs.host, host_v6.then_some(local6))?;
             sys::link_up("lo")?;
-            Ok(tun)
+            Ok((tun, v6))
         })
         .map_err(sys_err("make a network namespace"))?;
+        let v6 = host_v6 && ns_v6;
+        let addrs = Addresses { host6: v6.then_some(host6), local6: v6.then_some(local6), ..addrs };
         let stop_fd = Arc::new(sys::eventfd().map_err(sys_err("make an eventfd"))?);
         let stop = Arc::new(AtomicBool::new(false));
         let clock = Instant::now();
@@ -122,11 +160,12 @@ impl Link {
         // Each direction its own stream of choices, both from the one seed.
         let down = Pipe::new(cfg.down, seed ^ 0xD0D0_D0D0_D0D0_D0D0, 0);
         let (sf, st) = (stop_fd.clone(), stop.clone());
+        let (samples, requests) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("volley-link".into())
-            .spawn(move || forward(Forwarder { ns_tun, host_tun, stop_fd: sf, stop: st, up, down, clock }))
+            .spawn(move || forward(Forwarder { ns_tun, host_tun, stop_fd: sf, stop: st, requests, up, down, clock }))
             .map_err(|err| LinkError::Io { what: "start the forwarder thread", err })?;
-        Ok(Link { addrs, host_dev, seed, ns, stop_fd, stop, thread: Some(thread) })
+        Ok(Link { addrs, host_dev, seed, ns, stop_fd, stop, samples: Mutex::new(samples), thread: Some(thread) })
     }
 
     /// The namespace's descriptor (for `setns`).
@@ -145,6 +184,9 @@ impl Link {
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new(program);
         c.env("VOLLEY_LINK_HOST", self.addrs.host.to_string()).env("VOLLEY_LINK_LOCAL", self.addrs.local.to_string());
+        if let (Some(h), Some(l)) = (self.addrs.host6, self.addrs.local6) {
+            c.env("VOLLEY_LINK_HOST6", h.to_string()).env("VOLLEY_LINK_LOCAL6", l.to_string());
+        }
         let ns = self.ns.as_raw_fd();
         // SAFETY: between fork and exec only async-signal-safe system calls (setns, prctl).
         unsafe {
@@ -190,6 +232,15 @@ impl Link {
         status
     }
 
+    /// The link now, as the forwarder sees it between two packets (see [`LinkSample`]); None
+    /// when the forwarder has stopped. The interval histograms start again.
+    pub fn sample(&self) -> Option<LinkSample> {
+        let (tx, rx) = mpsc::channel();
+        self.samples.lock().ok()?.send(tx).ok()?;
+        sys::eventfd_signal(&self.stop_fd);
+        rx.recv_timeout(Duration::from_secs(1)).ok()
+    }
+
     /// Stops forwarding and returns what the link saw. The devices and the namespace go when
     /// the link is dropped (at the end of this call).
     pub fn finish(mut self) -> Result<LinkReport, LinkError> {
@@ -226,7 +277,12 @@ fn pick_addresses(pid: u32, n: u32) -> Result<Addresses, LinkError> {
         if used.iter().any(|a| u32::from(*a) & !3 == base) {
             continue;
         }
-        return Ok(Addresses { host: Ipv4Addr::from(base + 1), local: Ipv4Addr::from(base + 2) });
+        return Ok(Addresses {
+            host: Ipv4Addr::from(base + 1),
+            local: Ipv4Addr::from(base + 2),
+            host6: None,
+            local6: None,
+        });
     }
     Err(LinkError::NoAddress)
 }
@@ -236,6 +292,7 @@ struct Forwarder {
     host_tun: OwnedFd,
     stop_fd: Arc<OwnedFd>,
     stop: Arc<AtomicBool>,
+    requests: mpsc::Receiver<mpsc::Sender<LinkSample>>,
     up: Pipe<Vec<u8>>,
     down: Pipe<Vec<u8>>,
     clock: Instant,
@@ -264,9 +321,27 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
     let mut buf = vec![0u8; 65536];
     let mut pool: Vec<Vec<u8>> = Vec::new();
     let mut lateness = Histogram::new(3);
+    // Since the last sample.
+    let mut late_i = Histogram::new(3);
     let mut write_errors = 0u64;
     let (ns_fd, host_fd) = (f.ns_tun.as_raw_fd(), f.host_tun.as_raw_fd());
     loop {
+        while let Ok(reply) = f.requests.try_recv() {
+            let t = now(&f.clock);
+            let s = LinkSample {
+                up: f.up.counters,
+                down: f.down.counters,
+                up_queued: f.up.queued(t) as u64,
+                down_queued: f.down.queued(t) as u64,
+                overdue: (f.up.overdue(t) + f.down.overdue(t)) as u64,
+                lateness: std::mem::replace(&mut late_i, Histogram::new(3)),
+                up_queue_delay: std::mem::replace(&mut f.up.queue_delay_since, Histogram::new(3)),
+                down_queue_delay: std::mem::replace(&mut f.down.queue_delay_since, Histogram::new(3)),
+                cpu: thread_cpu(),
+                realtime,
+            };
+            let _ = reply.send(s);
+        }
         // In: what each side has sent.
         for (fd, pipe) in [(ns_fd, &mut f.up), (host_fd, &mut f.down)] {
             for _ in 0..BATCH {
@@ -297,6 +372,7 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
                     write_errors += 1;
                 }
                 lateness.record(at.saturating_sub(d.due));
+                late_i.record(at.saturating_sub(d.due));
                 if pool.len() < POOL {
                     pool.push(d.packet);
                 }
@@ -328,18 +404,14 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
             }
         }
         if fds[2].revents != 0 {
-            // One last pass: what is due now still leaves (the loop checks `stop`).
+            // Stopped or asked for a sample: the loop checks both. When stopped, one last
+            // pass: what is due now still leaves.
+            sys::eventfd_drain(&f.stop_fd);
             continue;
         }
     }
     let held_at_end = (f.up.len() + f.down.len()) as u64;
-    // SAFETY: getrusage(2) of the calling thread into a struct we own.
-    let cpu = unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_THREAD, &mut u);
-        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-        tv(u.ru_utime) + tv(u.ru_stime)
-    };
+    let cpu = thread_cpu();
     Ok(LinkReport {
         up: f.up.counters,
         down: f.down.counters,
@@ -352,4 +424,15 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         cpu,
         elapsed: f.clock.elapsed(),
     })
+}
+
+/// CPU time of the calling thread (user + system).
+fn thread_cpu() -> Duration {
+    // SAFETY: getrusage(2) of the calling thread into a struct we own.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut u);
+        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+        tv(u.ru_utime) + tv(u.ru_stime)
+    }
 }

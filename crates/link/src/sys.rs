@@ -3,7 +3,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -78,11 +78,15 @@ pub fn link_up(name: &str) -> io::Result<()> {
 }
 
 /// Gives a point-to-point interface its address and its peer's (a /32 each: the kernel adds
-/// the route to the peer through this interface), turns IPv6 off on it (no router
-/// solicitations crossing the link), and brings it up.
-pub fn configure_p2p(name: &str, local: Ipv4Addr, peer: Ipv4Addr) -> io::Result<()> {
-    // Best effort: without IPv6 in the kernel the file is not there.
-    let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1");
+/// the route to the peer through this interface), and with `v6` an IPv6 address too (see
+/// [`configure_v6`]), and brings it up. Returns whether the interface has its IPv6 address:
+/// where it cannot (no IPv6 in the kernel), IPv6 is off on it.
+pub fn configure_p2p(name: &str, local: Ipv4Addr, peer: Ipv4Addr, v6: Option<Ipv6Addr>) -> io::Result<bool> {
+    let has_v6 = v6.is_some_and(|a| configure_v6(name, a).is_ok());
+    if !has_v6 {
+        // Best effort: without IPv6 in the kernel the file is not there.
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1");
+    }
     let s = ctl_socket()?;
     let mut r = ifreq(name)?;
     r.ifr_ifru.ifru_addr = sockaddr(local);
@@ -93,7 +97,42 @@ pub fn configure_p2p(name: &str, local: Ipv4Addr, peer: Ipv4Addr) -> io::Result<
     let mut r = ifreq(name)?;
     r.ifr_ifru.ifru_netmask = sockaddr(Ipv4Addr::new(255, 255, 255, 255));
     ioctl_ifreq(&s, libc::SIOCSIFNETMASK, &mut r)?;
-    link_up(name)
+    link_up(name)?;
+    Ok(has_v6)
+}
+
+/// Gives an interface an IPv6 address in a /126 it shares with its peer (the kernel adds the
+/// prefix's route through it), with no link-local address, no duplicate address detection
+/// (usable at once), no router solicitations and no autoconfiguration: IPv6's own chatter
+/// stays off the link.
+pub fn configure_v6(name: &str, local: Ipv6Addr) -> io::Result<()> {
+    for (key, v) in [
+        ("disable_ipv6", "0"),
+        ("addr_gen_mode", "1"),
+        ("accept_dad", "0"),
+        ("router_solicitations", "0"),
+        ("accept_ra", "0"),
+        ("autoconf", "0"),
+    ] {
+        std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/{key}"), v)?;
+    }
+    let cname = CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: if_nametoindex(3) of a NUL-terminated name.
+    let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if index == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: socket(2) with constant arguments.
+    let fd = cvt(unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: just created, owned by nothing else.
+    let s = unsafe { OwnedFd::from_raw_fd(fd) };
+    let r = libc::in6_ifreq {
+        ifr6_addr: libc::in6_addr { s6_addr: local.octets() },
+        ifr6_prefixlen: 126,
+        ifr6_ifindex: index as libc::c_int,
+    };
+    // SAFETY: SIOCSIFADDR on an AF_INET6 socket reads the in6_ifreq we own.
+    cvt(unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCSIFADDR as _, &r) }).map(|_| ())
 }
 
 /// The IPv4 addresses of this namespace's interfaces.
@@ -149,7 +188,7 @@ pub fn enter_netns(ns: RawFd) -> io::Result<()> {
     cvt(unsafe { libc::setns(ns, libc::CLONE_NEWNET) }).map(|_| ())
 }
 
-/// An eventfd: the forwarder's stop signal.
+/// An eventfd: wakes the forwarder (to stop, or for a sample).
 pub fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: eventfd(2) with constant arguments.
     let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
@@ -162,4 +201,11 @@ pub fn eventfd_signal(fd: &OwnedFd) {
     let one = 1u64.to_ne_bytes();
     // SAFETY: an 8-byte write from a buffer we own.
     let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) };
+}
+
+/// Reads an eventfd back to zero (non-blocking).
+pub fn eventfd_drain(fd: &OwnedFd) {
+    let mut v = [0u8; 8];
+    // SAFETY: an 8-byte read into a buffer we own.
+    let _ = unsafe { libc::read(fd.as_raw_fd(), v.as_mut_ptr().cast(), 8) };
 }

@@ -272,6 +272,14 @@ pub struct WireStats {
     pub bytes_in: u64,
     pub packets_out: u64,
     pub packets_in: u64,
+    /// Segments the generator's TCP stack sent again (TCP_INFO `tcpi_total_retrans`), and
+    /// packets QUIC declared lost (their data sent again); counted in `packets_out` too.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retransmits: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl WireStats {
@@ -280,6 +288,7 @@ impl WireStats {
         self.bytes_in += o.bytes_in;
         self.packets_out += o.packets_out;
         self.packets_in += o.packets_in;
+        self.retransmits += o.retransmits;
     }
 
     pub fn is_empty(&self) -> bool {

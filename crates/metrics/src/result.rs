@@ -310,6 +310,68 @@ pub struct LinkInfo {
     pub forwarder_cpu_s: f64,
     /// The forwarder ran at real-time priority.
     pub realtime: bool,
+    /// Per second of the run (the seconds of the results' `series`): drops by cause, the
+    /// queues and the emulator's lateness. Empty where the run had none (older results).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub series: Vec<LinkSecond>,
+}
+
+/// One second of an emulated link.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkSecond {
+    /// Seconds since the run's start (as the results' `series` rows).
+    pub second: u64,
+    pub up: LinkSecondDir,
+    pub down: LinkSecondDir,
+    /// How late the emulator sent the second's packets: p99 and max, ns.
+    pub lateness_p99_ns: u64,
+    pub lateness_max_ns: u64,
+    /// Packets held past their due time at the end of the second, both directions (the
+    /// emulator's backlog: growing, it fell behind).
+    pub overdue: u64,
+}
+
+/// One direction of an emulated link over one second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkSecondDir {
+    /// Packets that left the link.
+    pub packets_out: u64,
+    pub dropped_loss: u64,
+    pub dropped_queue: u64,
+    pub dropped_outage: u64,
+    /// Packets in the bottleneck queue at the end of the second (rate or trace).
+    pub queued: u64,
+    /// The p99 of the second's queueing delay, ns (0: none queued).
+    pub queue_delay_p99_ns: u64,
+}
+
+impl LinkSecond {
+    /// Adds another run's second (merge): counts and queues add, the lateness and queueing
+    /// delay are the worse of the two.
+    pub fn add(&mut self, o: &LinkSecond) {
+        for (a, b) in [(&mut self.up, &o.up), (&mut self.down, &o.down)] {
+            a.packets_out += b.packets_out;
+            a.dropped_loss += b.dropped_loss;
+            a.dropped_queue += b.dropped_queue;
+            a.dropped_outage += b.dropped_outage;
+            a.queued += b.queued;
+            a.queue_delay_p99_ns = a.queue_delay_p99_ns.max(b.queue_delay_p99_ns);
+        }
+        self.lateness_p99_ns = self.lateness_p99_ns.max(o.lateness_p99_ns);
+        self.lateness_max_ns = self.lateness_max_ns.max(o.lateness_max_ns);
+        self.overdue += o.overdue;
+    }
+
+    /// Adds series of two runs second by second.
+    pub fn add_series(acc: &mut Vec<LinkSecond>, other: &[LinkSecond]) {
+        for o in other {
+            match acc.iter_mut().find(|s| s.second == o.second) {
+                Some(s) => s.add(o),
+                None => acc.push(o.clone()),
+            }
+        }
+        acc.sort_by_key(|s| s.second);
+    }
 }
 
 /// What happened to the packets of one direction of an emulated link: the emulator's own

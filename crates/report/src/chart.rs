@@ -340,6 +340,38 @@ pub fn target_cpu_series(runs: &[NamedRun]) -> ChartData {
     c
 }
 
+/// The emulated link over time, for runs behind one (`--link`, runs without it have no
+/// lines): per second, the packets it dropped by cause (loss, queue, outage; both directions
+/// together) and the packets in its bottleneck queues at the end of the second.
+pub fn link_series(runs: &[NamedRun]) -> ChartData {
+    let mut c = ChartData::new(
+        "link",
+        "Emulated link: drops and queue over time",
+        Axis::new("time since start [s]", Scale::Linear, Unit::Seconds),
+        Axis::new("packets", Scale::Linear, Unit::Number),
+    );
+    type Of = fn(&volley_metrics::LinkSecondDir) -> u64;
+    for (i, run) in runs.iter().enumerate() {
+        let Some(l) = run.result.link.as_ref().filter(|l| !l.series.is_empty()) else { continue };
+        let lines: [(&str, Style, Of); 4] = [
+            ("dropped: loss", Style::Line, |d| d.dropped_loss),
+            ("dropped: queue", Style::Line, |d| d.dropped_queue),
+            ("dropped: outage", Style::Line, |d| d.dropped_outage),
+            ("queued", Style::Dashed, |d| d.queued),
+        ];
+        for (k, (what, style, f)) in lines.into_iter().enumerate() {
+            c.series.push(Series {
+                name: label(runs, run, what),
+                run: i,
+                shade: k,
+                style,
+                points: l.series.iter().map(|s| (s.second as f64, (f(&s.up) + f(&s.down)) as f64)).collect(),
+            });
+        }
+    }
+    c
+}
+
 /// `(x, y)` points of a line.
 type Points = Vec<(f64, f64)>;
 
@@ -509,6 +541,7 @@ pub fn all_charts(runs: &[NamedRun]) -> Vec<ChartData> {
         connections_series(runs),
         handshake_cdf_series(runs),
         target_cpu_series(runs),
+        link_series(runs),
     ]
     .into_iter()
     .filter(|c| !c.is_empty())

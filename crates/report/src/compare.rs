@@ -59,6 +59,11 @@ pub enum Metric {
     CpuUsPerAnswer,
     /// The target's CPU time per answer, µs; runs with `target_cpu` (`--target-pid`) only.
     TargetCpuUsPerAnswer,
+    /// Packets the emulated link dropped (loss, queue, outage; both directions) as a share of
+    /// those that entered it, %; runs behind a link (`link`) only.
+    LinkDroppedPct,
+    /// The link emulator's p99 lateness, ns; runs behind a link only.
+    LinkLatenessP99,
 }
 
 /// Whether more is better.
@@ -73,7 +78,7 @@ pub enum Better {
 
 impl Metric {
     /// Every figure, in table order.
-    pub const ALL: [Metric; 18] = [
+    pub const ALL: [Metric; 20] = [
         Metric::QpsAnswered,
         Metric::QpsSent,
         Metric::AnsweredPct,
@@ -92,6 +97,8 @@ impl Metric {
         Metric::PacketsInPerAnswer,
         Metric::CpuUsPerAnswer,
         Metric::TargetCpuUsPerAnswer,
+        Metric::LinkDroppedPct,
+        Metric::LinkLatenessP99,
     ];
 
     /// The row label.
@@ -115,6 +122,8 @@ impl Metric {
             Metric::PacketsInPerAnswer => "packets in/answer",
             Metric::CpuUsPerAnswer => "CPU/answer",
             Metric::TargetCpuUsPerAnswer => "target CPU/answer",
+            Metric::LinkDroppedPct => "link dropped",
+            Metric::LinkLatenessP99 => "link lateness p99",
         }
     }
 
@@ -160,6 +169,15 @@ impl Metric {
             Metric::PacketsInPerAnswer => wire.and_then(|w| per_answer(w.packets_in)),
             Metric::CpuUsPerAnswer => answered.and((r.generator.cpu_s > 0.0).then_some(r.generator.cpu_us_per_answer)),
             Metric::TargetCpuUsPerAnswer => answered.and(r.target_cpu.as_ref()).map(|c| c.cpu_us_per_answer),
+            Metric::LinkDroppedPct => r.link.as_ref().and_then(|l| {
+                let (u, d) = (&l.up.counts, &l.down.counts);
+                let dropped = |c: &volley_metrics::LinkCounters| c.dropped_loss + c.dropped_queue + c.dropped_outage;
+                let entered = u.packets_in + d.packets_in;
+                (entered > 0).then(|| (dropped(u) + dropped(d)) as f64 * 100.0 / entered as f64)
+            }),
+            Metric::LinkLatenessP99 => {
+                r.link.as_ref().filter(|l| l.lateness.count > 0).map(|l| l.lateness.p99_ns as f64)
+            }
         }
     }
 
@@ -168,13 +186,15 @@ impl Metric {
         match self {
             Metric::QpsAnswered | Metric::QpsSent => fmt_rate(v),
             Metric::AnsweredPct => format!("{v:.2}%"),
+            Metric::LinkDroppedPct => format!("{v:.3}%"),
             Metric::P50
             | Metric::P99
             | Metric::P999
             | Metric::ServiceP50
             | Metric::ServiceP99
             | Metric::GeneratorP99
-            | Metric::HandshakeP50 => fmt_ns(v.round() as u64),
+            | Metric::HandshakeP50
+            | Metric::LinkLatenessP99 => fmt_ns(v.round() as u64),
             Metric::BytesOutPerQuery
             | Metric::BytesInPerAnswer
             | Metric::WireBytesOutPerQuery

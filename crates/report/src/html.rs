@@ -418,6 +418,53 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
         }
         table_close(out);
     }
+    if let Some(l) = &r.link {
+        let spec = if l.spec.is_empty() { "none" } else { &l.spec };
+        let _ = writeln!(out, "<h3>Emulated link: {} (seed {})</h3>", esc(spec), l.seed);
+        table_open(
+            out,
+            "link",
+            &[
+                "",
+                "settings",
+                "in",
+                "out",
+                "dropped: loss",
+                "queue",
+                "outage",
+                "reordered",
+                "duplicated",
+                "queueing p99",
+            ],
+        );
+        for (name, d) in [("up", &l.up), ("down", &l.down)] {
+            let c = &d.counts;
+            let q = d.queue_delay.as_ref().map_or("-".to_string(), |q| fmt_ns(q.p99_ns));
+            let cells = [
+                c.packets_in,
+                c.packets_out,
+                c.dropped_loss,
+                c.dropped_queue,
+                c.dropped_outage,
+                c.reordered,
+                c.duplicated,
+            ];
+            let mut row = vec![name.to_string(), d.settings.clone()];
+            row.extend(cells.iter().map(u64::to_string));
+            row.push(q);
+            table_row(out, &row);
+        }
+        table_close(out);
+        let prio = if l.realtime { "real-time priority" } else { "ordinary priority" };
+        let _ = writeln!(
+            out,
+            "<p>The emulator's lateness: p50 {}, p99 {}, max {} ({prio}); forwarder CPU {:.3} s.</p>",
+            fmt_ns(l.lateness.p50_ns),
+            fmt_ns(l.lateness.p99_ns),
+            fmt_ns(l.lateness.max_ns),
+            l.forwarder_cpu_s
+        );
+    }
     if !r.warnings.is_empty() {
         out.push_str("<h3>Warnings</h3>\n<ul class=\"warnings\">\n");
         for w in &r.warnings {

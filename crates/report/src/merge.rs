@@ -646,13 +646,14 @@ fn merge_links<'a>(
         acc.held_at_end += l.held_at_end;
         acc.forwarder_cpu_s += l.forwarder_cpu_s;
         acc.realtime &= l.realtime;
+        volley_metrics::LinkSecond::add_series(&mut acc.series, &l.series);
     }
     Some(acc)
 }
 
 #[cfg(test)]
 mod tests {
-    use volley_metrics::{Histogram, LatencySummary, LinkCounters, LinkDirection, LinkInfo};
+    use volley_metrics::{Histogram, LatencySummary, LinkCounters, LinkDirection, LinkInfo, LinkSecond, LinkSecondDir};
 
     use super::merge_links;
 
@@ -662,7 +663,15 @@ mod tests {
         let counts =
             LinkCounters { packets_in: 100, packets_out: 100 - lost, dropped_loss: lost, ..Default::default() };
         let up = LinkDirection { counts, ..Default::default() };
-        LinkInfo { spec: spec.into(), seed, up, lateness: LatencySummary::of(&h), realtime: true, ..Default::default() }
+        let second = |s, lost| LinkSecond {
+            second: s,
+            up: LinkSecondDir { dropped_loss: lost, queued: 1, ..Default::default() },
+            lateness_p99_ns: late_us * 1000,
+            ..Default::default()
+        };
+        let series = vec![second(0, lost), second(lost, 1)];
+        let lateness = LatencySummary::of(&h);
+        LinkInfo { spec: spec.into(), seed, up, lateness, realtime: true, series, ..Default::default() }
     }
 
     #[test]
@@ -672,6 +681,10 @@ mod tests {
         assert_eq!((m.up.counts.packets_in, m.up.counts.packets_out, m.up.counts.dropped_loss), (200, 192, 8));
         assert_eq!(m.lateness.count, 2);
         assert!(m.lateness.max_ns >= 50_000 && m.lateness.min_ns <= 10_000);
+        // Per second: counts and queues add, second by second; the lateness is the worse.
+        let s: Vec<_> =
+            m.series.iter().map(|s| (s.second, s.up.dropped_loss, s.up.queued, s.lateness_p99_ns)).collect();
+        assert_eq!(s, [(0, 8, 2, 50_000), (3, 1, 1, 10_000), (5, 1, 1, 50_000)]);
         let other_seed = link("4g", 2, 0, 1);
         assert!(merge_links([Some(&a), Some(&other_seed)].into_iter()).is_none());
         assert!(merge_links([Some(&a), None].into_iter()).is_none());

@@ -234,6 +234,31 @@ pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
         )?;
         om.sample("volley_target_cpu_seconds_total", &[], format_float(c.cpu_s))?;
     }
+    if let Some(l) = &r.link {
+        om.family(
+            "volley_link_packets",
+            "counter",
+            None,
+            "Packets of the emulated link (--link) by direction and fate: in, out, or dropped by loss, queue or outage.",
+        )?;
+        for (dir, d) in [("up", &l.up.counts), ("down", &l.down.counts)] {
+            for (fate, n) in [
+                ("in", d.packets_in),
+                ("out", d.packets_out),
+                ("dropped_loss", d.dropped_loss),
+                ("dropped_queue", d.dropped_queue),
+                ("dropped_outage", d.dropped_outage),
+            ] {
+                om.sample("volley_link_packets_total", &[("direction", dir), ("fate", fate)], n)?;
+            }
+        }
+        om.histogram(
+            "volley_link_lateness_seconds",
+            "How late the link's emulator sent each packet against its due time.",
+            &l.lateness.histogram,
+            l.lateness.mean_ns as f64 * l.lateness.count as f64,
+        )?;
+    }
     om.family("volley_elapsed_seconds", "gauge", Some("seconds"), "Time since the run started.")?;
     om.sample("volley_elapsed_seconds", &[], format_float(r.elapsed_s))?;
     if let Some(setup) = r.setup_s {

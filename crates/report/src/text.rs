@@ -359,8 +359,9 @@ fn wire_line(t: &Totals) -> String {
             (w.packets_out + w.packets_in) as f64 / n
         )
     };
+    let again = if w.retransmits > 0 { format!(" ({} sent again)", w.retransmits) } else { String::new() };
     format!(
-        "{} out, {} in; {} packets out, {} in; per answered query: {per}",
+        "{} out, {} in; {} packets out{again}, {} in; per answered query: {per}",
         fmt_bytes(w.bytes_out as f64),
         fmt_bytes(w.bytes_in as f64),
         w.packets_out,
@@ -424,6 +425,27 @@ fn link_lines(l: &volley_metrics::LinkInfo) -> Vec<String> {
             l.forwarder_cpu_s
         ),
     );
+    // Per second: the worst second's drops, the deepest queue, the latest second.
+    let drops = |s: &volley_metrics::LinkSecond| {
+        [&s.up, &s.down].iter().map(|d| d.dropped_loss + d.dropped_queue + d.dropped_outage).sum::<u64>()
+    };
+    if let Some(worst) = l.series.iter().max_by_key(|s| drops(s)).filter(|s| drops(s) > 0) {
+        let queued = l.series.iter().map(|s| s.up.queued + s.down.queued).max().unwrap_or(0);
+        let late = l.series.iter().max_by_key(|s| s.lateness_p99_ns).map_or(0, |s| s.lateness_p99_ns);
+        push_labeled(
+            &mut out,
+            "link per s",
+            &format!(
+                "most drops in second {}: {} (loss {}, queue {}, outage {}); deepest queue {queued} packets; worst second's lateness p99 {}",
+                worst.second,
+                drops(worst),
+                worst.up.dropped_loss + worst.down.dropped_loss,
+                worst.up.dropped_queue + worst.down.dropped_queue,
+                worst.up.dropped_outage + worst.down.dropped_outage,
+                fmt_ns(late)
+            ),
+        );
+    }
     out
 }
 
@@ -560,13 +582,15 @@ mod wire_tests {
     fn wire_line_per_answered_query() {
         let t = Totals {
             answered: 100,
-            wire: WireStats { bytes_out: 7_300, bytes_in: 8_900, packets_out: 100, packets_in: 100 },
+            wire: WireStats { bytes_out: 7_300, bytes_in: 8_900, packets_out: 100, packets_in: 100, retransmits: 0 },
             ..Totals::default()
         };
         let line = wire_line(&t);
         assert_eq!(line, "7.30kB out, 8.90kB in; 100 packets out, 100 in; per answered query: 162B, 2.0 packets");
         assert!(LABEL + line.len() <= MAX_COLUMNS);
-        let none = Totals { answered: 0, ..t };
+        let none = Totals { answered: 0, ..t.clone() };
         assert!(wire_line(&none).ends_with("per answered query: -"));
+        let lossy = Totals { wire: WireStats { retransmits: 3, ..t.wire }, ..t };
+        assert!(wire_line(&lossy).contains("100 packets out (3 sent again), 100 in"), "{}", wire_line(&lossy));
     }
 }

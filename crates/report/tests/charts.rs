@@ -257,3 +257,28 @@ fn target_cpu_over_time_as_share_of_a_core() {
     write_csv_series(&runs[1].result, &mut out).unwrap();
     assert!(!String::from_utf8(out).unwrap().contains("target_cpu_s"));
 }
+
+/// The emulated link over time: per second its drops by cause and its queues, both directions
+/// added; a run without a link has no lines.
+#[test]
+fn link_drops_and_queue_over_time() {
+    use volley_metrics::{LinkInfo, LinkSecond, LinkSecondDir};
+    let mut run = known();
+    let c = link_series(std::slice::from_ref(&run));
+    assert!(c.is_empty(), "no link, no lines");
+    let second = |s: u64, loss: u64, outage: u64, queued: u64| LinkSecond {
+        second: s,
+        up: LinkSecondDir { dropped_loss: loss, dropped_outage: outage, queued, ..Default::default() },
+        down: LinkSecondDir { dropped_loss: 1, queued: 1, ..Default::default() },
+        ..Default::default()
+    };
+    let series = vec![second(0, 2, 0, 5), second(1, 0, 40, 0), second(2, 3, 0, 7)];
+    run.result.link = Some(LinkInfo { spec: "4g".into(), series, ..Default::default() });
+    let c = link_series(std::slice::from_ref(&run));
+    assert_eq!(c.id, "link");
+    assert_eq!(names(&c), ["dropped: loss", "dropped: queue", "dropped: outage", "queued"]);
+    assert_eq!(points(&c, "dropped: loss"), [(0.0, 3.0), (1.0, 1.0), (2.0, 4.0)]);
+    assert_eq!(points(&c, "dropped: outage"), [(0.0, 0.0), (1.0, 40.0), (2.0, 0.0)]);
+    assert_eq!(points(&c, "queued"), [(0.0, 6.0), (1.0, 1.0), (2.0, 8.0)]);
+    assert!(all_charts(std::slice::from_ref(&run)).iter().any(|c| c.id == "link"));
+}

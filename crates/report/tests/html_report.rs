@@ -101,7 +101,13 @@ fn console_lines(stderr: &str) -> Vec<&str> {
 
 fn runs() -> Vec<NamedRun> {
     // 1013 queries sent, 1000 answered; on the wire 2026 packets out and 1500 in.
-    let wire = volley_metrics::WireStats { bytes_out: 162_080, bytes_in: 120_000, packets_out: 2026, packets_in: 1500 };
+    let wire = volley_metrics::WireStats {
+        bytes_out: 162_080,
+        bytes_in: 120_000,
+        packets_out: 2026,
+        packets_in: 1500,
+        retransmits: 0,
+    };
     let mut udp =
         named("udp-run", &Spec { nxdomain_every: Some(4), timed_out: 10, failed: 3, wire, ..Spec::default() });
     udp.result.warnings.push("the generator fell behind <by 2 ms> & more".into());
@@ -319,4 +325,36 @@ fn comparison_of_repeated_runs_renders_in_headless_chromium() {
     for name in ["old1", "old3", "new1", "new3"] {
         assert!(combined.contains(&format!("{name}: answered")), "{name} missing from the response rate legend");
     }
+}
+
+/// A run behind an emulated link: its table (settings, counters per direction), its lateness,
+/// and the chart of its drops and queue over time.
+#[test]
+fn report_shows_the_emulated_link() {
+    use volley_metrics::{LinkCounters, LinkDirection, LinkInfo, LinkSecond, LinkSecondDir};
+    let mut run = named("udp-run", &Spec::default());
+    let counts = LinkCounters { packets_in: 1000, packets_out: 995, dropped_loss: 5, ..Default::default() };
+    let series = (0..5)
+        .map(|s| LinkSecond {
+            second: s,
+            up: LinkSecondDir { dropped_loss: 1, ..Default::default() },
+            ..Default::default()
+        })
+        .collect();
+    run.result.link = Some(LinkInfo {
+        spec: "4g".into(),
+        seed: 7,
+        up: LinkDirection { settings: "loss 0.5%, delay 53.3ms".into(), counts, queue_delay: None },
+        series,
+        ..Default::default()
+    });
+    let mut out = Vec::new();
+    write_html_report(&[run], &mut out).unwrap();
+    let html = String::from_utf8(out).unwrap();
+    assert!(html.contains("<h3>Emulated link: 4g (seed 7)</h3>"), "the link's heading");
+    assert!(
+        html.contains("<td>up</td><td class=\"n\">loss 0.5%, delay 53.3ms</td><td class=\"n\">1000</td><td class=\"n\">995</td><td class=\"n\">5</td>"),
+        "the up row"
+    );
+    assert!(html.contains("Emulated link: drops and queue over time"), "the link's chart");
 }

@@ -296,7 +296,7 @@ fn medians_and_ranges() {
 
 /// A run of 1010 queries (1000 answered, 10 timed out) with the given wire counts.
 fn wire_run(name: &str, bytes_out: u64, bytes_in: u64, packets_out: u64, packets_in: u64) -> NamedRun {
-    let wire = volley_metrics::WireStats { bytes_out, bytes_in, packets_out, packets_in };
+    let wire = volley_metrics::WireStats { bytes_out, bytes_in, packets_out, packets_in, retransmits: 0 };
     named(name, &Spec { timed_out: 10, wire, ..Spec::default() })
 }
 
@@ -554,4 +554,44 @@ fn figures_read_back_from_json_exactly() {
         }
     }
     assert_eq!(off, 0, "{off} figures read back differently");
+}
+
+// ---- the emulated link (--link) -------------------------------------------------------------
+
+/// A run behind a link that dropped `dropped` of 1000 packets up, with a p99 lateness of
+/// `late_us`.
+fn link_run(name: &str, dropped: u64, late_us: u64) -> NamedRun {
+    use volley_metrics::{Histogram, LatencySummary, LinkCounters, LinkDirection, LinkInfo};
+    let mut r = named(name, &Spec::default());
+    let mut h = Histogram::new(3);
+    h.record_n(late_us * 1000, 100);
+    let counts =
+        LinkCounters { packets_in: 1000, packets_out: 1000 - dropped, dropped_loss: dropped, ..Default::default() };
+    r.result.link = Some(LinkInfo {
+        spec: "4g".into(),
+        up: LinkDirection { counts, ..Default::default() },
+        lateness: LatencySummary::of(&h),
+        ..Default::default()
+    });
+    r
+}
+
+/// compare: the share of packets the link dropped and its p99 lateness; runs without a link
+/// have no such rows.
+#[test]
+fn link_rows_in_compare() {
+    let c = compare(&[("a".into(), vec![link_run("a", 5, 40)]), ("b".into(), vec![link_run("b", 15, 80)])]);
+    let f = figure(&c, Metric::LinkDroppedPct);
+    let med: Vec<Option<f64>> = f.groups.iter().map(|g| g.map(|g| g.median)).collect();
+    assert_eq!(med, vec![Some(0.5), Some(1.5)]);
+    assert_eq!(f.better, Better::Lower);
+    let late = figure(&c, Metric::LinkLatenessP99);
+    let ratio = late.ratios[1].unwrap();
+    assert!((ratio - 2.0).abs() < 0.01, "{ratio}");
+    let mut out = Vec::new();
+    write_compare_text(&c, &mut out).unwrap();
+    let s = String::from_utf8(out).unwrap();
+    assert!(s.lines().any(|l| l.starts_with("link dropped") && l.contains("0.500%")), "{s}");
+    let c = compare(&[("x".into(), vec![named("x", &Spec::default())])]);
+    assert!(c.figures.iter().all(|f| f.metric != Metric::LinkDroppedPct && f.metric != Metric::LinkLatenessP99));
 }

@@ -72,7 +72,13 @@ fn a_finished_run() {
 
 #[test]
 fn wire_bytes_and_packets() {
-    let wire = volley_metrics::WireStats { bytes_out: 73_000, bytes_in: 89_000, packets_out: 1000, packets_in: 999 };
+    let wire = volley_metrics::WireStats {
+        bytes_out: 73_000,
+        bytes_in: 89_000,
+        packets_out: 1000,
+        packets_in: 999,
+        retransmits: 0,
+    };
     let run = named("udp", &Spec { wire, ..Spec::default() });
     let mut out = Vec::new();
     write_openmetrics(&run.result, &mut out).unwrap();
@@ -83,6 +89,39 @@ fn wire_bytes_and_packets() {
     assert_eq!(sample_value(&text, "volley_wire_bytes_total{direction=\"in\"}"), 89_000.0);
     assert_eq!(sample_value(&text, "volley_wire_packets_total{direction=\"out\"}"), 1000.0);
     assert_eq!(sample_value(&text, "volley_wire_packets_total{direction=\"in\"}"), 999.0);
+}
+
+/// A run behind an emulated link: its packets by direction and fate, its lateness.
+#[test]
+fn the_link_of_a_run() {
+    use volley_metrics::{Histogram, LatencySummary, LinkCounters, LinkDirection, LinkInfo};
+    let mut run = named("udp", &Spec::default());
+    let mut h = Histogram::new(3);
+    h.record_n(30_000, 99);
+    h.record(2_000_000);
+    let counts =
+        LinkCounters { packets_in: 100, packets_out: 97, dropped_loss: 2, dropped_outage: 1, ..Default::default() };
+    run.result.link = Some(LinkInfo {
+        spec: "4g".into(),
+        up: LinkDirection { counts, ..Default::default() },
+        lateness: LatencySummary::of(&h),
+        ..Default::default()
+    });
+    let mut out = Vec::new();
+    write_openmetrics(&run.result, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    check_format(&text);
+    let v = |fate: &str| sample_value(&text, &format!("volley_link_packets_total{{direction=\"up\",fate=\"{fate}\"}}"));
+    assert_eq!(
+        (v("in"), v("out"), v("dropped_loss"), v("dropped_outage"), v("dropped_queue")),
+        (100.0, 97.0, 2.0, 1.0, 0.0)
+    );
+    assert_eq!(sample_value(&text, "volley_link_lateness_seconds_count"), 100.0);
+    assert_eq!(sample_value(&text, "volley_link_lateness_seconds_bucket{le=\"0.0001\"}"), 99.0);
+    // Without a link, no such families.
+    let mut out = Vec::new();
+    write_openmetrics(&named("udp", &Spec::default()).result, &mut out).unwrap();
+    assert!(!String::from_utf8(out).unwrap().contains("volley_link"));
 }
 
 #[test]

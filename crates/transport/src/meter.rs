@@ -141,6 +141,8 @@ pub(crate) struct TcpCounts {
     /// Segments sent and received: SYN, FIN, pure ACKs and retransmissions included.
     pub segs_out: u64,
     pub segs_in: u64,
+    /// Segments sent again (`tcpi_total_retrans`).
+    pub retrans: u64,
 }
 
 /// Reads `TCP_INFO` of a TCP socket; None when it is not one (or the kernel has no counters).
@@ -171,6 +173,7 @@ pub(crate) fn tcp_counts(fd: RawFd) -> Option<TcpCounts> {
         bytes_in: info.bytes_received.saturating_sub(fin_in as u64),
         segs_out: info.segs_out as u64,
         segs_in: info.segs_in as u64,
+        retrans: info.total_retrans as u64,
     })
 }
 
@@ -187,6 +190,7 @@ pub(crate) fn tcp_wire(c: &TcpCounts, v6: bool) -> WireStats {
             bytes_in: c.bytes_in + c.segs_in * (ip + TCP_HEADER),
             packets_out: c.segs_out,
             packets_in: c.segs_in,
+            retransmits: c.retrans,
         };
     }
     let ts = c.options & TCPI_OPT_TIMESTAMPS != 0;
@@ -199,6 +203,7 @@ pub(crate) fn tcp_wire(c: &TcpCounts, v6: bool) -> WireStats {
         bytes_in: c.bytes_in + c.segs_in * per + syn_in,
         packets_out: c.segs_out,
         packets_in: c.segs_in,
+        retransmits: c.retrans,
     }
 }
 
@@ -348,6 +353,7 @@ pub(crate) fn report_quic<X: Exchange + ?Sized>(conn: &quinn::Connection, x: &X)
         bytes_in: s.udp_rx.bytes + s.udp_rx.datagrams * h,
         packets_out: s.udp_tx.datagrams,
         packets_in: s.udp_rx.datagrams,
+        retransmits: s.path.lost_packets,
     });
 }
 
@@ -377,17 +383,34 @@ mod tests {
     fn tcp_headers() {
         // One query per connection over IPv4 with timestamps: SYN, ACK, query, FIN, ACK out;
         // SYN-ACK, ACK, answer, FIN in.
-        let c = TcpCounts { state: TCP_CLOSE, options: 7, bytes_out: 40, bytes_in: 56, segs_out: 5, segs_in: 4 };
+        let c = TcpCounts {
+            state: TCP_CLOSE,
+            options: 7,
+            bytes_out: 40,
+            bytes_in: 56,
+            segs_out: 5,
+            segs_in: 4,
+            retrans: 1,
+        };
         let w = tcp_wire(&c, false);
         assert_eq!(
             w,
-            WireStats { bytes_out: 40 + 5 * 52 + 8, bytes_in: 56 + 4 * 52 + 8, packets_out: 5, packets_in: 4 }
+            WireStats {
+                bytes_out: 40 + 5 * 52 + 8,
+                bytes_in: 56 + 4 * 52 + 8,
+                packets_out: 5,
+                packets_in: 4,
+                retransmits: 1
+            }
         );
         let w6 = tcp_wire(&c, true);
         assert_eq!(w6.bytes_out, 40 + 5 * 72 + 8);
         // Refused: one SYN (60 bytes), one RST (40).
         let r = TcpCounts { state: TCP_CLOSE, segs_out: 1, segs_in: 1, ..TcpCounts::default() };
-        assert_eq!(tcp_wire(&r, false), WireStats { bytes_out: 60, bytes_in: 40, packets_out: 1, packets_in: 1 });
+        assert_eq!(
+            tcp_wire(&r, false),
+            WireStats { bytes_out: 60, bytes_in: 40, packets_out: 1, packets_in: 1, retransmits: 0 }
+        );
     }
 
     #[test]

@@ -113,6 +113,17 @@ pub struct BenchArgs {
     /// Live progress line on standard error.
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: ProgressMode,
+
+    /// Measure behind an emulated network link (docs/link.md): the items of `volley link`,
+    /// space-separated (e.g. "4g"). The embedded responder listens on the link's host end, so
+    /// every transport crosses the same link; an external target on 127.0.0.1 is reached at
+    /// the host end (it must listen on 0.0.0.0).
+    #[arg(long, value_name = "SPEC")]
+    pub link: Option<String>,
+
+    /// Seed of the link's random choices [default: a random one, printed].
+    #[arg(long, value_name = "N", requires = "link")]
+    pub link_seed: Option<u64>,
 }
 
 /// The source addresses of `--fresh` runs against the embedded responder (on loopback any
@@ -158,6 +169,12 @@ pub fn run(a: BenchArgs) -> CliResult {
     }
     let target_pids = super::run::target_pids(&a.target_pid)?;
     let tmp = tempdir()?;
+    // Behind a link, the embedded responder listens on its host end (on the host), and this
+    // thread enters its namespace once the responder runs: every generator socket is there.
+    let mut link = match &a.link {
+        Some(spec) => Some(super::link::start_link(spec, a.link_seed)?),
+        None => None,
+    };
     let mut embedded: Option<volley_responder::Responder> = None;
     let mut cases = Vec::new();
     if a.target.is_empty() {
@@ -178,6 +195,10 @@ pub fn run(a: BenchArgs) -> CliResult {
             doq_port: on(Transport::Doq),
             threads: a.responder_threads.unwrap_or((cores - threads.min(cores)).max(1)),
             ..ResponderConfig::default()
+        };
+        let config = match &link {
+            Some(l) => ResponderConfig { listen: l.host(), ..config },
+            None => config,
         };
         let r = volley_responder::start(config).map_err(|e| CliError::failure(format!("embedded responder: {e}")))?;
         let ca_file = match r.ca_pem() {
@@ -204,6 +225,12 @@ pub fn run(a: BenchArgs) -> CliResult {
     } else {
         cases = target_cases(&a)?;
     }
+    if let Some(l) = &link {
+        for c in &mut cases {
+            l.reach(vec![&mut c.target]);
+        }
+        l.enter()?;
+    }
 
     let interrupt = interrupt_flag();
     let mut rows = Vec::new();
@@ -214,8 +241,13 @@ pub fn run(a: BenchArgs) -> CliResult {
         a.duration.as_secs_f64(),
         a.concurrency,
         threads,
-        if embedded.is_some() { ", embedded responder on loopback" } else { "" },
-        match (a.fresh, embedded.is_some()) {
+        match (&embedded, &link) {
+            (Some(_), Some(l)) => format!(", embedded responder at {} behind the link", l.host()),
+            (Some(_), None) => ", embedded responder on loopback".to_string(),
+            (None, Some(_)) => ", behind the link".to_string(),
+            (None, None) => String::new(),
+        },
+        match (a.fresh, embedded.is_some() && link.is_none()) {
             (true, true) => format!(", one query per connection from {FRESH_SOURCES}"),
             (true, false) => ", one query per connection".to_string(),
             _ => String::new(),
@@ -235,8 +267,9 @@ pub fn run(a: BenchArgs) -> CliResult {
         if fresh {
             lane.conn = ConnPolicy { max_queries: Some(1), ..lane.conn };
             // On one source address the ports that fresh connections leave in TIME_WAIT would
-            // soon make the kernel's port search, not the transport, the cost measured.
-            if embedded.is_some() {
+            // soon make the kernel's port search, not the transport, the cost measured. (Not
+            // behind a link: its namespace has one address, and a slower exchange.)
+            if embedded.is_some() && link.is_none() {
                 lane.sources = Some(FRESH_SOURCES.parse().map_err(CliError::usage)?);
             }
         }
@@ -257,7 +290,16 @@ pub fn run(a: BenchArgs) -> CliResult {
         };
         check_target(&mut plan)?;
         let srv0 = embedded.as_ref().map(|r| r.cpu_ns());
-        let mut result = execute(&plan, a.progress, None, interrupt.clone())?;
+        if let Some(l) = link.as_mut() {
+            l.mark();
+        }
+        let mut result = execute(&plan, a.progress, None, interrupt.clone(), link.as_mut())?;
+        if let Some(l) = link.as_mut() {
+            // This transport's run over the link.
+            let (info, warnings) = l.part();
+            result.link = Some(info);
+            result.warnings.extend(warnings);
+        }
         if let (Some(r), Some(srv0)) = (&embedded, srv0) {
             // The embedded responder's threads, over the run.
             let cpu_s = r.cpu_ns().saturating_sub(srv0) as f64 / 1e9;
@@ -299,6 +341,10 @@ pub fn run(a: BenchArgs) -> CliResult {
     }
     if let Some(r) = embedded {
         r.stop();
+    }
+    if let Some(l) = link {
+        // The link's lines over all the transports (stderr).
+        l.finish()?;
     }
     let _ = std::fs::remove_dir_all(&tmp);
     let mut out = std::io::stdout().lock();

@@ -127,7 +127,7 @@ fn live(a: &RunArgs) -> CliResult<(Calibration, bool)> {
             CalibrateError::NotPermitted(_) => CliError::usage(e),
             e => CliError::failure(e),
         })?;
-    let result = run::execute(&plan, a.progress, a.metrics_file.as_deref(), run::interrupt_flag());
+    let result = run::execute(&plan, a.progress, a.metrics_file.as_deref(), run::interrupt_flag(), None);
     // The last answers are in the kernel's queue by now; the capture reads them before it stops.
     std::thread::sleep(Duration::from_millis(100));
     let stopped = capture.stop().map_err(CliError::failure);

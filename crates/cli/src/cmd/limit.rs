@@ -199,6 +199,16 @@ pub fn run(a: LimitArgs) -> CliResult {
     let mut targets: Vec<Option<String>> = vec![first];
     targets.extend(a.also.iter().cloned().map(Some));
     let interrupt = interrupt_flag();
+    // Behind a link (--link): one link for the whole search, entered before any socket is
+    // made; each step's results carry the link over that step.
+    let mut link = match &a.run.link {
+        Some(spec) => {
+            let l = super::link::start_link(spec, a.run.link_seed)?;
+            l.enter()?;
+            Some(l)
+        }
+        None => None,
+    };
     let mut searches = Vec::new();
     for target in targets {
         // The plan of one step at `load`.
@@ -215,6 +225,9 @@ pub fn run(a: LimitArgs) -> CliResult {
             r
         };
         let mut first = plan(&step_args(a.start))?;
+        if let Some(l) = &link {
+            l.reach_plan(&mut first);
+        }
         check_target(&mut first)?;
         let name = first.target.to_string();
         eprintln!("searching the limit of {name} by {} ({})", a.by.unit(), describe(&objective));
@@ -224,14 +237,22 @@ pub fn run(a: LimitArgs) -> CliResult {
             if failure.is_some() || interrupt.load(Ordering::Relaxed) {
                 return Measured { interrupted: true, ..Default::default() };
             }
+            if let Some(l) = link.as_mut() {
+                l.mark();
+            }
             let step = plan(&step_args(load)).and_then(|mut p| {
                 // Measured at the address the probe found answering.
                 same_addresses(&mut p, &first);
-                execute(&p, a.run.progress, None, interrupt.clone())
+                execute(&p, a.run.progress, None, interrupt.clone(), link.as_mut())
             });
             match step {
                 Ok(mut r) => {
                     r.command = std::env::args().collect();
+                    if let Some(l) = link.as_mut() {
+                        let (info, warnings) = l.part();
+                        r.link = Some(info);
+                        r.warnings.extend(warnings);
+                    }
                     let lat = Histogram::from_sparse(&r.latency.histogram);
                     let m = Measured {
                         answered_ratio: r.totals.answered_ratio(),
@@ -289,6 +310,10 @@ pub fn run(a: LimitArgs) -> CliResult {
         }
     }
 
+    if let Some(l) = link {
+        // The link's lines over the whole search (stderr).
+        l.finish()?;
+    }
     let mut out = std::io::stdout().lock();
     write_table(&searches, &mut out).map_err(CliError::failure)?;
     if let Some(path) = &a.run.output {

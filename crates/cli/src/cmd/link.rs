@@ -2,7 +2,7 @@
 
 use clap::Args;
 use volley_link::{spec, Link, LinkReport};
-use volley_metrics::{Histogram, LatencySummary, LinkDirection, LinkInfo};
+use volley_metrics::{Histogram, LatencySummary, LinkDirection, LinkInfo, LinkSecond, LinkSecondDir};
 
 use crate::error::{CliError, CliResult};
 
@@ -18,7 +18,8 @@ Impairments (items applied in order; a later one replaces an earlier setting):
   4g +53.3 ms, 1 ms jitter, 0.5 % loss; lossy-4g the same with 1.5 %; 3g +150 ms, 8 ms, 2.5 %.
 
 The command sees the host at $VOLLEY_LINK_HOST (a server on the host must listen there or on
-0.0.0.0) and has $VOLLEY_LINK_LOCAL itself. Lines from volley link go to stderr.
+0.0.0.0) and has $VOLLEY_LINK_LOCAL itself; over IPv6, $VOLLEY_LINK_HOST6 and
+$VOLLEY_LINK_LOCAL6 (a server listening on :: has both). Lines from volley link go to stderr.
 
 Examples:
   volley serve --listen 0.0.0.0 --port 5353 &
@@ -50,8 +51,13 @@ pub fn run(a: LinkArgs) -> CliResult {
     let seed = a.seed.unwrap_or_else(volley_link::rng::random_seed);
     let link = Link::start(cfg.clone(), seed).map_err(CliError::usage)?;
     eprintln!(
-        "volley link: host {} ($VOLLEY_LINK_HOST), namespace {} ($VOLLEY_LINK_LOCAL), seed {seed}",
-        link.addrs.host, link.addrs.local
+        "volley link: host {} ($VOLLEY_LINK_HOST), namespace {} ($VOLLEY_LINK_LOCAL){}, seed {seed}",
+        link.addrs.host,
+        link.addrs.local,
+        match (link.addrs.host6, link.addrs.local6) {
+            (Some(h), Some(l)) => format!("; host {h} ($VOLLEY_LINK_HOST6), namespace {l} ($VOLLEY_LINK_LOCAL6)"),
+            _ => String::new(),
+        }
     );
     eprintln!("volley link: up: {}; down: {}", cfg.up.describe(), cfg.down.describe());
     let status = link.run_command(&a.command);
@@ -68,11 +74,10 @@ pub fn run(a: LinkArgs) -> CliResult {
 
 /// `--link SPEC` of `volley run`: the plan's targets (see [`behind_link`]).
 pub fn plan_behind_link(spec: &str, seed: Option<u64>, plan: &mut volley_engine::Plan) -> CliResult<BehindLink> {
-    let mut targets = vec![&mut plan.target];
-    if let volley_engine::Load::Clients(c) = &mut plan.load {
-        targets.extend(c.groups.iter_mut().map(|g| &mut g.target));
-    }
-    behind_link(spec, seed, targets)
+    let link = start_link(spec, seed)?;
+    link.reach_plan(plan);
+    link.enter()?;
+    Ok(link)
 }
 
 /// `--link SPEC`: starts the link, reaches loopback targets at its host end, and moves the
@@ -82,41 +87,35 @@ pub fn behind_link(
     seed: Option<u64>,
     targets: Vec<&mut volley_transport::Target>,
 ) -> CliResult<BehindLink> {
+    let link = start_link(spec, seed)?;
+    link.reach(targets);
+    link.enter()?;
+    Ok(link)
+}
+
+/// Starts the link of `--link SPEC` (the calling thread stays on the host: see
+/// [`BehindLink::enter`]) and says so on stderr.
+pub fn start_link(spec: &str, seed: Option<u64>) -> CliResult<BehindLink> {
     let items: Vec<String> = spec.split_whitespace().map(str::to_string).collect();
     let cfg = spec::parse(&items).map_err(|e| CliError::usage(format!("--link: {e}")))?;
     let seed = seed.unwrap_or_else(volley_link::rng::random_seed);
     let link = Link::start(cfg.clone(), seed).map_err(|e| CliError::usage(format!("--link: {e}")))?;
-    let host = std::net::IpAddr::V4(link.addrs.host);
-    // Loopback (127.0.0.1, ::1, localhost's addresses) is the namespace's own: such a target
-    // is reached at the link's host end, once.
-    let reach = |t: &mut volley_transport::Target| {
-        let to_host = |a: &mut std::net::SocketAddr| {
-            if a.ip().is_loopback() {
-                *a = std::net::SocketAddr::new(host, a.port());
-            }
-        };
-        to_host(&mut t.addr);
-        let mut seen = Vec::new();
-        for mut a in std::mem::take(&mut t.addrs) {
-            to_host(&mut a);
-            if !seen.contains(&a) {
-                seen.push(a);
-            }
-        }
-        t.addrs = seen;
-    };
-    for t in targets {
-        reach(t);
-    }
-    link.enter().map_err(|e| CliError::usage(format!("--link: cannot enter the link's namespace: {e}")))?;
     eprintln!(
-        "volley link: host {}, namespace {}, seed {seed}; up: {}; down: {}",
+        "volley link: host {}{}, namespace {}, seed {seed}; up: {}; down: {}",
         link.addrs.host,
+        link.addrs.host6.map_or(String::new(), |h| format!(" and {h}")),
         link.addrs.local,
         cfg.up.describe(),
         cfg.down.describe()
     );
-    Ok(BehindLink { link, spec: spec.to_string(), up: cfg.up.describe(), down: cfg.down.describe() })
+    Ok(BehindLink {
+        link,
+        spec: spec.to_string(),
+        up: cfg.up.describe(),
+        down: cfg.down.describe(),
+        part: Part::default(),
+        prev: None,
+    })
 }
 
 /// A run's link, with what its results say of it.
@@ -125,37 +124,209 @@ pub struct BehindLink {
     spec: String,
     up: String,
     down: String,
+    /// Since the start of the current part (a run; in `volley bench`, a transport's run).
+    part: Part,
+    /// The last sample's counters (the next second's figures are the difference).
+    prev: Option<(volley_link::Counters, volley_link::Counters)>,
+}
+
+/// What the link did over a part of its life, from its samples.
+struct Part {
+    /// The counters at the part's start.
+    base: (volley_link::Counters, volley_link::Counters),
+    lateness: Histogram,
+    up_queue_delay: Histogram,
+    down_queue_delay: Histogram,
+    cpu0: std::time::Duration,
+    series: Vec<LinkSecond>,
+}
+
+impl Default for Part {
+    fn default() -> Part {
+        Part {
+            base: Default::default(),
+            lateness: Histogram::new(3),
+            up_queue_delay: Histogram::new(3),
+            down_queue_delay: Histogram::new(3),
+            cpu0: Default::default(),
+            series: Vec::new(),
+        }
+    }
 }
 
 impl BehindLink {
-    /// Stops the link, prints its lines on stderr and returns the results' `link` and the
-    /// warning of an emulator that fell behind.
-    pub fn finish(self) -> CliResult<(LinkInfo, Option<String>)> {
+    /// The link's host end (where a target for the namespace listens).
+    pub fn host(&self) -> std::net::IpAddr {
+        std::net::IpAddr::V4(self.link.addrs.host)
+    }
+
+    /// Loopback targets (127.0.0.1, ::1, localhost's addresses are the namespace's own) are
+    /// reached at the link's host end, once: ::1 at its IPv6 end where the link has one.
+    pub fn reach(&self, targets: Vec<&mut volley_transport::Target>) {
+        let host = self.host();
+        let host6 = self.link.addrs.host6.map(std::net::IpAddr::V6);
+        let to_host = |a: &mut std::net::SocketAddr| {
+            if a.ip().is_loopback() {
+                let h = if a.is_ipv6() { host6.unwrap_or(host) } else { host };
+                *a = std::net::SocketAddr::new(h, a.port());
+            }
+        };
+        for t in targets {
+            to_host(&mut t.addr);
+            let mut seen = Vec::new();
+            for mut a in std::mem::take(&mut t.addrs) {
+                to_host(&mut a);
+                if !seen.contains(&a) {
+                    seen.push(a);
+                }
+            }
+            t.addrs = seen;
+        }
+    }
+
+    /// [`BehindLink::reach`] for every target of a plan.
+    pub fn reach_plan(&self, plan: &mut volley_engine::Plan) {
+        let mut targets = vec![&mut plan.target];
+        if let volley_engine::Load::Clients(c) = &mut plan.load {
+            targets.extend(c.groups.iter_mut().map(|g| &mut g.target));
+        }
+        self.reach(targets);
+    }
+
+    /// Moves the calling thread into the link's namespace: the threads it starts, and the
+    /// sockets they make, are born there.
+    pub fn enter(&self) -> CliResult {
+        self.link.enter().map_err(|e| CliError::usage(format!("--link: cannot enter the link's namespace: {e}")))
+    }
+
+    fn sample(&mut self) -> Option<volley_link::LinkSample> {
+        let s = self.link.sample()?;
+        self.part.lateness.merge(&s.lateness);
+        self.part.up_queue_delay.merge(&s.up_queue_delay);
+        self.part.down_queue_delay.merge(&s.down_queue_delay);
+        Some(s)
+    }
+
+    /// A new part starts (in `volley bench`, each transport's run): its figures from here.
+    pub fn mark(&mut self) {
+        let s = self.link.sample();
+        self.part = Part::default();
+        if let Some(s) = s {
+            self.part.base = (s.up, s.down);
+            self.part.cpu0 = s.cpu;
+            self.prev = Some((s.up, s.down));
+        }
+    }
+
+    /// The end of second `second` of the run: the link's figures of that second.
+    pub fn tick(&mut self, second: u64) {
+        let Some(s) = self.sample() else { return };
+        let (pu, pd) = self.prev.unwrap_or_default();
+        let dir = |c: &volley_link::Counters, p: &volley_link::Counters, queued: u64, q: &Histogram| LinkSecondDir {
+            packets_out: c.packets_out - p.packets_out,
+            dropped_loss: c.dropped_loss - p.dropped_loss,
+            dropped_queue: c.dropped_queue - p.dropped_queue,
+            dropped_outage: c.dropped_outage - p.dropped_outage,
+            queued,
+            queue_delay_p99_ns: q.quantile(0.99),
+        };
+        self.part.series.push(LinkSecond {
+            second,
+            up: dir(&s.up, &pu, s.up_queued, &s.up_queue_delay),
+            down: dir(&s.down, &pd, s.down_queued, &s.down_queue_delay),
+            lateness_p99_ns: s.lateness.quantile(0.99),
+            lateness_max_ns: s.lateness.max(),
+            overdue: s.overdue,
+        });
+        self.prev = Some((s.up, s.down));
+    }
+
+    /// The results' `link` of the part so far (since [`BehindLink::mark`]), and its warnings;
+    /// the link goes on.
+    pub fn part(&mut self) -> (LinkInfo, Vec<String>) {
+        let s = self.sample();
+        let (mut up, mut down) = s.as_ref().map(|s| (s.up, s.down)).unwrap_or_default();
+        let sub = |c: &mut volley_link::Counters, b: &volley_link::Counters| {
+            c.packets_in -= b.packets_in;
+            c.bytes_in -= b.bytes_in;
+            c.packets_out -= b.packets_out;
+            c.bytes_out -= b.bytes_out;
+            c.dropped_loss -= b.dropped_loss;
+            c.dropped_queue -= b.dropped_queue;
+            c.dropped_outage -= b.dropped_outage;
+            c.reordered -= b.reordered;
+            c.duplicated -= b.duplicated;
+        };
+        let held = up.held() + down.held();
+        sub(&mut up, &self.part.base.0);
+        sub(&mut down, &self.part.base.1);
+        let p = &self.part;
+        let info = LinkInfo {
+            spec: self.spec.clone(),
+            seed: self.link.seed,
+            up: direction(self.up.clone(), &up, &p.up_queue_delay),
+            down: direction(self.down.clone(), &down, &p.down_queue_delay),
+            lateness: LatencySummary::of(&p.lateness),
+            held_at_end: held,
+            forwarder_cpu_s: s.as_ref().map_or(0.0, |s| s.cpu.saturating_sub(p.cpu0).as_secs_f64()),
+            realtime: s.as_ref().is_some_and(|s| s.realtime),
+            series: p.series.clone(),
+        };
+        let warnings = warnings(&p.lateness, &p.series);
+        (info, warnings)
+    }
+
+    /// Stops the link, prints its lines on stderr and returns the results' `link` (over the
+    /// link's whole life) and the warnings of an emulator that fell behind.
+    pub fn finish(self) -> CliResult<(LinkInfo, Vec<String>)> {
         let seed = self.link.seed;
         let r = self.link.finish().map_err(CliError::failure)?;
         print_report(&r);
-        let dir = |settings: String, c: &volley_link::Counters, q: &Histogram| LinkDirection {
-            settings,
-            counts: *c,
-            queue_delay: (!q.is_empty()).then(|| LatencySummary::of(q)),
-        };
         let info = LinkInfo {
             spec: self.spec,
             seed,
-            up: dir(self.up, &r.up, &r.up_queue_delay),
-            down: dir(self.down, &r.down, &r.down_queue_delay),
+            up: direction(self.up, &r.up, &r.up_queue_delay),
+            down: direction(self.down, &r.down, &r.down_queue_delay),
             lateness: LatencySummary::of(&r.lateness),
             held_at_end: r.held_at_end,
             forwarder_cpu_s: r.cpu.as_secs_f64(),
             realtime: r.realtime,
+            series: self.part.series,
         };
-        Ok((info, lateness_warning(&r)))
+        let warnings = warnings(&r.lateness, &info.series);
+        Ok((info, warnings))
     }
 }
 
+fn direction(settings: String, c: &volley_link::Counters, q: &Histogram) -> LinkDirection {
+    LinkDirection { settings, counts: *c, queue_delay: (!q.is_empty()).then(|| LatencySummary::of(q)) }
+}
+
+/// The warnings of a run whose emulator fell behind: its lateness, or its backlog of due
+/// packets growing over the last seconds.
+fn warnings(lateness: &Histogram, series: &[LinkSecond]) -> Vec<String> {
+    let mut w: Vec<String> = lateness_warning(lateness).into_iter().collect();
+    if let Some(g) = backlog_growing(series) {
+        w.push(g);
+    }
+    w
+}
+
+/// The backlog (packets held past their due time) grew over the last three seconds, to 100
+/// or more: the emulator could not keep up.
+fn backlog_growing(series: &[LinkSecond]) -> Option<String> {
+    let last: Vec<u64> = series.iter().rev().take(3).map(|s| s.overdue).collect();
+    (last.len() == 3 && last[0] > last[1] && last[1] > last[2] && last[0] >= 100).then(|| {
+        format!(
+            "the link's emulator fell behind: {} packets past their due time and growing at the end; latencies include it",
+            last[0]
+        )
+    })
+}
+
 /// The warning a run carries when the emulator fell behind.
-pub fn lateness_warning(r: &LinkReport) -> Option<String> {
-    let p99 = r.lateness.quantile(0.99);
+pub fn lateness_warning(lateness: &Histogram) -> Option<String> {
+    let p99 = lateness.quantile(0.99);
     (p99 > 100_000).then(|| {
         format!("the link's emulator fell behind: p99 lateness {} (above 100us); latencies include it", us(p99))
     })
@@ -201,7 +372,7 @@ pub fn print_report(r: &LinkReport) {
     if r.write_errors > 0 {
         line += &format!(", {} refused by the kernel", r.write_errors);
     }
-    if let Some(w) = lateness_warning(r) {
+    if let Some(w) = lateness_warning(&r.lateness) {
         line += &format!(" (warning: {w})");
     }
     eprintln!("{line}");

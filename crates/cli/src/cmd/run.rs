@@ -820,6 +820,7 @@ pub fn execute(
     progress: ProgressMode,
     metrics_file: Option<&std::path::Path>,
     interrupt: Arc<AtomicBool>,
+    mut link: Option<&mut super::link::BehindLink>,
 ) -> CliResult<RunResult> {
     let show = match progress {
         ProgressMode::Always => true,
@@ -831,6 +832,9 @@ pub fn execute(
     let mut live = volley_report::LiveTotals::new();
     let mut metrics_error = None;
     let result = volley_engine::run(plan, interrupt, |p| {
+        if let Some(l) = link.as_deref_mut() {
+            l.tick(u64::from(p.row.second));
+        }
         if let Some(path) = metrics_file {
             if let Err(e) = live.update_file(p, path) {
                 metrics_error.get_or_insert(e.to_string());
@@ -870,7 +874,7 @@ pub fn run(a: RunArgs) -> CliResult {
     check_output(&a.output)?;
     // Behind a link, every socket of the run (the probe's, the workers') is made in the link's
     // namespace: this thread enters it, and the threads it starts are born there.
-    let link = match &a.link {
+    let mut link = match &a.link {
         Some(spec) => Some(super::link::plan_behind_link(spec, a.link_seed, &mut plan)?),
         None => None,
     };
@@ -885,7 +889,7 @@ pub fn run(a: RunArgs) -> CliResult {
     }
     warnings.extend(probed);
     let interrupt = interrupt_flag();
-    let mut result = execute(&plan, a.progress, a.metrics_file.as_deref(), interrupt)?;
+    let mut result = execute(&plan, a.progress, a.metrics_file.as_deref(), interrupt, link.as_mut())?;
     result.command = std::env::args().collect();
     if let Some(link) = link {
         let (info, warning) = link.finish()?;

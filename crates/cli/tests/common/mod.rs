@@ -414,6 +414,12 @@ pub const UNBOUND_DATA: &[&str] = &[
 impl Unbound {
     /// Starts unbound with `local-zone: "example.test." static` and `local_data` records.
     pub fn start(local_data: &[&str]) -> Unbound {
+        Unbound::start_on("127.0.0.1", local_data)
+    }
+
+    /// The same, listening on `interface` (e.g. 0.0.0.0, for a client behind `volley link`),
+    /// open to 127.0.0.0/8 and the links' 10.213.0.0/16.
+    pub fn start_on(interface: &str, local_data: &[&str]) -> Unbound {
         let bin = require("unbound");
         let mut last_err = String::new();
         // The port is chosen by binding port 0 and releasing it; another process may take it in
@@ -427,8 +433,8 @@ impl Unbound {
             conf.push_str(&format!("  directory: \"{}\"\n", dir.path().display()));
             conf.push_str("  pidfile: \"\"\n  use-syslog: no\n  logfile: \"\"\n  verbosity: 1\n");
             conf.push_str("  num-threads: 1\n  do-ip6: no\n");
-            conf.push_str(&format!("  interface: 127.0.0.1@{port}\n"));
-            conf.push_str("  access-control: 127.0.0.0/8 allow\n");
+            conf.push_str(&format!("  interface: {interface}@{port}\n"));
+            conf.push_str("  access-control: 127.0.0.0/8 allow\n  access-control: 10.213.0.0/16 allow\n");
             conf.push_str("  incoming-num-tcp: 256\n");
             conf.push_str("  module-config: \"iterator\"\n");
             conf.push_str("  local-zone: \"example.test.\" static\n");
