@@ -211,6 +211,17 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_streams: u32,
 
+    /// Answer the names of this zone file (an RFC 1035 master file) as its authoritative
+    /// server: its records, NXDOMAIN and NODATA with its SOA, CNAME chains, wildcards,
+    /// referrals at its delegations. Repeatable. Names outside every zone keep the
+    /// synthesised answers (or are refused: --zones-only).
+    #[arg(long, value_name = "FILE")]
+    pub zone: Vec<std::path::PathBuf>,
+
+    /// Answer REFUSED for names outside every --zone instead of synthesising an answer.
+    #[arg(long, requires = "zone")]
+    pub zones_only: bool,
+
     /// Misbehave on purpose (repeatable): http-status=CODE[:N/M], content-type=TYPE[:N/M],
     /// goaway-after=N, rst-stream=N/M, refuse-stream=N/M, tcp-reset-after=N,
     /// quic-stream-reset=N/M.
@@ -273,8 +284,41 @@ fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
         retry: args.retry,
         udp_gso: args.udp_gso,
         faults,
-        answer: AnswerConfig { ttl: args.ttl, edns_size: args.edns_size, delays, drop, max_qps: args.max_qps },
+        answer: AnswerConfig {
+            ttl: args.ttl,
+            edns_size: args.edns_size,
+            delays,
+            drop,
+            max_qps: args.max_qps,
+            zones: load_zones(&args.zone)?,
+            zones_only: args.zones_only,
+        },
     })
+}
+
+/// Loads the `--zone` files (none: None); says on stderr what each holds and how long the
+/// loading took. A zone file that cannot be served is a usage error naming FILE:LINE.
+fn load_zones(files: &[std::path::PathBuf]) -> CliResult<Option<std::sync::Arc<volley_responder::Zones>>> {
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let started = std::time::Instant::now();
+    let zones = volley_responder::load_zones(files).map_err(|e| match e {
+        volley_responder::ZoneError::Read { .. } => CliError::usage(format!("--zone: {e}")),
+        e => CliError::usage(e),
+    })?;
+    let took = started.elapsed();
+    for (zone, file) in zones.zones().iter().zip(files) {
+        eprintln!(
+            "zone {} from {}: {} records, {} names",
+            zone.apex_text(),
+            file.display(),
+            zone.records(),
+            zone.names()
+        );
+    }
+    eprintln!("zones loaded in {:.3} s", took.as_secs_f64());
+    Ok(Some(std::sync::Arc::new(zones)))
 }
 
 pub fn run(args: ServeArgs) -> CliResult {
