@@ -58,12 +58,13 @@ sub     IN  DS    12345 13 2 3A3E4E9F3D5F6A5B8C9D0E1F2A3B4C5D6E7F8091A2B3C4D5E6F
 ns.sub  IN  A     192.0.2.200
 unk     IN  TYPE65280 \# 4 0A000001
 unk     IN  A     \# 4 C0000207
+$TTL 600
 $INCLUDE example.test.inc
 $ORIGIN hosts.example.test.
 h1      IN  A     192.0.2.101
 "#;
 
-const INCLUDED: &str = "; included with the current origin\ninc     IN  A     192.0.2.70\n";
+const INCLUDED: &str = "; included with the current origin and $TTL\ninc     IN  A     192.0.2.70\n";
 
 /// The questions both servers are asked: (name, type).
 const QUESTIONS: &[(&str, &str)] = &[

@@ -76,25 +76,41 @@ impl Reader {
         ZoneError::At { file: self.files[rec.file as usize].clone(), line: rec.line as usize, what }
     }
 
-    /// Reads one file (recursively its `$INCLUDE`s) with this initial origin.
-    fn read(&mut self, path: &Path, origin: Option<Name<Bytes>>, depth: usize) -> Result<(), ZoneError> {
+    /// Reads one file (recursively its `$INCLUDE`s) with this initial origin and `$TTL`.
+    fn read(
+        &mut self,
+        path: &Path,
+        origin: Option<Name<Bytes>>,
+        dollar_ttl: Option<u32>,
+        depth: usize,
+    ) -> Result<(), ZoneError> {
         let text = std::fs::read(path).map_err(|source| ZoneError::Read { file: path.to_path_buf(), source })?;
         let file = u16::try_from(self.files.len())
             .map_err(|_| ZoneError::Zone { file: path.to_path_buf(), what: "too many included files".into() })?;
         self.files.push(path.to_path_buf());
-        let mut zf = Zonefile::from(&text[..]);
+        // An included file starts with the `$TTL` in force where it is included, as in BIND:
+        // the scanner reads it from a line put in front (its line numbers are one more).
+        let mut zf = match dollar_ttl {
+            None => Zonefile::from(&text[..]),
+            Some(ttl) => {
+                let mut zf = Zonefile::from(format!("$TTL {ttl}\n").as_bytes());
+                zf.extend_from_slice(&text);
+                zf
+            }
+        };
+        let shift = usize::from(dollar_ttl.is_some());
         zf.set_default_class(Class::IN);
         if let Some(origin) = origin {
             zf.set_origin(origin);
         }
-        let lines = entry_lines(&text);
+        let (lines, ttls) = entry_lines(&text);
         let mut k = 0;
         loop {
             let entry = match zf.next_entry() {
                 Ok(Some(entry)) => entry,
                 Ok(None) => return Ok(()),
                 // The scanner's error reads "LINE:COLUMN: what".
-                Err(e) => return Err(scan_error(path, &e.to_string())),
+                Err(e) => return Err(scan_error(path, &e.to_string(), shift)),
             };
             let line = lines.get(k).or(lines.last()).map_or(1, |&l| l as usize);
             k += 1;
@@ -143,7 +159,8 @@ impl Reader {
                         _ => inc.to_path_buf(),
                     };
                     let origin = origin.or_else(|| zf.origin().ok());
-                    self.read(&inc, origin, depth + 1).map_err(|e| match e {
+                    let ttl = ttls.iter().rev().find(|(l, _)| *l as usize <= line).map(|&(_, t)| t).or(dollar_ttl);
+                    self.read(&inc, origin, ttl, depth + 1).map_err(|e| match e {
                         ZoneError::Read { file, source } => {
                             at(format!("$INCLUDE {}: cannot read it: {source}", file.display()))
                         }
@@ -156,14 +173,15 @@ impl Reader {
 }
 
 /// The scanner's error ("LINE:COLUMN: what") as ours, with clearer words for the usual ones.
-fn scan_error(path: &Path, text: &str) -> ZoneError {
+fn scan_error(path: &Path, text: &str, shift: usize) -> ZoneError {
     let mut parts = text.splitn(3, ':');
     let (line, col, what) = (parts.next(), parts.next(), parts.next());
     match (line.and_then(|l| l.trim().parse::<usize>().ok()), col.and_then(|c| c.trim().parse::<usize>().ok())) {
         (Some(line), Some(col)) => {
             // The scanner stands after the token it could not take; at column 1 that was the
             // line end of the line before.
-            let line = if col == 1 { line.saturating_sub(1).max(1) } else { line };
+            let line = if col == 1 { line.saturating_sub(1) } else { line };
+            let line = line.saturating_sub(shift).max(1);
             let what = what.unwrap_or_default().trim();
             let what = match what {
                 "expected rtype" => {
@@ -184,9 +202,11 @@ fn scan_error(path: &Path, text: &str) -> ZoneError {
 /// The first line of each entry the scanner returns (a record or an `$INCLUDE`), in order:
 /// the scanner does not say where an entry came from, so the text's entries are counted
 /// here. An entry is a line that is not blank, a comment or an `$ORIGIN` or `$TTL`
-/// directive, continued over the line ends inside parentheses or a quoted string.
-fn entry_lines(text: &[u8]) -> Vec<u32> {
+/// directive, continued over the line ends inside parentheses or a quoted string. Also the
+/// `$TTL` directives: (line, seconds).
+fn entry_lines(text: &[u8]) -> (Vec<u32>, Vec<(u32, u32)>) {
     let mut lines = Vec::new();
+    let mut ttls = Vec::new();
     let mut line: u32 = 1;
     let mut i = 0;
     while i < text.len() {
@@ -204,6 +224,14 @@ fn entry_lines(text: &[u8]) -> Vec<u32> {
                 let word = &text[first..text.len().min(first + 8)];
                 if word.eq_ignore_ascii_case(b"$INCLUDE") {
                     lines.push(line);
+                } else if word.len() > 4 && word[..4].eq_ignore_ascii_case(b"$TTL") {
+                    let digits = text[first + 4..].iter().skip_while(|c| matches!(c, b' ' | b'\t'));
+                    let value = digits
+                        .take_while(|c| c.is_ascii_digit())
+                        .try_fold(0u32, |n, &c| n.checked_mul(10).and_then(|n| n.checked_add(u32::from(c - b'0'))));
+                    if let Some(ttl) = value {
+                        ttls.push((line, ttl));
+                    }
                 }
             }
             Some(_) => lines.push(line),
@@ -233,7 +261,7 @@ fn entry_lines(text: &[u8]) -> Vec<u32> {
         }
         i = j + 1;
     }
-    lines
+    (lines, ttls)
 }
 
 /// A node's RRsets while the zone is compiled.
@@ -314,7 +342,7 @@ fn wire_name(rdata: &[u8], off: usize) -> Option<Box<[u8]>> {
 /// Reads a zone file and compiles it.
 fn load_zone(path: &Path) -> Result<Zone, ZoneError> {
     let mut reader = Reader { files: Vec::new(), recs: Vec::new() };
-    reader.read(path, None, 0)?;
+    reader.read(path, None, None, 0)?;
     compile(reader, path)
 }
 
@@ -435,5 +463,5 @@ fn compile(reader: Reader, path: &Path) -> Result<Zone, ZoneError> {
 
 #[cfg(test)]
 pub(crate) fn entry_lines_for_tests(text: &[u8]) -> Vec<u32> {
-    entry_lines(text)
+    entry_lines(text).0
 }

@@ -203,12 +203,17 @@ fn zone_errors_name_file_and_line() {
 fn includes_are_read_relative_to_the_file() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("inc")).unwrap();
-    write(dir.path(), "inc/hosts", "host 60 A 192.0.2.9\nbad 60 A 1.2.3\n");
-    let p = write(dir.path(), "z.zone", "$ORIGIN z.test.\n@ 60 SOA ns hm 1 2 3 4 5\n$INCLUDE inc/hosts sub.z.test.\n");
+    let parent = "$ORIGIN z.test.\n$TTL 77\n@ SOA ns hm 1 2 3 4 5\n$INCLUDE inc/hosts sub.z.test.\nafter A 192.0.2.8\n";
+    write(dir.path(), "inc/hosts", "host A 192.0.2.9\nbad 60 A 1.2.3\n");
+    let p = write(dir.path(), "z.zone", parent);
     let e = load(&[p]).unwrap_err().to_string();
     assert!(e.ends_with("inc/hosts:2: expected IPv4 address"), "{e}");
-    write(dir.path(), "inc/hosts", "host 60 A 192.0.2.9\n");
-    let p = write(dir.path(), "z.zone", "$ORIGIN z.test.\n@ 60 SOA ns hm 1 2 3 4 5\n$INCLUDE inc/hosts sub.z.test.\n");
+    write(dir.path(), "inc/hosts", "host A 192.0.2.9\n$ORIGIN elsewhere.z.test.\nx A 192.0.2.10\n");
+    let p = write(dir.path(), "z.zone", parent);
     let a = answerer(load(&[p]).unwrap(), false);
-    assert!(ask(&a, "host.sub.z.test", 1, None).contains("192.0.2.9"));
+    let r = ask(&a, "host.sub.z.test", 1, None);
+    assert!(r.contains("host.sub.z.test.\t77\tIN\tA\t192.0.2.9"), "the $TTL in force: {r}");
+    assert!(ask(&a, "x.elsewhere.z.test", 1, None).contains("192.0.2.10"));
+    let r = ask(&a, "after.z.test", 1, None);
+    assert!(r.contains("after.z.test.\t77\tIN\tA\t192.0.2.8"), "the origin is back after the include: {r}");
 }
