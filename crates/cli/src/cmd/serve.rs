@@ -21,6 +21,11 @@ What it answers (any name, deterministic):
     delay-DUR   answered DUR late (200ms, 1s, 1500us)
   UDP answers that do not fit 512 octets (or the query's EDNS buffer size) come back with TC=1.
 
+Zones (--zone FILE, repeatable): the names of an RFC 1035 zone file are answered as its
+  authoritative server does: its records, NXDOMAIN/NODATA with the SOA, CNAME chains, wildcards,
+  referrals with glue at delegations. Other names keep the synthesised answers (--zones-only:
+  REFUSED). A bad zone file stops the start: FILE:LINE and what is wrong, exit 2.
+
 Encrypted transports (off unless given a port; 0 picks a free one):
   --dot-port (DoT), --doh-port (DoH over HTTP/1.1 and HTTP/2, by ALPN), --doh3-port (DoH over
   HTTP/3, UDP), --doq-port (DoQ, UDP). The certificate is generated at start (a CA and a leaf
@@ -66,6 +71,8 @@ Examples:
     volley serve --dot-port 8853 --max-queries-per-conn 10000 --idle-timeout 20s
   Every transport, CA written for clients:
     volley serve --dot-port 8853 --doh-port 8443 --doh3-port 8443 --doq-port 8853 --ca-out ca.pem
+  Authoritative for a zone, REFUSED for other names:
+    volley serve --zone example.test.zone --zones-only
   Try it with kdig:
     kdig @127.0.0.1 -p 5353 www.example.test A
     kdig @127.0.0.1 -p 5353 size-3000.x.test TXT +bufsize=1232     (TC=1)
