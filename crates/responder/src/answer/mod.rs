@@ -358,6 +358,27 @@ impl Answerer {
     }
 }
 
+/// The smallest TTL of the records of a response (OPT aside), None if it has none or cannot
+/// be read: what an HTTP cache may keep it for.
+pub(crate) fn min_ttl(resp: &[u8]) -> Option<u32> {
+    let h = Header::parse(resp).ok()?;
+    let mut at = volley_wire::HEADER_LEN;
+    for _ in 0..h.qdcount {
+        at = volley_wire::skip_name(resp, at).ok()? + 4;
+    }
+    let mut min = None;
+    for _ in 0..(h.ancount as usize + h.nscount as usize + h.arcount as usize) {
+        at = volley_wire::skip_name(resp, at).ok()?;
+        let f = resp.get(at..at + 10)?;
+        if u16::from_be_bytes([f[0], f[1]]) != QType::OPT.0 {
+            let ttl = u32::from_be_bytes([f[4], f[5], f[6], f[7]]);
+            min = Some(min.map_or(ttl, |m: u32| m.min(ttl)));
+        }
+        at += 10 + u16::from_be_bytes([f[8], f[9]]) as usize;
+    }
+    min
+}
+
 /// The largest response the transport takes: over UDP max(512, the query's EDNS size), or 512.
 fn size_limit(view: &QueryView<'_>, transport: Transport) -> usize {
     match (transport, view.edns) {

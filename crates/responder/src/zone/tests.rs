@@ -217,3 +217,20 @@ fn includes_are_read_relative_to_the_file() {
     let r = ask(&a, "after.z.test", 1, None);
     assert!(r.contains("after.z.test.\t77\tIN\tA\t192.0.2.8"), "the origin is back after the include: {r}");
 }
+
+#[test]
+fn the_smallest_ttl_bounds_an_http_cache() {
+    let (_d, a) = example();
+    let ttl_of = |name: &str, qtype: u16| {
+        let t = QueryTemplate::new(&name.parse::<Name>().unwrap(), QType(qtype), QueryOptions::default());
+        let mut q = Vec::new();
+        t.write(7, &mut q);
+        let mut out = Vec::new();
+        a.answer(&q, Transport::Doh, &mut out);
+        crate::answer::min_ttl(&out)
+    };
+    assert_eq!(ttl_of("www.example.test", 1), Some(3600));
+    assert_eq!(ttl_of("nope.example.test", 1), Some(300), "the negative SOA's");
+    assert_eq!(ttl_of("www.other.test", 1), Some(300), "synthesised: --ttl");
+    assert_eq!(ttl_of("drop.other.test", 1), None, "no response");
+}
