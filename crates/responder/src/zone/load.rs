@@ -49,31 +49,116 @@ pub fn load(paths: &[PathBuf]) -> Result<Zones, ZoneError> {
         }
         from.push(path);
     }
+    // Give the memory of the reading (the scanner's buffers, grown vectors) back to the
+    // system, so that what stays is what the zones hold.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory of the allocator; no pointer changes.
+    unsafe {
+        libc::malloc_trim(0);
+    }
     Ok(zones)
 }
 
-/// A record as read, before the zone is compiled.
-struct Rec {
-    owner: Box<[u8]>,
-    rtype: u16,
-    /// RRSIG: the type covered.
-    covered: u16,
-    ttl: u32,
-    rdata: Box<[u8]>,
-    /// Index in the list of files read, and line.
+/// Where a record came from: index in the list of files read, and line.
+#[derive(Debug, Clone, Copy)]
+struct Place {
     file: u16,
     line: u32,
 }
 
-/// The files of one zone (the zone file and those it includes), and their records.
+/// One zone's files (the zone file and those it includes) and its names, as they are read:
+/// each record goes into its node at once.
 struct Reader {
     files: Vec<PathBuf>,
-    recs: Vec<Rec>,
+    nodes: NodeMap,
+    /// The SOA: its owner (the apex) and place.
+    soa: Option<(Box<[u8]>, Place)>,
+    /// The first record (for "no SOA").
+    first: Option<Place>,
+    /// Owners of the records read before the SOA, to check once the apex is known.
+    before_soa: Vec<(Box<[u8]>, Place)>,
+    records: usize,
+    /// Scratch for each record's owner and RDATA.
+    owner: Vec<u8>,
+    rdata: Vec<u8>,
 }
 
 impl Reader {
-    fn at(&self, rec: &Rec, what: String) -> ZoneError {
-        ZoneError::At { file: self.files[rec.file as usize].clone(), line: rec.line as usize, what }
+    fn at(&self, place: Place, what: String) -> ZoneError {
+        ZoneError::At { file: self.files[place.file as usize].clone(), line: place.line as usize, what }
+    }
+
+    /// Puts the record in `self.owner`, `self.rdata` into its node, with the checks that need
+    /// no other record than those before it.
+    fn add(&mut self, rtype: u16, covered: u16, ttl: u32, place: Place) -> Result<(), ZoneError> {
+        self.first.get_or_insert(place);
+        match &self.soa {
+            Some((apex, soa)) => {
+                if is_below(&self.owner, apex).is_none() {
+                    return Err(self.outside(&self.owner.clone(), place, apex.clone(), *soa));
+                }
+                if rtype == rr::SOA {
+                    let first = self.files[soa.file as usize].display();
+                    return Err(self.at(
+                        place,
+                        format!(
+                            "a second SOA record ({}); the zone's SOA is at {first}:{}",
+                            name_text(&self.owner),
+                            soa.line
+                        ),
+                    ));
+                }
+            }
+            None if rtype == rr::SOA => self.soa = Some((self.owner.as_slice().into(), place)),
+            None => self.before_soa.push((self.owner.as_slice().into(), place)),
+        }
+        let node = match self.nodes.get_mut(self.owner.as_slice()) {
+            Some(node) => node,
+            None => self.nodes.entry(self.owner.as_slice().into()).or_default(),
+        };
+        // CNAME and other data (RFC 1034 section 3.6.2; RRSIG and NSEC may sit beside it,
+        // RFC 4035), checked on the later record.
+        let data = |t: u16| !matches!(t, rr::CNAME | rr::RRSIG | rr::NSEC);
+        let conflict = match rtype {
+            rr::CNAME => {
+                node.sets.iter().any(|s| data(s.rtype))
+                    || node.get(rr::CNAME).is_some_and(|c| c.len() == 1 && c.rdata(0) != self.rdata.as_slice())
+            }
+            t if data(t) => node.get(rr::CNAME).is_some(),
+            _ => false,
+        };
+        if conflict {
+            let what = if rtype == rr::CNAME && node.get(rr::CNAME).is_some() {
+                "has more than one CNAME"
+            } else {
+                "has a CNAME and other records (RFC 1034 section 3.6.2)"
+            };
+            return Err(self.at(place, format!("{} {what}", name_text(&self.owner))));
+        }
+        let added = match node.sets.iter_mut().find(|s| s.rtype == rtype && s.covered == covered) {
+            Some(set) => set.push(&self.rdata),
+            None => {
+                let mut set = RrSet::new(rtype, covered, ttl);
+                set.push(&self.rdata);
+                node.sets.push(set);
+                true
+            }
+        };
+        self.records += usize::from(added);
+        Ok(())
+    }
+
+    fn outside(&self, owner: &[u8], place: Place, apex: Box<[u8]>, soa: Place) -> ZoneError {
+        self.at(
+            place,
+            format!(
+                "{} is outside the zone {} (whose SOA is at {}:{})",
+                name_text(owner),
+                name_text(&apex),
+                self.files[soa.file as usize].display(),
+                soa.line
+            ),
+        )
     }
 
     /// Reads one file (recursively its `$INCLUDE`s) with this initial origin and `$TTL`.
@@ -120,17 +205,17 @@ impl Reader {
                     if r.class() != Class::IN {
                         return Err(at(format!("class {}: only class IN is served", r.class())));
                     }
-                    let mut owner = Vec::with_capacity(64);
-                    let _ = r.owner().compose_canonical(&mut owner);
-                    let mut rdata = Vec::new();
-                    let _ = r.data().compose_rdata(&mut rdata);
-                    if rdata.len() > u16::MAX as usize {
+                    self.owner.clear();
+                    let _ = r.owner().compose_canonical(&mut self.owner);
+                    self.rdata.clear();
+                    let _ = r.data().compose_rdata(&mut self.rdata);
+                    if self.rdata.len() > u16::MAX as usize {
                         return Err(at("record data longer than 65535 octets".into()));
                     }
                     let covered = match r.data() {
                         ZoneRecordData::Rrsig(sig) => sig.type_covered().to_int(),
                         _ if r.rtype().to_int() == rr::RRSIG => {
-                            rdata.get(..2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
+                            self.rdata.get(..2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
                         }
                         _ => 0,
                     };
@@ -138,15 +223,7 @@ impl Reader {
                     if matches!(rtype, 41 | 249 | 250 | 251 | 252 | 253 | 254 | 255) {
                         return Err(at(format!("type {} cannot be a zone's record", r.rtype())));
                     }
-                    self.recs.push(Rec {
-                        owner: owner.into_boxed_slice(),
-                        rtype,
-                        covered,
-                        ttl: r.ttl().as_secs(),
-                        rdata: rdata.into_boxed_slice(),
-                        file,
-                        line: line as u32,
-                    });
+                    self.add(rtype, covered, r.ttl().as_secs(), Place { file, line: line as u32 })?;
                 }
                 Entry::Include { path: inc, origin } => {
                     if depth >= MAX_INCLUDE_DEPTH {
@@ -264,61 +341,52 @@ fn entry_lines(text: &[u8]) -> (Vec<u32>, Vec<(u32, u32)>) {
     (lines, ttls)
 }
 
-/// A node's RRsets while the zone is compiled.
-#[derive(Default)]
-struct NodeBuilder {
-    sets: Vec<SetBuilder>,
-}
+/// The names of a zone: lowercased wire name → node; foldhash, not SipHash: the keys come
+/// from the zone file, and a question only looks up.
+pub(crate) type NodeMap = HashMap<Box<[u8]>, Node, foldhash::fast::RandomState>;
 
-struct SetBuilder {
-    rtype: u16,
-    covered: u16,
-    ttl: u32,
-    wire: Vec<u8>,
-    starts: Vec<u32>,
-    targets: Vec<Target>,
-    /// The record that made the set (for messages).
-    first: usize,
-}
+impl RrSet {
+    fn new(rtype: u16, covered: u16, ttl: u32) -> RrSet {
+        RrSet { rtype, covered, ttl, wire: Box::default(), starts: Box::new([0]), targets: Box::default() }
+    }
 
-impl SetBuilder {
-    fn push(&mut self, rec: &Rec) {
-        let at = self.wire.len();
-        // RRsets are sets: a record given twice is one (RFC 2181 section 5).
-        let n = self.starts.len();
-        for k in 0..n {
-            let to = if k + 1 < n { self.starts[k + 1] as usize } else { at };
-            if self.wire[self.starts[k] as usize + TAIL_FIXED..to] == *rec.rdata {
-                return;
-            }
+    /// The RDATA of record `i`.
+    pub(crate) fn rdata(&self, i: usize) -> &[u8] {
+        &self.wire[self.starts[i] as usize + TAIL_FIXED..self.starts[i + 1] as usize]
+    }
+
+    /// Appends a record with this RDATA; false if the set holds it already (RRsets are sets,
+    /// RFC 2181 section 5). Every record takes the set's TTL, its first record's
+    /// (RFC 2181 section 5.2; as BIND does).
+    fn push(&mut self, rdata: &[u8]) -> bool {
+        if (0..self.len()).any(|i| self.rdata(i) == rdata) {
+            return false;
         }
-        self.starts.push(at as u32);
-        self.wire.extend_from_slice(&rec.rtype.to_be_bytes());
-        self.wire.extend_from_slice(&Class::IN.to_int().to_be_bytes());
-        // One TTL per RRset (RFC 2181 section 5.2): the first record's, as BIND does.
-        self.wire.extend_from_slice(&self.ttl.to_be_bytes());
-        self.wire.extend_from_slice(&(rec.rdata.len() as u16).to_be_bytes());
-        self.wire.extend_from_slice(&rec.rdata);
-        let name_at = match rec.rtype {
+        let at = self.wire.len();
+        let mut wire = std::mem::take(&mut self.wire).into_vec();
+        wire.reserve_exact(TAIL_FIXED + rdata.len());
+        wire.extend_from_slice(&self.rtype.to_be_bytes());
+        wire.extend_from_slice(&Class::IN.to_int().to_be_bytes());
+        wire.extend_from_slice(&self.ttl.to_be_bytes());
+        wire.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        wire.extend_from_slice(rdata);
+        let end = wire.len() as u32;
+        self.wire = wire.into_boxed_slice();
+        let mut starts = std::mem::take(&mut self.starts).into_vec();
+        starts.push(end);
+        self.starts = starts.into_boxed_slice();
+        let name_at = match self.rtype {
             rr::NS | rr::CNAME => Some(0),
             rr::MX => Some(2),
             rr::SRV => Some(6),
             _ => None,
         };
-        if let Some(name) = name_at.and_then(|off| wire_name(&rec.rdata, off).map(|n| (off, n))) {
-            self.targets.push(Target { at: (at + TAIL_FIXED + name.0) as u32, name: name.1 });
+        if let Some((off, name)) = name_at.and_then(|off| wire_name(rdata, off).map(|n| (off, n))) {
+            let mut targets = std::mem::take(&mut self.targets).into_vec();
+            targets.push(Target { at: (at + TAIL_FIXED + off) as u32, name });
+            self.targets = targets.into_boxed_slice();
         }
-    }
-
-    fn build(mut self) -> RrSet {
-        self.starts.push(self.wire.len() as u32);
-        RrSet {
-            rtype: self.rtype,
-            covered: self.covered,
-            wire: self.wire.into_boxed_slice(),
-            starts: self.starts.into_boxed_slice(),
-            targets: self.targets.into_boxed_slice(),
-        }
+        true
     }
 }
 
@@ -341,84 +409,34 @@ fn wire_name(rdata: &[u8], off: usize) -> Option<Box<[u8]>> {
 
 /// Reads a zone file and compiles it.
 fn load_zone(path: &Path) -> Result<Zone, ZoneError> {
-    let mut reader = Reader { files: Vec::new(), recs: Vec::new() };
+    let mut reader = Reader {
+        files: Vec::new(),
+        nodes: NodeMap::default(),
+        soa: None,
+        first: None,
+        before_soa: Vec::new(),
+        records: 0,
+        owner: Vec::with_capacity(256),
+        rdata: Vec::with_capacity(1024),
+    };
     reader.read(path, None, None, 0)?;
     compile(reader, path)
 }
 
-fn compile(reader: Reader, path: &Path) -> Result<Zone, ZoneError> {
-    let recs = &reader.recs;
-    // The apex: the owner of the (one) SOA record.
-    let mut soas = recs.iter().enumerate().filter(|(_, r)| r.rtype == rr::SOA);
-    let Some((soa_i, soa)) = soas.next() else {
-        return Err(match recs.first() {
+fn compile(mut reader: Reader, path: &Path) -> Result<Zone, ZoneError> {
+    let Some((apex, soa)) = reader.soa.take() else {
+        return Err(match reader.first {
             Some(first) => reader.at(first, "no SOA record: a zone's apex needs one, and names the zone".into()),
             None => ZoneError::Zone { file: path.to_path_buf(), what: "no records (and no SOA record)".into() },
         });
     };
-    if let Some((_, second)) = soas.next() {
-        let first = reader.files[soa.file as usize].display();
-        return Err(reader.at(
-            second,
-            format!("a second SOA record ({}); the zone's SOA is at {first}:{}", name_text(&second.owner), soa.line),
-        ));
+    if let Some((owner, place)) = reader.before_soa.iter().find(|(o, _)| is_below(o, &apex).is_none()) {
+        return Err(reader.outside(owner, *place, apex.clone(), soa));
     }
-    let apex: Box<[u8]> = soa.owner.clone();
-    let apex_text = name_text(&apex);
-    let mut nodes: HashMap<Box<[u8]>, NodeBuilder> = HashMap::with_capacity(recs.len());
-    for (i, rec) in recs.iter().enumerate() {
-        if is_below(&rec.owner, &apex).is_none() {
-            return Err(reader.at(
-                rec,
-                format!(
-                    "{} is outside the zone {apex_text} (whose SOA is at {}:{})",
-                    name_text(&rec.owner),
-                    reader.files[soa.file as usize].display(),
-                    soa.line
-                ),
-            ));
-        }
-        let node = nodes.entry(rec.owner.clone()).or_default();
-        match node.sets.iter_mut().find(|s| s.rtype == rec.rtype && s.covered == rec.covered) {
-            Some(set) => set.push(rec),
-            None => {
-                let mut set = SetBuilder {
-                    rtype: rec.rtype,
-                    covered: rec.covered,
-                    ttl: rec.ttl,
-                    wire: Vec::new(),
-                    starts: Vec::new(),
-                    targets: Vec::new(),
-                    first: i,
-                };
-                set.push(rec);
-                node.sets.push(set);
-            }
-        }
-    }
-    // CNAME and other data (RFC 1034 section 3.6.2; RRSIG and NSEC may sit beside it, RFC 4035).
-    for node in nodes.values() {
-        if let Some(cname) = node.sets.iter().find(|s| s.rtype == rr::CNAME) {
-            if cname.starts.len() > 1 {
-                let second = &recs[cname.first..]
-                    .iter()
-                    .filter(|r| r.owner == recs[cname.first].owner && r.rtype == rr::CNAME)
-                    .nth(1)
-                    .unwrap_or(&recs[cname.first]);
-                return Err(reader.at(second, format!("{} has more than one CNAME", name_text(&second.owner))));
-            }
-            if let Some(other) = node.sets.iter().find(|s| !matches!(s.rtype, rr::CNAME | rr::RRSIG | rr::NSEC)) {
-                let later = &recs[cname.first.max(other.first)];
-                return Err(reader.at(
-                    later,
-                    format!("{} has a CNAME and other records (RFC 1034 section 3.6.2)", name_text(&later.owner)),
-                ));
-            }
-        }
-    }
+    let mut nodes = std::mem::take(&mut reader.nodes);
     // Empty non-terminals: every name between an owner and the apex exists.
-    let owners: Vec<Box<[u8]>> = nodes.keys().cloned().collect();
-    for owner in owners {
+    let mut missing: Vec<Box<[u8]>> = Vec::new();
+    for owner in nodes.keys() {
         if owner.len() == apex.len() {
             continue;
         }
@@ -428,37 +446,34 @@ fn compile(reader: Reader, path: &Path) -> Result<Zone, ZoneError> {
             if nodes.contains_key(parent) {
                 break;
             }
-            nodes.insert(parent.into(), NodeBuilder::default());
+            missing.push(parent.into());
             at += 1 + owner[at] as usize;
         }
     }
-    let mut records = 0;
-    let mut has_cuts = false;
-    let mut compiled: HashMap<Box<[u8]>, Node> = HashMap::with_capacity(nodes.len());
-    for (name, node) in nodes {
-        let sets: Vec<RrSet> = node.sets.into_iter().map(SetBuilder::build).collect();
-        records += sets.iter().map(RrSet::len).sum::<usize>();
-        let cut = *name != *apex && sets.iter().any(|s| s.rtype == rr::NS);
-        has_cuts |= cut;
-        compiled.insert(name, Node { sets, cut });
+    for name in missing {
+        nodes.entry(name).or_default();
     }
-    let soa_set = compiled[&apex].get(rr::SOA).cloned().unwrap_or_else(|| unreachable!("the apex has the SOA"));
-    let mut negative_soa = soa_set;
-    let rd = &negative_soa.wire[TAIL_FIXED..];
+    let mut has_cuts = false;
+    for (name, node) in nodes.iter_mut() {
+        node.cut = *name != apex && node.get(rr::NS).is_some();
+        has_cuts |= node.cut;
+        node.sets.shrink_to_fit();
+    }
+    let mut negative_soa = nodes[&apex].get(rr::SOA).cloned().unwrap_or_else(|| unreachable!("the apex has the SOA"));
+    let rd = negative_soa.rdata(0);
     if rd.len() < 4 {
-        return Err(reader.at(&recs[soa_i], "SOA record too short".into()));
+        return Err(reader.at(soa, "SOA record too short".into()));
     }
     let minimum = u32::from_be_bytes(rd[rd.len() - 4..].try_into().unwrap_or_default());
-    let ttl = u32::from_be_bytes(negative_soa.wire[4..8].try_into().unwrap_or_default()).min(minimum);
-    let mut wire = negative_soa.wire.to_vec();
-    wire[4..8].copy_from_slice(&ttl.to_be_bytes());
-    negative_soa.wire = wire.into_boxed_slice();
+    let ttl = negative_soa.ttl.min(minimum);
+    negative_soa.wire[4..8].copy_from_slice(&ttl.to_be_bytes());
+    negative_soa.ttl = ttl;
     let (mut labels, mut at) = (0u8, 0);
     while apex[at] != 0 {
         labels += 1;
         at += 1 + apex[at] as usize;
     }
-    Ok(Zone { apex, labels, nodes: compiled, negative_soa, records, has_cuts })
+    Ok(Zone { apex, labels, nodes, negative_soa, records: reader.records, has_cuts })
 }
 
 #[cfg(test)]

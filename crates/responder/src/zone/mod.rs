@@ -107,7 +107,7 @@ pub struct Zone {
     /// Labels of the apex (0 for the root).
     pub(crate) labels: u8,
     /// Every name of the zone (owners and empty non-terminals), lowercased wire form.
-    pub(crate) nodes: HashMap<Box<[u8]>, Node>,
+    pub(crate) nodes: load::NodeMap,
     /// The SOA record as the authority section of a negative answer carries it: TTL the
     /// smaller of the SOA's TTL and its MINIMUM field (RFC 2308 section 5).
     pub(crate) negative_soa: RrSet,
@@ -158,9 +158,11 @@ pub(crate) struct RrSet {
     /// For RRSIG: the type covered (the RRSIGs of a name are one set per type covered);
     /// 0 otherwise.
     pub(crate) covered: u16,
+    /// The TTL of every record of the set.
+    pub(crate) ttl: u32,
     /// The records' tails, one after the other.
     pub(crate) wire: Box<[u8]>,
-    /// Where each record's tail starts in `wire`, and one past the last.
+    /// Where each record's tail starts in `wire`, and its end (so one more than records).
     pub(crate) starts: Box<[u32]>,
     /// Names in the RDATA that answers follow (CNAME, NS, MX, SRV targets).
     pub(crate) targets: Box<[Target]>,
