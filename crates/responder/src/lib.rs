@@ -34,6 +34,7 @@ mod stats;
 mod tcp;
 mod tls;
 mod udp;
+pub mod zone;
 
 pub use answer::{AnswerConfig, Answerer, DelayRule, Ratio, Transport, Verdict, MAX_LABEL_DELAY, MAX_TXT_SIZE};
 pub use duration::parse_duration;
@@ -41,3 +42,4 @@ pub use faults::{Fault, FAULT_NAMES};
 pub use server::{start, Responder, ResponderConfig, ResponderError};
 pub use stats::Stats;
 pub use tls::{CertSource, KeyType, TlsConfig};
+pub use zone::{load as load_zones, Zone, ZoneError, Zones};

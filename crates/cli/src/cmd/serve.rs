@@ -21,6 +21,11 @@ What it answers (any name, deterministic):
     delay-DUR   answered DUR late (200ms, 1s, 1500us)
   UDP answers that do not fit 512 octets (or the query's EDNS buffer size) come back with TC=1.
 
+Zones (--zone FILE, repeatable): the names of an RFC 1035 zone file are answered as its
+  authoritative server does: its records, NXDOMAIN/NODATA with the SOA, CNAME chains, wildcards,
+  referrals with glue at delegations. Other names keep the synthesised answers (--zones-only:
+  REFUSED). A bad zone file stops the start: FILE:LINE and what is wrong, exit 2.
+
 Encrypted transports (off unless given a port; 0 picks a free one):
   --dot-port (DoT), --doh-port (DoH over HTTP/1.1 and HTTP/2, by ALPN), --doh3-port (DoH over
   HTTP/3, UDP), --doq-port (DoQ, UDP). The certificate is generated at start (a CA and a leaf
@@ -66,6 +71,8 @@ Examples:
     volley serve --dot-port 8853 --max-queries-per-conn 10000 --idle-timeout 20s
   Every transport, CA written for clients:
     volley serve --dot-port 8853 --doh-port 8443 --doh3-port 8443 --doq-port 8853 --ca-out ca.pem
+  Authoritative for a zone, REFUSED for other names:
+    volley serve --zone example.test.zone --zones-only
   Try it with kdig:
     kdig @127.0.0.1 -p 5353 www.example.test A
     kdig @127.0.0.1 -p 5353 size-3000.x.test TXT +bufsize=1232     (TC=1)
@@ -216,6 +223,17 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_streams: u32,
 
+    /// Answer the names of this zone file (an RFC 1035 master file) as its authoritative
+    /// server: its records, NXDOMAIN and NODATA with its SOA, CNAME chains, wildcards,
+    /// referrals at its delegations. Repeatable. Names outside every zone keep the
+    /// synthesised answers (or are refused: --zones-only).
+    #[arg(long, value_name = "FILE")]
+    pub zone: Vec<std::path::PathBuf>,
+
+    /// Answer REFUSED for names outside every --zone instead of synthesising an answer.
+    #[arg(long, requires = "zone")]
+    pub zones_only: bool,
+
     /// Misbehave on purpose (repeatable): http-status=CODE[:N/M], content-type=TYPE[:N/M],
     /// goaway-after=N, rst-stream=N/M, refuse-stream=N/M, tcp-reset-after=N,
     /// quic-stream-reset=N/M.
@@ -285,8 +303,41 @@ fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
             None => None,
         },
         faults,
-        answer: AnswerConfig { ttl: args.ttl, edns_size: args.edns_size, delays, drop, max_qps: args.max_qps },
+        answer: AnswerConfig {
+            ttl: args.ttl,
+            edns_size: args.edns_size,
+            delays,
+            drop,
+            max_qps: args.max_qps,
+            zones: load_zones(&args.zone)?,
+            zones_only: args.zones_only,
+        },
     })
+}
+
+/// Loads the `--zone` files (none: None); says on stderr what each holds and how long the
+/// loading took. A zone file that cannot be served is a usage error naming FILE:LINE.
+fn load_zones(files: &[std::path::PathBuf]) -> CliResult<Option<std::sync::Arc<volley_responder::Zones>>> {
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let started = std::time::Instant::now();
+    let zones = volley_responder::load_zones(files).map_err(|e| match e {
+        volley_responder::ZoneError::Read { .. } => CliError::usage(format!("--zone: {e}")),
+        e => CliError::usage(e),
+    })?;
+    let took = started.elapsed();
+    for (zone, file) in zones.zones().iter().zip(files) {
+        eprintln!(
+            "zone {} from {}: {} records, {} names",
+            zone.apex_text(),
+            file.display(),
+            zone.records(),
+            zone.names()
+        );
+    }
+    eprintln!("zones loaded in {:.3} s", took.as_secs_f64());
+    Ok(Some(std::sync::Arc::new(zones)))
 }
 
 pub fn run(args: ServeArgs) -> CliResult {

@@ -9,6 +9,9 @@
 //! * Special labels, anywhere in the name, any case: `nx` → NXDOMAIN, `fail` → SERVFAIL,
 //!   `drop` → no answer, `size-N` → TXT/ANY answer whose RDATA is exactly N octets,
 //!   `delay-DUR` → answered DUR late. Precedence: drop, then fail, then nx.
+//! * Names inside a zone given with `--zone` ([`AnswerConfig::zones`]) are answered from it, as
+//!   an authoritative server does (`crate::zone`); their labels are not special. With
+//!   [`AnswerConfig::zones_only`] names outside every zone are REFUSED.
 //! * FORMERR (header only) for malformed queries, NOTIMP for opcodes other than QUERY,
 //!   REFUSED for classes other than IN/ANY, BADVERS for EDNS versions other than 0; messages
 //!   with no header or with QR=1 are not answered ([`Verdict::Invalid`]).
@@ -17,6 +20,7 @@ mod rules;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use volley_wire::response::{
@@ -24,6 +28,8 @@ use volley_wire::response::{
     truncate_to_question, QueryView,
 };
 use volley_wire::{Class, Header, Opcode, QType, QueryError, Rcode, CLASSIC_UDP, MAX_MESSAGE};
+
+use crate::zone::{QName, Zone, Zones};
 
 pub use rules::{DelayRule, Ratio};
 
@@ -101,11 +107,24 @@ pub struct AnswerConfig {
     /// Capacity: at most this many answers per second (counted in 100 ms windows); queries
     /// beyond are dropped, as an overloaded server would. A known limit for limit searches.
     pub max_qps: Option<u64>,
+    /// Zones to answer from as an authoritative server (`--zone`, [`crate::zone::load`]);
+    /// names outside them are synthesised (or refused, `zones_only`).
+    pub zones: Option<Arc<Zones>>,
+    /// Refuse (REFUSED) names outside every zone instead of synthesising an answer.
+    pub zones_only: bool,
 }
 
 impl Default for AnswerConfig {
     fn default() -> Self {
-        AnswerConfig { ttl: 300, edns_size: 1232, delays: Vec::new(), drop: None, max_qps: None }
+        AnswerConfig {
+            ttl: 300,
+            edns_size: 1232,
+            delays: Vec::new(),
+            drop: None,
+            max_qps: None,
+            zones: None,
+            zones_only: false,
+        }
     }
 }
 
@@ -240,7 +259,18 @@ impl Answerer {
                 return Verdict::Reply { delay: None };
             }
         };
-        let specials = Specials::scan(view.labels());
+        // A name inside a zone is answered from it: its labels are not special.
+        let in_zone = match &self.config.zones {
+            Some(zones) if view.qclass == Class::IN || view.qclass == Class::ANY => {
+                QName::new(view.qname_wire()).and_then(|q| zones.find(&q).map(|z| (q, z)))
+            }
+            _ => None,
+        };
+        let specials = if in_zone.is_some() || self.config.zones_only {
+            Specials::default()
+        } else {
+            Specials::scan(view.labels())
+        };
         if specials.drop || self.cap.as_ref().is_some_and(|c| !c.admit()) {
             return Verdict::Drop;
         }
@@ -256,14 +286,41 @@ impl Answerer {
                 }
             }
         }
-        self.respond(&view, &specials, transport, out);
+        self.respond(&view, &specials, in_zone.as_ref().map(|(q, z)| (q, *z)), transport, out);
         Verdict::Reply { delay: delay.filter(|d| !d.is_zero()) }
     }
 
-    fn respond(&self, view: &QueryView<'_>, sp: &Specials, transport: Transport, out: &mut Vec<u8>) {
-        let rcode = if view.edns.is_some_and(|e| e.version != 0) {
+    fn respond(
+        &self,
+        view: &QueryView<'_>,
+        sp: &Specials,
+        in_zone: Option<(&QName, &Zone)>,
+        transport: Transport,
+        out: &mut Vec<u8>,
+    ) {
+        let bad_version = view.edns.is_some_and(|e| e.version != 0);
+        if let (Some((q, zone)), false) = (in_zone, bad_version) {
+            start_response(out, view, response_flags(&view.header, true, Rcode::NOERROR));
+            let a = zone.answer(q, view.qtype.0, out);
+            out[2..4].copy_from_slice(&response_flags(&view.header, a.authoritative, a.rcode).to_be_bytes());
+            let limit = size_limit(view, transport);
+            let opt_len = if view.edns.is_some() { 11 } else { 0 };
+            if out.len() + opt_len > limit && a.additional > 0 && !a.referral {
+                // The additional section is optional: leave it out rather than truncate.
+                out.truncate(a.additional_at);
+                out[10..12].fill(0);
+            }
+            if out.len() + opt_len > limit {
+                truncate_to_question(out, view.question_end);
+            }
+            if let Some(e) = view.edns {
+                push_response_opt(out, self.config.edns_size, a.rcode, e.dnssec_ok);
+            }
+            return;
+        }
+        let rcode = if bad_version {
             Rcode(16) // BADVERS
-        } else if view.qclass != Class::IN && view.qclass != Class::ANY {
+        } else if (view.qclass != Class::IN && view.qclass != Class::ANY) || self.config.zones_only {
             Rcode::REFUSED
         } else if sp.fail {
             Rcode::SERVFAIL
@@ -290,11 +347,7 @@ impl Answerer {
                 _ => {}
             }
         }
-        let limit = match (transport, view.edns) {
-            (Transport::Udp, Some(e)) => (e.udp_size as usize).max(CLASSIC_UDP),
-            (Transport::Udp, None) => CLASSIC_UDP,
-            (_, _) => MAX_MESSAGE,
-        };
+        let limit = size_limit(view, transport);
         let opt_len = if view.edns.is_some() { 11 } else { 0 };
         if out.len() + opt_len > limit {
             truncate_to_question(out, view.question_end);
@@ -302,6 +355,36 @@ impl Answerer {
         if let Some(e) = view.edns {
             push_response_opt(out, self.config.edns_size, rcode, e.dnssec_ok);
         }
+    }
+}
+
+/// The smallest TTL of the records of a response (OPT aside), None if it has none or cannot
+/// be read: what an HTTP cache may keep it for.
+pub(crate) fn min_ttl(resp: &[u8]) -> Option<u32> {
+    let h = Header::parse(resp).ok()?;
+    let mut at = volley_wire::HEADER_LEN;
+    for _ in 0..h.qdcount {
+        at = volley_wire::skip_name(resp, at).ok()? + 4;
+    }
+    let mut min = None;
+    for _ in 0..(h.ancount as usize + h.nscount as usize + h.arcount as usize) {
+        at = volley_wire::skip_name(resp, at).ok()?;
+        let f = resp.get(at..at + 10)?;
+        if u16::from_be_bytes([f[0], f[1]]) != QType::OPT.0 {
+            let ttl = u32::from_be_bytes([f[4], f[5], f[6], f[7]]);
+            min = Some(min.map_or(ttl, |m: u32| m.min(ttl)));
+        }
+        at += 10 + u16::from_be_bytes([f[8], f[9]]) as usize;
+    }
+    min
+}
+
+/// The largest response the transport takes: over UDP max(512, the query's EDNS size), or 512.
+fn size_limit(view: &QueryView<'_>, transport: Transport) -> usize {
+    match (transport, view.edns) {
+        (Transport::Udp, Some(e)) => (e.udp_size as usize).max(CLASSIC_UDP),
+        (Transport::Udp, None) => CLASSIC_UDP,
+        (_, _) => MAX_MESSAGE,
     }
 }
 

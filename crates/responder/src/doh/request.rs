@@ -107,7 +107,16 @@ pub(crate) fn answer(ctx: &Ctx, query: &[u8], transport: Transport, out: &mut Ve
     let mut head = Response::new(());
     let h = head.headers_mut();
     h.insert(CONTENT_TYPE, ct);
-    h.insert(CACHE_CONTROL, ctx.cache_control.clone());
+    // A zone's answer may be cached no longer than its smallest TTL (RFC 8484 section 5.1);
+    // synthesised answers all have --ttl.
+    let zone_ttl = if ctx.answerer.config().zones.is_some() { crate::answer::min_ttl(out) } else { None };
+    match zone_ttl {
+        Some(ttl) => h.insert(
+            CACHE_CONTROL,
+            HeaderValue::from_str(&format!("max-age={ttl}")).unwrap_or_else(|_| ctx.cache_control.clone()),
+        ),
+        None => h.insert(CACHE_CONTROL, ctx.cache_control.clone()),
+    };
     h.insert(CONTENT_LENGTH, HeaderValue::from(out.len()));
     Outcome::Reply { head, delay }
 }

@@ -1,0 +1,290 @@
+//! Zones: what `volley serve --zone FILE` answers from.
+//!
+//! A zone file (RFC 1035 master file) is read at start by NLnet Labs' zone file scanner (the
+//! `domain` crate: `$ORIGIN`, `$TTL`, `$INCLUDE`, relative names, every common record type and
+//! RFC 3597's `TYPEnnn` / `\# len hex` for the others) and compiled into volley's own lookup
+//! structure ([`load`]): a hash map from each owner name (lowercased wire form) to its node, whose
+//! RRsets are pre-encoded (TYPE, CLASS, TTL, RDLENGTH and RDATA of each record, ready to copy
+//! behind a compressed owner name), with the names in their RDATA that answers follow (CNAME
+//! targets, NS, MX and SRV targets for the additional section) kept apart. Empty non-terminals
+//! are nodes too, so that "does this name exist" is one lookup.
+//!
+//! The answer engine asks [`Zones::find`] for the zone of each question (one hash lookup per
+//! distinct apex depth); [`Zone::answer`] (in `answer.rs`) then writes what an authoritative
+//! server answers, without allocating: see docs/serve.md, "Zones".
+
+mod answer;
+mod load;
+
+use std::collections::HashMap;
+use std::fmt;
+
+pub use answer::ZoneAnswer;
+pub use load::{load, ZoneError};
+
+/// RR types the zone code looks at.
+pub(crate) mod rr {
+    pub const A: u16 = 1;
+    pub const NS: u16 = 2;
+    pub const CNAME: u16 = 5;
+    pub const SOA: u16 = 6;
+    pub const MX: u16 = 15;
+    pub const AAAA: u16 = 28;
+    pub const SRV: u16 = 33;
+    pub const DS: u16 = 43;
+    pub const RRSIG: u16 = 46;
+    pub const NSEC: u16 = 47;
+    pub const DNSKEY: u16 = 48;
+    pub const NSEC3: u16 = 50;
+    pub const ANY: u16 = 255;
+}
+
+/// The zones served, found by their apex.
+#[derive(Default, PartialEq, Eq)]
+pub struct Zones {
+    zones: Vec<Zone>,
+    /// Lowercased wire apex → index in `zones`.
+    by_apex: HashMap<Box<[u8]>, usize>,
+    /// The distinct label counts of the apexes, deepest first: a name is looked up at these
+    /// depths only, and the deepest zone that holds it wins.
+    depths: Vec<u8>,
+}
+
+impl fmt::Debug for Zones {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.zones.iter().map(|z| (z.apex_text(), z.records))).finish()
+    }
+}
+
+impl Zones {
+    /// No zones.
+    pub fn new() -> Zones {
+        Zones::default()
+    }
+
+    /// Adds a zone; Err(the zone) if one with the same apex is there already.
+    pub(crate) fn add(&mut self, zone: Zone) -> Result<(), Box<Zone>> {
+        if self.by_apex.contains_key(&zone.apex) {
+            return Err(Box::new(zone));
+        }
+        self.by_apex.insert(zone.apex.clone(), self.zones.len());
+        if !self.depths.contains(&zone.labels) {
+            self.depths.push(zone.labels);
+            self.depths.sort_unstable_by(|a, b| b.cmp(a));
+        }
+        self.zones.push(zone);
+        Ok(())
+    }
+
+    /// The zones, in the order they were given.
+    pub fn zones(&self) -> &[Zone] {
+        &self.zones
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.zones.is_empty()
+    }
+
+    /// The deepest zone whose apex is `name` or one of its ancestors.
+    pub(crate) fn find(&self, name: &QName) -> Option<&Zone> {
+        for &d in &self.depths {
+            if let Some(suffix) = name.suffix(d as usize) {
+                if let Some(&i) = self.by_apex.get(suffix) {
+                    return Some(&self.zones[i]);
+                }
+            }
+        }
+        None
+    }
+}
+
+/// One zone, compiled.
+#[derive(PartialEq, Eq)]
+pub struct Zone {
+    /// Lowercased wire form of the apex.
+    pub(crate) apex: Box<[u8]>,
+    /// Labels of the apex (0 for the root).
+    pub(crate) labels: u8,
+    /// Every name of the zone (owners and empty non-terminals), lowercased wire form.
+    pub(crate) nodes: load::NodeMap,
+    /// The SOA record as the authority section of a negative answer carries it: TTL the
+    /// smaller of the SOA's TTL and its MINIMUM field (RFC 2308 section 5).
+    pub(crate) negative_soa: RrSet,
+    /// Records loaded (duplicates counted once).
+    pub(crate) records: usize,
+    /// Whether any name below the apex has NS records (a delegation).
+    pub(crate) has_cuts: bool,
+}
+
+impl Zone {
+    /// The apex as text, with the trailing dot (`example.test.`).
+    pub fn apex_text(&self) -> String {
+        name_text(&self.apex)
+    }
+
+    /// The number of records (duplicates counted once).
+    pub fn records(&self) -> usize {
+        self.records
+    }
+
+    /// The number of names, empty non-terminals included.
+    pub fn names(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+/// The RRsets of one name.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Node {
+    pub(crate) sets: Vec<RrSet>,
+    /// NS records below the apex: a zone cut; this node and every name below it belong to
+    /// another zone (only DS is answered here).
+    pub(crate) cut: bool,
+}
+
+impl Node {
+    /// The RRset of this type (not RRSIG: those are one set per type covered).
+    pub(crate) fn get(&self, rtype: u16) -> Option<&RrSet> {
+        self.sets.iter().find(|s| s.rtype == rtype && s.covered == 0)
+    }
+}
+
+/// An RRset, pre-encoded: for each record TYPE, CLASS, TTL, RDLENGTH and RDATA (the owner
+/// name is written in front of each when answering).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RrSet {
+    pub(crate) rtype: u16,
+    /// For RRSIG: the type covered (the RRSIGs of a name are one set per type covered);
+    /// 0 otherwise.
+    pub(crate) covered: u16,
+    /// The TTL of every record of the set.
+    pub(crate) ttl: u32,
+    /// The records' tails, one after the other.
+    pub(crate) wire: Box<[u8]>,
+    /// Where each record's tail starts in `wire`, and its end (so one more than records).
+    pub(crate) starts: Box<[u32]>,
+    /// Names in the RDATA that answers follow (CNAME, NS, MX, SRV targets).
+    pub(crate) targets: Box<[Target]>,
+}
+
+/// A name inside a record's RDATA.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// Offset of the name (uncompressed wire form) in [`RrSet::wire`].
+    pub(crate) at: u32,
+    /// The name, lowercased.
+    pub(crate) name: Box<[u8]>,
+}
+
+/// Offset of RDATA in a record's tail: TYPE, CLASS, TTL, RDLENGTH.
+pub(crate) const TAIL_FIXED: usize = 10;
+
+impl RrSet {
+    pub(crate) fn len(&self) -> usize {
+        self.starts.len() - 1
+    }
+}
+
+/// A question name, lowercased, with its label offsets: built on the stack for each query.
+pub(crate) struct QName {
+    buf: [u8; 255],
+    len: u8,
+    /// Offset of each label, leftmost first (the root not counted).
+    starts: [u8; 128],
+    labels: u8,
+}
+
+impl QName {
+    /// From a validated, uncompressed wire name (a question's: [`volley_wire::response::QueryView`]
+    /// has checked it). None if it is not one.
+    pub(crate) fn new(wire: &[u8]) -> Option<QName> {
+        let mut q = QName { buf: [0; 255], len: 0, starts: [0; 128], labels: 0 };
+        if wire.is_empty() || wire.len() > 255 {
+            return None;
+        }
+        let mut at = 0usize;
+        loop {
+            let l = *wire.get(at)? as usize;
+            if l == 0 {
+                break;
+            }
+            if l > 63 || at + 1 + l >= wire.len() || q.labels as usize >= q.starts.len() {
+                return None;
+            }
+            q.starts[q.labels as usize] = at as u8;
+            q.labels += 1;
+            at += 1 + l;
+        }
+        let len = at + 1;
+        for (d, s) in q.buf[..len].iter_mut().zip(&wire[..len]) {
+            *d = s.to_ascii_lowercase();
+        }
+        q.len = len as u8;
+        Some(q)
+    }
+
+    /// The whole name.
+    pub(crate) fn wire(&self) -> &[u8] {
+        &self.buf[..self.len as usize]
+    }
+
+    /// The ancestor (or the name itself) with this many labels.
+    pub(crate) fn suffix(&self, labels: usize) -> Option<&[u8]> {
+        (labels <= self.labels as usize).then(|| &self.buf[self.suffix_at(labels)..self.len as usize])
+    }
+
+    /// Offset in the name of its ancestor with this many labels (at most [`QName::labels`]).
+    pub(crate) fn suffix_at(&self, labels: usize) -> usize {
+        if labels == 0 {
+            self.len as usize - 1
+        } else {
+            self.starts[self.labels as usize - labels] as usize
+        }
+    }
+}
+
+/// A lowercased wire name as text (`www.example.test.`), for messages.
+pub(crate) fn name_text(wire: &[u8]) -> String {
+    let mut s = String::new();
+    let mut at = 0;
+    while let Some(&l) = wire.get(at) {
+        if l == 0 {
+            break;
+        }
+        let label = wire.get(at + 1..at + 1 + l as usize).unwrap_or_default();
+        for &c in label {
+            match c {
+                b'.' | b'\\' => {
+                    s.push('\\');
+                    s.push(c as char);
+                }
+                0x21..=0x7E => s.push(c as char),
+                _ => s.push_str(&format!("\\{c:03}")),
+            }
+        }
+        s.push('.');
+        at += 1 + l as usize;
+    }
+    if s.is_empty() {
+        s.push('.');
+    }
+    s
+}
+
+/// Whether `name` is `ancestor` or below it (both lowercased wire names), and if so at which
+/// offset of `name` `ancestor` starts.
+pub(crate) fn is_below(name: &[u8], ancestor: &[u8]) -> Option<usize> {
+    if name.len() < ancestor.len() || !name.ends_with(ancestor) {
+        return None;
+    }
+    let want = name.len() - ancestor.len();
+    let mut at = 0;
+    while at < want {
+        at += 1 + name[at] as usize;
+    }
+    (at == want).then_some(at)
+}
+
+#[cfg(test)]
+mod tests;

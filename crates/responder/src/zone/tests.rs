@@ -1,0 +1,236 @@
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::*;
+use crate::answer::{AnswerConfig, Answerer, Transport};
+use volley_wire::display::format_message;
+use volley_wire::{Edns, Name, QType, QueryOptions, QueryTemplate};
+
+const ZONE: &str = "\
+$ORIGIN example.test.
+$TTL 3600
+@       IN SOA ns1 hostmaster ( 1 7200 900 1209600
+                                300 )
+        IN NS  ns1
+        IN MX  10 mail
+ns1     IN A   192.0.2.53
+mail    IN A   192.0.2.25
+www     IN A   192.0.2.80
+        IN A   192.0.2.80
+        IN A   192.0.2.81
+alias   IN CNAME www
+loop1   IN CNAME loop2
+loop2   IN CNAME loop1
+a.b.c   IN TXT \"deep\"
+*.wild  IN A   192.0.2.99
+sub     IN NS  ns.sub
+ns.sub  IN A   192.0.2.200
+unk     IN TYPE65280 \\# 2 0102
+";
+
+fn write(dir: &std::path::Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn answerer(zones: Zones, zones_only: bool) -> Answerer {
+    Answerer::new(AnswerConfig { zones: Some(Arc::new(zones)), zones_only, ..AnswerConfig::default() })
+}
+
+fn ask(a: &Answerer, name: &str, qtype: u16, edns: Option<u16>) -> String {
+    let opts = QueryOptions {
+        edns: edns.map(|s| Edns { udp_size: s, dnssec_ok: false, version: 0 }),
+        ..QueryOptions::default()
+    };
+    let t = QueryTemplate::new(&name.parse::<Name>().unwrap(), QType(qtype), opts);
+    let mut q = Vec::new();
+    t.write(7, &mut q);
+    let mut out = Vec::new();
+    a.answer(&q, Transport::Udp, &mut out);
+    format_message(&out).unwrap()
+}
+
+fn example() -> (tempfile::TempDir, Answerer) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "example.zone", ZONE);
+    let zones = load(&[p]).unwrap();
+    (dir, answerer(zones, false))
+}
+
+#[test]
+fn qname_lowercases_and_finds_suffixes() {
+    let q = QName::new(b"\x03WwW\x07Example\x04test\x00").unwrap();
+    assert_eq!(q.wire(), b"\x03www\x07example\x04test\x00");
+    assert_eq!(q.suffix(2).unwrap(), b"\x07example\x04test\x00");
+    assert_eq!(q.suffix(0).unwrap(), b"\x00");
+    assert_eq!(q.suffix(3).unwrap(), q.wire());
+    assert!(q.suffix(4).is_none());
+    assert!(QName::new(b"\x03www").is_none(), "no root label");
+    assert_eq!(is_below(b"\x03www\x07example\x04test\x00", b"\x04test\x00"), Some(12));
+    assert_eq!(is_below(b"\x03www\x07example\x04test\x00", b"\x03est\x00"), None, "not at a label boundary");
+    assert_eq!(name_text(b"\x03www\x04te.t\x00"), "www.te\\.t.");
+}
+
+#[test]
+fn entries_are_found_on_their_lines() {
+    let text = b"$ORIGIN x.\n; c\n\n@ SOA a b ( 1\n 2 3 4 5 )\n  NS a ; (\nwww A 1.2.3.4\n$TTL 5\nt TXT \"a;(\n\" x\n$INCLUDE f\nlast A 1.2.3.4";
+    assert_eq!(entry_lines_of(text), vec![4, 6, 7, 9, 11, 12]);
+}
+
+fn entry_lines_of(text: &[u8]) -> Vec<u32> {
+    load::entry_lines_for_tests(text)
+}
+
+#[test]
+fn answers_records_and_negatives() {
+    let (_d, a) = example();
+    let r = ask(&a, "WWW.example.test", 1, None);
+    assert!(r.contains("status: NOERROR") && r.contains("flags: qr aa rd;"), "{r}");
+    assert!(r.contains("WWW.example.test.\t3600\tIN\tA\t192.0.2.80"), "owner as asked: {r}");
+    assert_eq!(r.matches("\tA\t").count(), 2, "a duplicate record is one: {r}");
+    let r = ask(&a, "nope.example.test", 1, None);
+    assert!(r.contains("status: NXDOMAIN") && r.contains("flags: qr aa rd;"), "{r}");
+    assert!(r.contains("example.test.\t300\tIN\tSOA\tns1.example.test. hostmaster.example.test. 1 7200"), "{r}");
+    let r = ask(&a, "www.example.test", 16, None);
+    assert!(r.contains("status: NOERROR") && r.contains("ANSWER: 0, AUTHORITY: 1"), "NODATA: {r}");
+    let r = ask(&a, "b.c.example.test", 1, None);
+    assert!(r.contains("status: NOERROR") && r.contains("ANSWER: 0, AUTHORITY: 1"), "empty non-terminal: {r}");
+    let r = ask(&a, "unk.example.test", 65280, None);
+    assert!(r.contains("ANSWER: 1"), "{r}");
+}
+
+#[test]
+fn follows_cnames_and_wildcards() {
+    let (_d, a) = example();
+    let r = ask(&a, "alias.example.test", 1, None);
+    assert!(r.contains("alias.example.test.\t3600\tIN\tCNAME\twww.example.test."), "{r}");
+    assert!(r.contains("www.example.test.\t3600\tIN\tA\t192.0.2.81") && r.contains("ANSWER: 3"), "{r}");
+    let r = ask(&a, "loop1.example.test", 1, Some(4096));
+    assert!(r.contains("status: NOERROR"), "a loop ends: {r}");
+    assert_eq!(r.matches("CNAME").count(), answer::MAX_CHAIN + 1, "{r}");
+    let r = ask(&a, "x.y.wild.example.test", 1, None);
+    assert!(r.contains("x.y.wild.example.test.\t3600\tIN\tA\t192.0.2.99"), "{r}");
+    let r = ask(&a, "wild.example.test", 1, None);
+    assert!(r.contains("ANSWER: 0, AUTHORITY: 1"), "the wildcard's parent exists, empty: {r}");
+}
+
+#[test]
+fn refers_below_cuts_and_adds_addresses() {
+    let (_d, a) = example();
+    let r = ask(&a, "deep.sub.example.test", 1, None);
+    assert!(r.contains("flags: qr rd;") && r.contains("status: NOERROR"), "referral, AA clear: {r}");
+    assert!(r.contains("sub.example.test.\t3600\tIN\tNS\tns.sub.example.test."), "{r}");
+    assert!(r.contains("ns.sub.example.test.\t3600\tIN\tA\t192.0.2.200"), "glue: {r}");
+    let r = ask(&a, "example.test", 15, None);
+    assert!(r.contains("ADDITIONAL: 1") && r.contains("mail.example.test.\t3600\tIN\tA\t192.0.2.25"), "{r}");
+}
+
+#[test]
+fn outside_the_zones_synthesised_or_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "example.zone", ZONE);
+    let r = ask(&answerer(load(std::slice::from_ref(&p)).unwrap(), false), "nx.other.test", 1, None);
+    assert!(r.contains("status: NXDOMAIN") && !r.contains("SOA"), "special labels outside: {r}");
+    let r = ask(&answerer(load(std::slice::from_ref(&p)).unwrap(), false), "nx.example.test", 1, None);
+    assert!(r.contains("status: NXDOMAIN") && r.contains("SOA"), "from the zone: {r}");
+    let r = ask(&answerer(load(&[p]).unwrap(), true), "www.other.test", 1, None);
+    assert!(r.contains("status: REFUSED") && r.contains("flags: qr rd;"), "{r}");
+}
+
+#[test]
+fn the_deepest_zone_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = write(dir.path(), "p.zone", ZONE);
+    let child = write(
+        dir.path(),
+        "c.zone",
+        "sub.example.test. 60 IN SOA ns. hm. 1 2 3 4 5\nwww.sub.example.test. 60 IN A 192.0.2.7\n",
+    );
+    let a = answerer(load(&[parent, child]).unwrap(), false);
+    let r = ask(&a, "www.sub.example.test", 1, None);
+    assert!(r.contains("flags: qr aa rd;") && r.contains("192.0.2.7"), "{r}");
+}
+
+#[test]
+fn big_answers_drop_additional_then_truncate() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("$ORIGIN t.\n@ 60 SOA ns hm 1 2 3 4 5\n");
+    for i in 0..15 {
+        text.push_str(&format!("@ 60 MX {i} mx{i}\nmx{i} 60 A 192.0.2.{i}\n"));
+    }
+    let a = answerer(load(&[write(dir.path(), "t.zone", &text)]).unwrap(), false);
+    let r = ask(&a, "t", 15, Some(4096));
+    assert!(r.contains("ANSWER: 15") && r.contains("ADDITIONAL: 16"), "{r}");
+    let r = ask(&a, "t", 15, None);
+    assert!(r.contains("ANSWER: 15") && r.contains("ADDITIONAL: 0") && !r.contains(" tc"), "fits without: {r}");
+    let mut text = String::from("$ORIGIN t.\n@ 60 SOA ns hm 1 2 3 4 5\n");
+    for i in 0..60 {
+        text.push_str(&format!("@ 60 MX {i} mx{i}\n"));
+    }
+    let a = answerer(load(&[write(dir.path(), "t.zone", &text)]).unwrap(), false);
+    let r = ask(&a, "t", 15, None);
+    assert!(r.contains("flags: qr aa tc rd;") && r.contains("ANSWER: 0"), "{r}");
+}
+
+fn load_err(text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "bad.zone", text);
+    let e = load(&[p]).expect_err("an error").to_string();
+    e.replace(&format!("{}/", dir.path().display()), "")
+}
+
+#[test]
+fn zone_errors_name_file_and_line() {
+    let head = "$ORIGIN example.test.\n$TTL 300\n@ SOA ns hm (\n 1 2 3 4 5 )\n";
+    assert!(load_err(&format!("{head}\nwww 1x A 192.0.2.1\n")).starts_with("bad.zone:6: expected [TTL]"));
+    assert!(load_err(&format!("{head}www FOO 192.0.2.1\n")).starts_with("bad.zone:5: expected [TTL]"));
+    assert!(load_err(&format!("{head}www A 192.0.2.300\n")).starts_with("bad.zone:5: expected IPv4"));
+    assert!(load_err("$ORIGIN example.test.\n; x\nwww 60 A 192.0.2.1\n").starts_with("bad.zone:3: no SOA record"));
+    let e = load_err(&format!("{head}$ORIGIN other.\n\nwww A 192.0.2.1\n"));
+    assert!(e.starts_with("bad.zone:7: www.other. is outside the zone example.test."), "{e}");
+    let e = load_err(&format!("{head}x.example.test. SOA ns hm 1 2 3 4 5\n"));
+    assert!(e.starts_with("bad.zone:5: a second SOA record"), "{e}");
+    let e = load_err(&format!("{head}www CNAME a\nwww A 192.0.2.1\n"));
+    assert!(e.starts_with("bad.zone:6: www.example.test. has a CNAME and other records"), "{e}");
+    let e = load_err(&format!("{head}$INCLUDE nothere.inc\n"));
+    assert!(e.starts_with("bad.zone:5: $INCLUDE"), "{e}");
+    let e = load_err(&format!("{head}www CH A 192.0.2.1\n"));
+    assert!(e.starts_with("bad.zone:5: different class"), "{e}");
+}
+
+#[test]
+fn includes_are_read_relative_to_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("inc")).unwrap();
+    let parent = "$ORIGIN z.test.\n$TTL 77\n@ SOA ns hm 1 2 3 4 5\n$INCLUDE inc/hosts sub.z.test.\nafter A 192.0.2.8\n";
+    write(dir.path(), "inc/hosts", "host A 192.0.2.9\nbad 60 A 1.2.3\n");
+    let p = write(dir.path(), "z.zone", parent);
+    let e = load(&[p]).unwrap_err().to_string();
+    assert!(e.ends_with("inc/hosts:2: expected IPv4 address"), "{e}");
+    write(dir.path(), "inc/hosts", "host A 192.0.2.9\n$ORIGIN elsewhere.z.test.\nx A 192.0.2.10\n");
+    let p = write(dir.path(), "z.zone", parent);
+    let a = answerer(load(&[p]).unwrap(), false);
+    let r = ask(&a, "host.sub.z.test", 1, None);
+    assert!(r.contains("host.sub.z.test.\t77\tIN\tA\t192.0.2.9"), "the $TTL in force: {r}");
+    assert!(ask(&a, "x.elsewhere.z.test", 1, None).contains("192.0.2.10"));
+    let r = ask(&a, "after.z.test", 1, None);
+    assert!(r.contains("after.z.test.\t77\tIN\tA\t192.0.2.8"), "the origin is back after the include: {r}");
+}
+
+#[test]
+fn the_smallest_ttl_bounds_an_http_cache() {
+    let (_d, a) = example();
+    let ttl_of = |name: &str, qtype: u16| {
+        let t = QueryTemplate::new(&name.parse::<Name>().unwrap(), QType(qtype), QueryOptions::default());
+        let mut q = Vec::new();
+        t.write(7, &mut q);
+        let mut out = Vec::new();
+        a.answer(&q, Transport::Doh, &mut out);
+        crate::answer::min_ttl(&out)
+    };
+    assert_eq!(ttl_of("www.example.test", 1), Some(3600));
+    assert_eq!(ttl_of("nope.example.test", 1), Some(300), "the negative SOA's");
+    assert_eq!(ttl_of("www.other.test", 1), Some(300), "synthesised: --ttl");
+    assert_eq!(ttl_of("drop.other.test", 1), None, "no response");
+}
