@@ -17,17 +17,6 @@ fn link(args: &[&str], script: &str) -> Output {
     run_cmd(&mut cmd, RUN_WAIT)
 }
 
-/// A counter of one direction from volley link's closing lines (`up`/`down`, e.g. "loss").
-fn counter(stderr: &str, dir: &str, key: &str) -> u64 {
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with(&format!("volley link: {dir} ")))
-        .unwrap_or_else(|| panic!("no {dir} line in:\n{stderr}"));
-    let words: Vec<&str> = line.split([' ', ',', ':']).filter(|w| !w.is_empty()).collect();
-    let i = words.iter().position(|w| *w == key).unwrap_or_else(|| panic!("no {key} in {line}"));
-    words[i + 1].parse().unwrap_or_else(|_| panic!("{key} in {line}"))
-}
-
 /// The host TUN devices this process's children made (`vlPIDhN`), present now.
 fn devices_of(pid: u32) -> Vec<String> {
     std::fs::read_dir("/sys/class/net")
@@ -82,8 +71,8 @@ fn round_trip_is_the_delay_of_each_direction() {
         let min = ms(&v, "min_ns");
         assert!(min >= want_ms * 0.999, "{args:?}: min {min} ms below the {want_ms} ms the link adds");
         // Every query and answer crossed the link: 51 (the run's probe) each way.
-        assert_eq!(counter(&out.stderr, "up", "out"), 51, "{}", out.stderr);
-        assert_eq!(counter(&out.stderr, "down", "out"), 51, "{}", out.stderr);
+        assert_eq!(link_counter(&out.stderr, "up", "out"), 51, "{}", out.stderr);
+        assert_eq!(link_counter(&out.stderr, "down", "out"), 51, "{}", out.stderr);
         assert!(out.stderr.contains("volley link: lateness p50"), "{}", out.stderr);
     }
 }
@@ -96,19 +85,19 @@ fn loss_is_binomial_and_every_lost_query_times_out() {
     let port = server.udp_addr().port();
     let dir = tempfile::tempdir().unwrap();
     let (out, v) = run_in_link(&["up:loss=10%", "--seed", "42"], port, "-Q 4000 -n 6000 -t 500ms", dir.path());
-    let n = counter(&out.stderr, "up", "in");
-    let lost = counter(&out.stderr, "up", "loss");
+    let n = link_counter(&out.stderr, "up", "in");
+    let lost = link_counter(&out.stderr, "up", "loss");
     let (n_f, p) = (n as f64, 0.10);
     let sd = (n_f * p * (1.0 - p)).sqrt();
     assert!((lost as f64 - n_f * p).abs() < 3.0 * sd, "lost {lost} of {n}, expected {} ± {}", n_f * p, 3.0 * sd);
-    assert_eq!(counter(&out.stderr, "up", "out") + lost, n);
-    assert_eq!(counter(&out.stderr, "down", "loss"), 0);
+    assert_eq!(link_counter(&out.stderr, "up", "out") + lost, n);
+    assert_eq!(link_counter(&out.stderr, "down", "loss"), 0);
     // The probe query may be among the lost ones; the others are the run's timeouts.
     let timed_out = total(&v, "timed_out");
     assert!(timed_out == lost || timed_out + 1 == lost, "timed out {timed_out}, link lost {lost}\n{}", out.stderr);
     // Same seed, same losses (the traffic is the same packets in the same order).
     let (again, _) = run_in_link(&["up:loss=10%", "--seed", "42"], port, "-Q 4000 -n 6000 -t 500ms", dir.path());
-    assert_eq!(counter(&again.stderr, "up", "loss"), lost);
+    assert_eq!(link_counter(&again.stderr, "up", "loss"), lost);
 }
 
 /// kdig, a real peer, gets its answer from `volley serve` through the link, over UDP and TCP.
@@ -128,7 +117,7 @@ fn kdig_gets_answers_through_the_link() {
     assert_eq!(out.stdout.matches("192.0.2.1").count(), 2, "{}", out.stdout);
     assert!(out.stderr.contains("up: delay 53.3ms, jitter 1ms uniform (reorders); down: none"), "{}", out.stderr);
     // TCP's handshake and teardown crossed too.
-    assert!(counter(&out.stderr, "up", "out") >= 4, "{}", out.stderr);
+    assert!(link_counter(&out.stderr, "up", "out") >= 4, "{}", out.stderr);
 }
 
 /// The command's environment, addresses and exit status; the namespace's only way out is the
@@ -274,7 +263,7 @@ fn run_behind_a_link_measures_the_emulated_rtt_and_round_trips() {
         check_accounting(v);
         assert_eq!(total(v, "answered"), 20, "{url}: {}", r.stderr);
         assert!(r.stderr.contains("volley link: host 10.213."), "{url}: {}", r.stderr);
-        assert!(counter(&r.stderr, "up", "out") >= 21, "{url}: {}", r.stderr);
+        assert!(link_counter(&r.stderr, "up", "out") >= 21, "{url}: {}", r.stderr);
         let min = ms(v, "min_ns");
         assert!(min >= 20.0 * 0.999, "{url}: latency min {min} ms below the link's 20 ms");
         // The results carry the link: spec, seed, and the counters printed on stderr.
@@ -284,7 +273,7 @@ fn run_behind_a_link_measures_the_emulated_rtt_and_round_trips() {
         for (dir, key, field) in
             [("up", "out", "packets_out"), ("down", "in", "packets_in"), ("up", "loss", "dropped_loss")]
         {
-            assert_eq!(l[dir][field].as_u64(), Some(counter(&r.stderr, dir, key)), "{url}: {dir}.{field}");
+            assert_eq!(l[dir][field].as_u64(), Some(link_counter(&r.stderr, dir, key)), "{url}: {dir}.{field}");
         }
         assert_eq!(
             l["lateness"]["count"].as_u64(),
@@ -396,8 +385,8 @@ fn query_behind_a_link() {
     let took: f64 = out.stdout.split(";; Query time: ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
     assert!(took >= 20.0 * 0.999, "query time {took} ms through a 20 ms round trip");
     assert!(out.stdout.contains(";; SERVER: 10.213."), "{}", out.stdout);
-    assert_eq!(counter(&out.stderr, "up", "out"), 1, "{}", out.stderr);
-    assert_eq!(counter(&out.stderr, "down", "out"), 1, "{}", out.stderr);
+    assert_eq!(link_counter(&out.stderr, "up", "out"), 1, "{}", out.stderr);
+    assert_eq!(link_counter(&out.stderr, "down", "out"), 1, "{}", out.stderr);
 }
 
 /// `volley bench --link`: the embedded responder listens on the link's host end, so every
@@ -610,7 +599,7 @@ fn ipv6_crosses_the_link() {
     assert_eq!(out.status.code(), Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("host6=fd76:6c69:6e6b::") && out.stdout.contains(":1 local6="), "{}", out.stdout);
     assert_eq!(out.stdout.matches("192.0.2.1").count(), 2, "{}", out.stdout);
-    assert!(counter(&out.stderr, "up", "out") >= 4, "{}", out.stderr);
+    assert!(link_counter(&out.stderr, "up", "out") >= 4, "{}", out.stderr);
     let r = run_volley(&[&format!("udp://[::1]:{u}"), "--link", "delay=5ms", "-Q", "20", "-n", "20"]);
     let v = r.ok();
     check_accounting(v);

@@ -290,14 +290,3 @@ fn link_run(link_args: &[&str], port: u16, run_args: &str, dir: &Path) -> (Outpu
     check_accounting(&v);
     (out, v)
 }
-
-/// A counter of one direction from volley link's closing lines (`up`/`down`, e.g. "in").
-fn link_counter(stderr: &str, dir: &str, key: &str) -> u64 {
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with(&format!("volley link: {dir} ")))
-        .unwrap_or_else(|| panic!("no {dir} line in:\n{stderr}"));
-    let words: Vec<&str> = line.split([' ', ',', ':']).filter(|w| !w.is_empty()).collect();
-    let i = words.iter().position(|w| *w == key).unwrap_or_else(|| panic!("no {key} in {line}"));
-    words[i + 1].parse().unwrap_or_else(|_| panic!("{key} in {line}"))
-}

@@ -1571,3 +1571,14 @@ pub fn tcp_packets(file: &Path) -> Vec<TcpPacket> {
         })
         .collect()
 }
+
+/// A counter of one direction from volley link's closing lines (`up`/`down`, e.g. "loss").
+pub fn link_counter(stderr: &str, dir: &str, key: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with(&format!("volley link: {dir} ")))
+        .unwrap_or_else(|| panic!("no {dir} line in:\n{stderr}"));
+    let words: Vec<&str> = line.split([' ', ',', ':']).filter(|w| !w.is_empty()).collect();
+    let i = words.iter().position(|w| *w == key).unwrap_or_else(|| panic!("no {key} in {line}"));
+    words[i + 1].parse().unwrap_or_else(|_| panic!("{key} in {line}"))
+}
