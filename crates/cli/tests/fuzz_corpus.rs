@@ -5,8 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
+/// An entry point: bytes in, never a panic.
+type Entry = fn(&[u8]);
+
 /// The fuzz targets (fuzz/fuzz_targets/<name>.rs) and the entry point each calls.
-const TARGETS: &[(&str, fn(&[u8]))] = &[
+const TARGETS: &[(&str, Entry)] = &[
     ("dns_message", volley_wire::fuzzing::message),
     ("stream_frames", volley_transport::fuzzing::length_prefixed),
     ("http1_responses", volley_transport::fuzzing::http1),

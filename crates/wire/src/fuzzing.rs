@@ -17,8 +17,8 @@ pub fn message(data: &[u8]) {
     if let Ok(q) = parse_query(data) {
         assert!(q.question_end <= data.len());
         let _ = q.qname.labels().count();
-        // The key of a message whose question parses is stable.
-        assert_eq!(question_key(data).ok(), key.ok());
+        // A question the responder reads has a key the generator can match.
+        assert!(key.is_ok(), "parse_query read a question question_key refuses: {key:?}");
     }
     if data.len() > HEADER_LEN {
         let at = data[0] as usize % data.len();
