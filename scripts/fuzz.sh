@@ -74,6 +74,6 @@ for t in "${targets[@]}"; do
     fi
     rm -f fuzz-*.log
     rate=$([ -n "${took:-}" ] && [ "${took:-0}" -gt 0 ] && echo $((execs / took)) || echo -)
-    printf '%-18s %8s %14s %10s %8s  %s\n' "$t" "${took:-$secs}" "$execs" "$rate" "$crashes" "$result"
+    printf '%-18s %8s %14s %10s %8s  %s\n' "$t" "${took:--}" "$execs" "$rate" "$crashes" "$result"
 done
 exit $failed
