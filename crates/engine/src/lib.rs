@@ -13,6 +13,8 @@
 
 pub mod clients;
 pub mod clock;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod limit;
 mod slab;
 pub mod source;

@@ -8,6 +8,8 @@
 //!
 //! See docs/link.md.
 
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod model;
 pub mod pipe;
 pub mod rng;

@@ -22,6 +22,8 @@
 pub mod capture;
 pub mod clients;
 pub mod extract;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod tcp;
 
 pub use clients::{

@@ -188,8 +188,9 @@ impl Reassembler {
     }
 
     fn sweep(&mut self, now: u64) {
-        // Once per second of capture time at most.
-        if now < self.last_sweep + 1_000_000_000 {
+        // Once per second of capture time at most (a capture's times may be anything, up to
+        // the end of u64: no sum that could overflow).
+        if now.saturating_sub(self.last_sweep) < 1_000_000_000 {
             return;
         }
         self.last_sweep = now;
@@ -374,6 +375,23 @@ mod tests {
         assert_eq!(r.stats().retransmitted, 2);
         r.finish();
         assert_eq!(r.stats().incomplete, 0);
+    }
+
+    /// Found by fuzzing (fuzz/regressions/capture/tcp-sweep-time-overflow.pcapng): a capture's
+    /// times may be anything; one at the end of u64 after a sweep overflowed the next sweep's
+    /// time. Flows idle past the limit are still swept, once per second of capture time.
+    #[test]
+    fn times_at_the_end_of_u64() {
+        let stream = framed(&[b"aaaa"]);
+        let mut r = Reassembler::default();
+        let far = u64::MAX - 10;
+        assert!(run(&mut r, &[seg(far, 0, &stream[..3])]).is_empty());
+        assert_eq!(run(&mut r, &[seg(u64::MAX, 3, &stream[3..])]), vec![(far, b"aaaa".to_vec())]);
+        let mut r = Reassembler::default();
+        run(&mut r, &[seg(1_000_000_000, 0, &stream[..3])]);
+        let other = ("127.0.0.3".parse().unwrap(), 40000, "127.0.0.1".parse().unwrap(), 53);
+        r.segment(other, seg(u64::MAX, 0, &stream[..3]), &mut |_, _| {});
+        assert_eq!((r.stats().expired_flows, r.flows()), (1, 1));
     }
 
     #[test]

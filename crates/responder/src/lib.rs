@@ -27,6 +27,8 @@ mod doq;
 mod dot;
 mod duration;
 mod faults;
+#[doc(hidden)]
+pub mod fuzzing;
 mod policy;
 mod quic;
 mod server;

@@ -10,6 +10,8 @@
 
 pub mod dot;
 mod exchange;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod h3;
 pub mod https;
 mod idtable;

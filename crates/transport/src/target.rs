@@ -102,69 +102,84 @@ fn schemes() -> String {
     Scheme::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
 }
 
+/// A target URL's parts, before its host is resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UrlParts {
+    pub scheme: Scheme,
+    pub host: String,
+    pub port: u16,
+    pub path: String,
+}
+
+/// Checks a target URL's syntax and splits it, resolving nothing.
+pub(crate) fn parse_url(url: &str) -> Result<UrlParts, TargetError> {
+    let bad = |why: &str| TargetError::Bad { url: url.to_string(), why: why.to_string() };
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| TargetError::Syntax(url.to_string(), schemes()))?;
+    let scheme = match scheme.to_ascii_lowercase().as_str() {
+        "udp" => Scheme::Udp,
+        "tcp" => Scheme::Tcp,
+        "tls" | "dot" => Scheme::Tls,
+        "https" | "doh" => Scheme::Https,
+        "h3" => Scheme::H3,
+        "quic" | "doq" => Scheme::Quic,
+        other => return Err(bad(&format!("unknown scheme '{other}' (known: {})", schemes()))),
+    };
+    let hostport = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let tail = rest[hostport.len()..].split('#').next().unwrap_or("");
+    let path = if scheme.is_https() {
+        match tail {
+            "" | "/" => "/dns-query".to_string(),
+            t if t.starts_with('?') => format!("/dns-query{t}"),
+            t => t.to_string(),
+        }
+    } else {
+        if !matches!(tail, "" | "/") {
+            return Err(bad(&format!("a {scheme}:// target has no path ('{tail}')")));
+        }
+        String::new()
+    };
+    if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(bad("the path contains spaces or control characters"));
+    }
+    if hostport.is_empty() {
+        return Err(bad("missing host"));
+    }
+    let (host, port) = if let Some(inner) = hostport.strip_prefix('[') {
+        let (h, after) = inner.split_once(']').ok_or_else(|| bad("missing ']' after IPv6 address"))?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':').ok_or_else(|| bad("expected ':PORT' after ']'"))?),
+        };
+        if h.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(bad(&format!("'{h}' is not an IPv6 address")));
+        }
+        (h.to_string(), port)
+    } else if hostport.matches(':').count() > 1 {
+        return Err(bad("IPv6 addresses go in brackets, e.g. udp://[::1]:53"));
+    } else {
+        match hostport.split_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (hostport.to_string(), None),
+        }
+    };
+    if host.is_empty() {
+        return Err(bad("missing host"));
+    }
+    let port = match port {
+        None => scheme.default_port(),
+        Some(p) => p.parse::<u16>().map_err(|_| bad(&format!("invalid port '{p}'")))?,
+    };
+    if port == 0 {
+        return Err(bad("port 0 is not a destination"));
+    }
+    Ok(UrlParts { scheme, host, port, path })
+}
+
 impl FromStr for Target {
     type Err = TargetError;
 
     fn from_str(url: &str) -> Result<Target, TargetError> {
-        let bad = |why: &str| TargetError::Bad { url: url.to_string(), why: why.to_string() };
-        let (scheme, rest) = url.split_once("://").ok_or_else(|| TargetError::Syntax(url.to_string(), schemes()))?;
-        let scheme = match scheme.to_ascii_lowercase().as_str() {
-            "udp" => Scheme::Udp,
-            "tcp" => Scheme::Tcp,
-            "tls" | "dot" => Scheme::Tls,
-            "https" | "doh" => Scheme::Https,
-            "h3" => Scheme::H3,
-            "quic" | "doq" => Scheme::Quic,
-            other => return Err(bad(&format!("unknown scheme '{other}' (known: {})", schemes()))),
-        };
-        let hostport = rest.split(['/', '?', '#']).next().unwrap_or("");
-        let tail = rest[hostport.len()..].split('#').next().unwrap_or("");
-        let path = if scheme.is_https() {
-            match tail {
-                "" | "/" => "/dns-query".to_string(),
-                t if t.starts_with('?') => format!("/dns-query{t}"),
-                t => t.to_string(),
-            }
-        } else {
-            if !matches!(tail, "" | "/") {
-                return Err(bad(&format!("a {scheme}:// target has no path ('{tail}')")));
-            }
-            String::new()
-        };
-        if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
-            return Err(bad("the path contains spaces or control characters"));
-        }
-        if hostport.is_empty() {
-            return Err(bad("missing host"));
-        }
-        let (host, port) = if let Some(inner) = hostport.strip_prefix('[') {
-            let (h, after) = inner.split_once(']').ok_or_else(|| bad("missing ']' after IPv6 address"))?;
-            let port = match after {
-                "" => None,
-                p => Some(p.strip_prefix(':').ok_or_else(|| bad("expected ':PORT' after ']'"))?),
-            };
-            if h.parse::<std::net::Ipv6Addr>().is_err() {
-                return Err(bad(&format!("'{h}' is not an IPv6 address")));
-            }
-            (h.to_string(), port)
-        } else if hostport.matches(':').count() > 1 {
-            return Err(bad("IPv6 addresses go in brackets, e.g. udp://[::1]:53"));
-        } else {
-            match hostport.split_once(':') {
-                Some((h, p)) => (h.to_string(), Some(p)),
-                None => (hostport.to_string(), None),
-            }
-        };
-        if host.is_empty() {
-            return Err(bad("missing host"));
-        }
-        let port = match port {
-            None => scheme.default_port(),
-            Some(p) => p.parse::<u16>().map_err(|_| bad(&format!("invalid port '{p}'")))?,
-        };
-        if port == 0 {
-            return Err(bad("port 0 is not a destination"));
-        }
+        let UrlParts { scheme, host, port, path } = parse_url(url)?;
         let addrs = match host.parse::<IpAddr>() {
             Ok(ip) => vec![SocketAddr::new(ip, port)],
             Err(_) => {

@@ -7,6 +7,8 @@
 
 pub mod display;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod header;
 mod name;
 pub mod query;

@@ -29,7 +29,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use volley_metrics::{Close, ErrorKind, Wait};
 
-mod h1;
+pub(crate) mod h1;
 mod responses;
 
 use crate::meter::{SocketBack, TcpMeter};

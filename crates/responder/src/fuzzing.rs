@@ -1,0 +1,105 @@
+//! Entry points of the fuzz targets (`fuzz/`) and of the corpus replay test: each takes
+//! arbitrary bytes, as a client could send them, and must never panic. Not an API.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+
+use crate::answer::{AnswerConfig, Answerer, Ratio, Transport, Verdict};
+use crate::ctx::Ctx;
+use crate::doh::request::{self, Kind, Outcome};
+
+/// Answers `query` over `t` and checks the answer: a reply is a response with the query's ID.
+fn answer_one(a: &Answerer, query: &[u8], t: Transport, out: &mut Vec<u8>) {
+    if let Verdict::Reply { .. } = a.answer(query, t, out) {
+        let h = volley_wire::Header::parse(out).expect("a reply has a header");
+        assert!(h.is_response(), "a reply is a response");
+        assert_eq!(out[..2], query[..2], "a reply has the query's ID");
+        if t == Transport::Udp {
+            assert!(out.len() <= usize::from(u16::MAX));
+        }
+    }
+}
+
+/// A DNS query as the responder's answer engine reads it, over UDP (truncation) and TCP, with
+/// the default settings and with delay and drop rules.
+pub fn query(data: &[u8]) {
+    let mut out = Vec::new();
+    let plain = Answerer::new(AnswerConfig::default());
+    let ruled = Answerer::new(AnswerConfig {
+        delays: vec![crate::DelayRule { ratio: Ratio { n: 1, m: 3 }, delay: Duration::from_millis(5) }],
+        drop: Some(Ratio { n: 1, m: 5 }),
+        ..AnswerConfig::default()
+    });
+    for t in [Transport::Udp, Transport::Tcp] {
+        answer_one(&plain, data, t, &mut out);
+    }
+    for _ in 0..3 {
+        answer_one(&ruled, data, Transport::Doh, &mut out);
+    }
+}
+
+fn ctx() -> Ctx {
+    Ctx {
+        answerer: Arc::new(Answerer::new(AnswerConfig::default())),
+        counters: Arc::default(),
+        idle_timeout: Duration::from_secs(10),
+        max_queries: None,
+        limits: Arc::new(crate::policy::Limits::new(None)),
+        max_streams: 100,
+        doh_path: Arc::from("/dns-query"),
+        faults: Arc::new(crate::faults::Active::new(&[]).expect("no faults")),
+        cache_control: HeaderValue::from_static("max-age=300"),
+    }
+}
+
+/// An HTTP/1.1 DoH request (head and body) as the responder checks it: path, method, the
+/// `?dns=` parameter (base64url), the content type, then the query answered. The head is
+/// split by httparse (the parser hyper's server uses) into what hyper hands the responder.
+pub fn doh_request(data: &[u8]) {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut req = httparse::Request::new(&mut headers);
+    let Ok(httparse::Status::Complete(head)) = req.parse(data) else { return };
+    let (Some(m), Some(path)) = (req.method, req.path) else { return };
+    let (Ok(method), Ok(uri)) = (Method::from_bytes(m.as_bytes()), path.parse::<Uri>()) else { return };
+    let mut map = HeaderMap::new();
+    for h in req.headers.iter() {
+        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(h.name.as_bytes()), HeaderValue::from_bytes(h.value)) {
+            map.append(n, v);
+        }
+    }
+    let ctx = ctx();
+    let (mut scratch, mut out) = (Vec::new(), Vec::new());
+    let outcome = match request::check(&ctx, &method, &uri, &map, &mut scratch) {
+        Ok(Kind::Get) => {
+            assert!(!scratch.is_empty() && scratch.len() <= request::MAX_QUERY);
+            request::answer(&ctx, &scratch, Transport::Doh, &mut out)
+        }
+        Ok(Kind::Post) => {
+            let body = &data[head..];
+            let body = &body[..body.len().min(request::MAX_QUERY)];
+            request::answer(&ctx, body, Transport::Doh, &mut out)
+        }
+        Err(status) => {
+            assert!(status.is_client_error());
+            Outcome::Reply { head: request::status_head(status), delay: None }
+        }
+    };
+    if let Outcome::Reply { head, .. } = outcome {
+        if head.status() == StatusCode::OK {
+            assert!(volley_wire::Header::parse(&out).is_ok_and(|h| h.is_response()));
+        }
+    }
+    // The decoder alone, on the whole input.
+    scratch.clear();
+    if request::base64url_decode(data, &mut scratch) {
+        assert!(scratch.len() <= data.len());
+    }
+}
+
+/// A duration as the command line takes it (`--duration`, `--timeout`, delays...).
+pub fn duration(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else { return };
+    let _ = crate::parse_duration(s);
+}
