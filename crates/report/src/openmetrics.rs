@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::Path;
 
-use volley_metrics::{Histogram, Progress, RunResult, SecondConnections, SecondRow, SparseHistogram, Status};
+use volley_metrics::{
+    Histogram, LatencySummary, Progress, RunResult, SecondConnections, SecondRow, SparseHistogram, Status,
+};
 
 use crate::json::ReportError;
 
@@ -82,6 +84,11 @@ impl<W: Write> Om<'_, W> {
             self.sample(&format!("{name}_total"), &[(label, k)], v)?;
         }
         Ok(())
+    }
+
+    /// A latency summary's histogram family (its sum from its mean).
+    fn summary(&mut self, name: &str, help: &str, l: &LatencySummary) -> io::Result<()> {
+        self.histogram(name, help, &l.histogram, l.mean_ns as f64 * l.count as f64)
     }
 
     /// The histogram family: cumulative buckets at [`LATENCY_BOUNDS_NS`], `+Inf`, count, sum.
@@ -173,27 +180,19 @@ pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
         om.sample("volley_wire_packets_total", &[("direction", "out")], w.packets_out)?;
         om.sample("volley_wire_packets_total", &[("direction", "in")], w.packets_in)?;
     }
-    let l = &r.latency;
-    om.histogram(
-        "volley_latency_seconds",
-        "Response time of answered queries.",
-        &l.histogram,
-        l.mean_ns as f64 * l.count as f64,
-    )?;
+    om.summary("volley_latency_seconds", "Response time of answered queries.", &r.latency)?;
     if let Some(l) = r.service_time.as_ref().filter(|l| l.count > 0) {
-        om.histogram(
+        om.summary(
             "volley_service_time_seconds",
             "Service time of answered queries: from the query's departure to its answer's arrival.",
-            &l.histogram,
-            l.mean_ns as f64 * l.count as f64,
+            l,
         )?;
     }
     if let Some(l) = r.generator_delay.as_ref().filter(|l| l.count > 0) {
-        om.histogram(
+        om.summary(
             "volley_generator_delay_seconds",
             "The generator's delay of each query that left: from its issue or schedule to its departure.",
-            &l.histogram,
-            l.mean_ns as f64 * l.count as f64,
+            l,
         )?;
     }
     if let Some(s) = r.send_stamps {
@@ -252,11 +251,10 @@ pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
                 om.sample("volley_link_packets_total", &[("direction", dir), ("fate", fate)], n)?;
             }
         }
-        om.histogram(
+        om.summary(
             "volley_link_lateness_seconds",
             "How late the link's emulator sent each packet against its due time.",
-            &l.lateness.histogram,
-            l.lateness.mean_ns as f64 * l.lateness.count as f64,
+            &l.lateness,
         )?;
     }
     om.family("volley_elapsed_seconds", "gauge", Some("seconds"), "Time since the run started.")?;
