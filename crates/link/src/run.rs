@@ -300,6 +300,8 @@ struct Forwarder {
 
 /// Below this wait the forwarder spins instead of sleeping (a sleep's wake-up costs more).
 const SPIN_NS: u64 = 20_000;
+/// The most a sleep is cut short to absorb late wake-ups (the rest spun).
+const MAX_EARLY_NS: u64 = 200_000;
 /// Packets read from one side before the other gets its turn.
 const BATCH: usize = 8;
 /// Packet buffers kept for reuse.
@@ -310,8 +312,8 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
     // SAFETY: prctl on the calling thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
     // Woken ahead of ordinary threads (the generator's, the server's) when a packet is due:
-    // real-time priority where permitted (root), best effort. It never spins long (SPIN_NS),
-    // so it takes no more CPU than its work.
+    // real-time priority where permitted (root), best effort. It spins no longer than a
+    // wake-up's lateness (at most MAX_EARLY_NS) before each due time.
     let realtime = std::env::var_os("VOLLEY_LINK_NO_RT").is_none() && {
         let p = libc::sched_param { sched_priority: 10 };
         // SAFETY: sched_setscheduler(2) on the calling thread with a param we own.
@@ -325,6 +327,8 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
     let mut late_i = Histogram::new(3);
     let mut write_errors = 0u64;
     let (ns_fd, host_fd) = (f.ns_tun.as_raw_fd(), f.host_tun.as_raw_fd());
+    // How late a timed sleep's wake-up comes, ns (a running estimate).
+    let mut wake_late = 0u64;
     loop {
         while let Ok(reply) = f.requests.try_recv() {
             let t = now(&f.clock);
@@ -385,10 +389,15 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         let next = [f.up.next_due(), f.down.next_due()].into_iter().flatten().min();
         let t = now(&f.clock);
         let wait = next.map(|d| d.saturating_sub(t));
-        if wait.is_some_and(|w| w < SPIN_NS) {
+        // A sleep's wake-up comes late (on a VM tens of µs, even at real-time priority): the
+        // forwarder sleeps that much less than the wait and spins the rest, so that a packet
+        // leaves on time. How late wake-ups come is learnt as it runs (`wake_late`).
+        let early = (wake_late + wake_late / 2).min(MAX_EARLY_NS);
+        if wait.is_some_and(|w| w < SPIN_NS.max(early)) {
             continue;
         }
-        let ts = wait.map(|w| libc::timespec { tv_sec: (w / 1_000_000_000) as _, tv_nsec: (w % 1_000_000_000) as _ });
+        let sleep = wait.map(|w| w - early);
+        let ts = sleep.map(|w| libc::timespec { tv_sec: (w / 1_000_000_000) as _, tv_nsec: (w % 1_000_000_000) as _ });
         let mut fds = [
             libc::pollfd { fd: ns_fd, events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: host_fd, events: libc::POLLIN, revents: 0 },
@@ -397,6 +406,11 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
         // SAFETY: ppoll(2) on descriptors we hold, with a timespec we own (or none).
         let r = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as _, tsp, std::ptr::null()) };
+        if let (0, Some(w)) = (r, sleep) {
+            // Timed out: how late the wake-up came, into the running estimate (1/8 weight).
+            let over = now(&f.clock).saturating_sub(t + w).min(MAX_EARLY_NS);
+            wake_late = wake_late - wake_late / 8 + over / 8;
+        }
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::Interrupted {
