@@ -20,6 +20,12 @@ pub(crate) struct Ctx {
     pub max_queries: Option<u64>,
     /// The most connections each listener holds (shared by every thread).
     pub limits: Arc<Limits>,
+    /// A query or request begun must arrive whole within this long (`--request-timeout`).
+    pub request_timeout: Duration,
+    /// TCP and DoT: the most answer bytes a connection holds unsent before it stops reading.
+    pub max_pending_bytes: usize,
+    /// `--max-qps-per-client` (None: no limit).
+    pub client_rate: Option<Arc<crate::policy::ClientRate>>,
     /// HTTP/2 and QUIC: most concurrent streams a client may open.
     pub max_streams: u32,
     /// DoH path, e.g. `/dns-query`.

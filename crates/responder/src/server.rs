@@ -56,6 +56,24 @@ pub struct ResponderConfig {
     /// at once, over all its threads; more are closed right after accept (QUIC: refused with
     /// CONNECTION_REFUSED). None: no limit (default).
     pub max_conns: Option<u64>,
+    /// A query or request begun on a connection must arrive whole within this long (TCP and
+    /// DoT: a message whose length prefix came; HTTP/1.1 and HTTP/2: a POST body; TLS and
+    /// QUIC: the handshake, bounded by the idle timeout too), else the connection is closed
+    /// and counted as `closed_slow` (default 5 s). Bytes dribbled in do not extend it, as
+    /// they do the idle timeout: this is what ends slowloris and stalled length prefixes.
+    pub request_timeout: Duration,
+    /// The most TLS (DoT, DoH) or QUIC (DoQ, DoH/3) handshakes in progress per listener,
+    /// over all its threads; further connections are closed at accept (QUIC: refused) and
+    /// counted as `refused_handshakes`. None: no limit (default `Some(1024)`).
+    pub max_handshakes: Option<u64>,
+    /// TCP and DoT: the most answer bytes a connection may hold unsent (written but not yet
+    /// taken by the peer, plus delayed answers waiting); beyond it the connection reads
+    /// nothing more until the client reads (default 256 KiB).
+    pub max_pending_bytes: usize,
+    /// At most this many queries per second from each client IP address over UDP, TCP and
+    /// DoT (a token bucket per address); the rest are not answered and counted as
+    /// `rate_limited`. None: no limit (default).
+    pub max_qps_per_client: Option<u64>,
     /// The DoH path (default `/dns-query`).
     pub doh_path: String,
     /// Certificates, tickets, 0-RTT.
@@ -90,6 +108,10 @@ impl Default for ResponderConfig {
             max_streams: 100,
             max_queries_per_conn: None,
             max_conns: None,
+            request_timeout: Duration::from_secs(5),
+            max_handshakes: Some(1024),
+            max_pending_bytes: 256 * 1024,
+            max_qps_per_client: None,
             doh_path: "/dns-query".to_string(),
             tls: TlsConfig::default(),
             retry: false,
@@ -354,6 +376,9 @@ struct IoShared {
     max_streams: u32,
     max_queries: Option<u64>,
     limits: Arc<crate::policy::Limits>,
+    request_timeout: Duration,
+    max_pending_bytes: usize,
+    client_rate: Option<Arc<crate::policy::ClientRate>>,
     doh_path: Arc<str>,
     faults: Arc<Active>,
     cache_control: http::HeaderValue,
@@ -383,6 +408,18 @@ fn check(config: &ResponderConfig) -> Result<(), String> {
     if config.max_conns == Some(0) {
         return Err("max connections must be at least 1".into());
     }
+    if config.max_handshakes == Some(0) {
+        return Err("max handshakes must be at least 1".into());
+    }
+    if config.max_qps_per_client == Some(0) {
+        return Err("max queries per second per client must be at least 1".into());
+    }
+    if config.request_timeout.is_zero() {
+        return Err("request timeout must be greater than zero".into());
+    }
+    if config.max_pending_bytes < 65_537 {
+        return Err("max pending bytes must be at least 65537 (one largest DNS message and its length)".into());
+    }
     if config.tls.zero_rtt && !config.tls.tickets {
         return Err("0-RTT needs session resumption: --zero-rtt and --no-tickets do not go together".into());
     }
@@ -401,6 +438,7 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
     let answerer = Arc::new(Answerer::new(config.answer.clone()));
     let stop = Arc::new(StopSignal::new()?);
     let tls_counters = Arc::new(TlsCounters::default());
+    let client_rate = config.max_qps_per_client.map(|r| Arc::new(crate::policy::ClientRate::new(r)));
 
     // Certificates first (RSA keys take a moment), then the sockets.
     let mut ca_pem = None;
@@ -409,7 +447,10 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
         idle_timeout: config.idle_timeout,
         max_streams: config.max_streams,
         max_queries: config.max_queries_per_conn,
-        limits: Arc::new(crate::policy::Limits::new(config.max_conns)),
+        limits: Arc::new(crate::policy::Limits::new(config.max_conns, config.max_handshakes)),
+        request_timeout: config.request_timeout,
+        max_pending_bytes: config.max_pending_bytes,
+        client_rate: client_rate.clone(),
         doh_path: Arc::from(config.doh_path.as_str()),
         faults: Arc::new(Active::new(&config.faults).map_err(ResponderError::Config)?),
         cache_control: http::HeaderValue::from_str(&format!("max-age={}", config.answer.ttl))
@@ -492,10 +533,10 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
     for (i, s) in udp_sockets.into_iter().enumerate() {
         let counters = Arc::new(Counters::default());
         responder.counters.push(counters.clone());
-        let (answerer, stop, gso) = (answerer.clone(), stop.clone(), config.udp_gso);
+        let (answerer, stop, gso, rate) = (answerer.clone(), stop.clone(), config.udp_gso, client_rate.clone());
         let t = std::thread::Builder::new()
             .name(format!("volley-udp-{i}"))
-            .spawn(move || crate::udp::serve(s.into(), answerer, counters, stop, gso))?;
+            .spawn(move || crate::udp::serve(s.into(), answerer, counters, stop, gso, rate))?;
         responder.threads.push(t);
     }
     if async_on {
@@ -576,6 +617,9 @@ fn io_thread(
             idle_timeout: shared.idle_timeout,
             max_queries: shared.max_queries,
             limits: shared.limits.clone(),
+            request_timeout: shared.request_timeout,
+            max_pending_bytes: shared.max_pending_bytes,
+            client_rate: shared.client_rate.clone(),
             max_streams: shared.max_streams,
             doh_path: shared.doh_path.clone(),
             faults: shared.faults.clone(),

@@ -52,19 +52,30 @@ pub struct Stats {
     pub cancelled: u64,
     /// The same, with any other code (0, say).
     pub stopped: u64,
+    /// Connections closed because a query or request begun on them did not arrive whole
+    /// within `--request-timeout` (slowloris, a length prefix whose message never comes), or
+    /// whose TLS or QUIC handshake did not finish within it.
+    pub closed_slow: u64,
+    /// Connections turned away because their listener had `--max-handshakes` TLS or QUIC
+    /// handshakes in progress already.
+    pub refused_handshakes: u64,
+    /// Queries not answered because their client (by IP address) was over
+    /// `--max-qps-per-client`.
+    pub rate_limited: u64,
 }
 
 impl fmt::Display for Stats {
     /// `stats queries=.. answered=.. dropped=.. delayed=.. truncated=.. formerr=.. tcp_connections=..
     /// dot_connections=.. doh_connections=.. doh3_connections=.. doq_connections=.. tls_resumed=..
     /// early_data=.. retry_sent=.. closed_max_queries=.. closed_idle=.. refused_max_conns=.. cancelled=..
-    /// stopped=..`
+    /// stopped=.. closed_slow=.. refused_handshakes=.. rate_limited=..`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "stats queries={} answered={} dropped={} delayed={} truncated={} formerr={} tcp_connections={} \
              dot_connections={} doh_connections={} doh3_connections={} doq_connections={} tls_resumed={} \
-             early_data={} retry_sent={} closed_max_queries={} closed_idle={} refused_max_conns={} cancelled={} stopped={}",
+             early_data={} retry_sent={} closed_max_queries={} closed_idle={} refused_max_conns={} cancelled={} stopped={} \
+             closed_slow={} refused_handshakes={} rate_limited={}",
             self.queries,
             self.answered,
             self.dropped,
@@ -83,7 +94,10 @@ impl fmt::Display for Stats {
             self.closed_idle,
             self.refused_max_conns,
             self.cancelled,
-            self.stopped
+            self.stopped,
+            self.closed_slow,
+            self.refused_handshakes,
+            self.rate_limited
         )
     }
 }
@@ -112,6 +126,9 @@ pub(crate) struct Counters {
     pub refused_max_conns: AtomicU64,
     pub cancelled: AtomicU64,
     pub stopped: AtomicU64,
+    pub closed_slow: AtomicU64,
+    pub refused_handshakes: AtomicU64,
+    pub rate_limited: AtomicU64,
 }
 
 /// Adds `by` to a counter that only the calling thread writes.
@@ -144,6 +161,9 @@ impl Counters {
             refused_max_conns: self.refused_max_conns.load(Relaxed),
             cancelled: self.cancelled.load(Relaxed),
             stopped: self.stopped.load(Relaxed),
+            closed_slow: self.closed_slow.load(Relaxed),
+            refused_handshakes: self.refused_handshakes.load(Relaxed),
+            rate_limited: self.rate_limited.load(Relaxed),
         }
     }
 
@@ -190,5 +210,8 @@ impl std::ops::AddAssign for Stats {
         self.refused_max_conns += o.refused_max_conns;
         self.cancelled += o.cancelled;
         self.stopped += o.stopped;
+        self.closed_slow += o.closed_slow;
+        self.refused_handshakes += o.refused_handshakes;
+        self.rate_limited += o.rate_limited;
     }
 }

@@ -49,6 +49,15 @@ Server policies (what public resolvers do to their connections):
   --max-conns N             hold at most N connections per listener; close/refuse the others
   --max-streams N           concurrent streams per HTTP/2 or QUIC connection
 
+Limits against abuse (counted in the stats line):
+  --request-timeout DUR     a query begun must arrive whole within DUR (default 5s): ends
+                            slowloris and stalled length prefixes (closed_slow)
+  --max-handshakes N        TLS/QUIC handshakes in progress per listener (default 1024;
+                            refused_handshakes)
+  --max-pending-bytes N     TCP, DoT: unsent answer bytes per connection before it stops
+                            reading (default 262144)
+  --max-qps-per-client N    UDP, TCP, DoT: queries per second per client address (rate_limited)
+
 Output:
   One line per listener on stdout, then nothing until SIGINT/SIGTERM, then one stats line
   on stderr:
@@ -58,7 +67,8 @@ Output:
     stats queries=.. answered=.. dropped=.. delayed=.. truncated=.. formerr=.. tcp_connections=..
           dot_connections=.. doh_connections=.. doh3_connections=.. doq_connections=..
           tls_resumed=.. early_data=.. retry_sent=.. closed_max_queries=.. closed_idle=..
-          refused_max_conns=.. cancelled=.. stopped=..
+          refused_max_conns=.. cancelled=.. stopped=.. closed_slow=.. refused_handshakes=..
+          rate_limited=..
 
 Examples:
   Serve on 127.0.0.1:5353, UDP and TCP, one thread per core:
@@ -166,6 +176,31 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_conns: Option<u64>,
 
+    /// A query or request begun must arrive whole within DUR, or the connection is closed
+    /// (counted closed_slow): TCP and DoT, a message whose length prefix came; DoH, a POST
+    /// body (408); TLS and QUIC, the handshake (bounded by --idle-timeout too). Bytes
+    /// dribbled in do not extend it: this ends slowloris and stalled length prefixes.
+    #[arg(long, value_name = "DUR", default_value = "5s")]
+    pub request_timeout: String,
+
+    /// Most TLS (DoT, DoH) or QUIC (DoQ, DoH/3) handshakes in progress per listener, over all
+    /// threads; further connections are closed at accept, QUIC ones refused (counted
+    /// refused_handshakes).
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_handshakes: u64,
+
+    /// TCP and DoT: most answer bytes a connection may hold unsent (not yet taken by the
+    /// client, plus delayed answers); beyond it the server reads nothing more from it until
+    /// the client reads. At least 65537.
+    #[arg(long, value_name = "BYTES", default_value_t = 262_144, value_parser = clap::value_parser!(u64).range(65_537..=1 << 30))]
+    pub max_pending_bytes: u64,
+
+    /// Answer at most N queries per second from each client IP address over UDP, TCP and
+    /// DoT (a token bucket N deep per address); the rest are not answered (counted
+    /// rate_limited).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_qps_per_client: Option<u64>,
+
     /// UDP payload size advertised in the OPT record of responses to EDNS queries.
     #[arg(long, value_name = "N", default_value_t = 1232, value_parser = clap::value_parser!(u16).range(512..))]
     pub edns_size: u16,
@@ -264,6 +299,15 @@ fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
     if idle_timeout.is_zero() {
         return Err(CliError::usage("invalid --idle-timeout '0': must be greater than zero"));
     }
+    let request_timeout: Duration = parse_duration(&args.request_timeout).map_err(|_| {
+        CliError::usage(format!(
+            "invalid --request-timeout '{}': expected a duration such as 5s or 500ms",
+            args.request_timeout
+        ))
+    })?;
+    if request_timeout.is_zero() {
+        return Err(CliError::usage("invalid --request-timeout '0': must be greater than zero"));
+    }
     let encrypted = [args.dot_port, args.doh_port, args.doh3_port, args.doq_port].iter().any(Option::is_some);
     if args.no_udp && args.no_tcp && !encrypted {
         return Err(CliError::usage("--no-udp and --no-tcp together leave nothing to serve"));
@@ -291,6 +335,10 @@ fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
         max_streams: args.max_streams,
         max_queries_per_conn: args.max_queries_per_conn,
         max_conns: args.max_conns,
+        request_timeout,
+        max_handshakes: Some(args.max_handshakes),
+        max_pending_bytes: args.max_pending_bytes as usize,
+        max_qps_per_client: args.max_qps_per_client,
         doh_path: args.doh_path.clone(),
         tls: TlsConfig { cert, ca_out: args.ca_out.clone(), tickets: !args.no_tickets, zero_rtt: args.zero_rtt },
         retry: args.retry,

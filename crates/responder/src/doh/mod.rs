@@ -41,11 +41,11 @@ pub(crate) async fn serve(
     crate::dot::serve_tls(listener, ctx, tls, stop, Transport::Doh, connection).await
 }
 
-async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor) {
+async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, handshaking: Option<crate::policy::Slot>) {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let cork = Rc::new(Cork::default());
     let stream = Corked { inner: stream, buf: Vec::new(), at: 0, cork: cork.clone() };
-    let Some(mut tls) = crate::dot::handshake(stream, &ctx, &acceptor).await else { return };
+    let Some(mut tls) = crate::dot::handshake(stream, &ctx, &acceptor, handshaking).await else { return };
     let early = crate::dot::early_data(&mut tls, &ctx);
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let io = Prefixed { early, at: 0, inner: tls };
@@ -328,8 +328,22 @@ fn h2_request(
                     let (ctx, closed) = (ctx.clone(), closed.clone());
                     let mut buf = std::mem::take(scratch);
                     tokio::task::spawn_local(async move {
-                        let got = std::future::poll_fn(|cx| poll_body(&mut body, &mut buf, cx)).await;
+                        // --request-timeout: a body that does not come whole in time is
+                        // answered 408 and its stream freed.
+                        let got = tokio::time::timeout(
+                            ctx.request_timeout,
+                            std::future::poll_fn(|cx| poll_body(&mut body, &mut buf, cx)),
+                        )
+                        .await;
                         let mut out = Vec::with_capacity(512);
+                        let got = match got {
+                            Ok(got) => got,
+                            Err(_) => {
+                                add(&ctx.counters.closed_slow, 1);
+                                h2_send(&mut respond, request::status_head(StatusCode::REQUEST_TIMEOUT), &[]);
+                                return;
+                            }
+                        };
                         match got {
                             Some(()) => {
                                 let outcome = request::answer(&ctx, &buf, Transport::Doh, &mut out);
@@ -500,9 +514,17 @@ async fn h1_request(
         Err(status) => return Ok(finish(request::status_head(status), Bytes::new())),
     };
     if kind == Kind::Post {
-        match http_body_util::Limited::new(body, request::MAX_QUERY).collect().await {
-            Ok(b) => scratch = b.to_bytes().to_vec(),
-            Err(_) => return Ok(finish(request::status_head(StatusCode::PAYLOAD_TOO_LARGE), Bytes::new())),
+        let collect = http_body_util::Limited::new(body, request::MAX_QUERY).collect();
+        match tokio::time::timeout(ctx.request_timeout, collect).await {
+            Ok(Ok(b)) => scratch = b.to_bytes().to_vec(),
+            Ok(Err(_)) => return Ok(finish(request::status_head(StatusCode::PAYLOAD_TOO_LARGE), Bytes::new())),
+            Err(_) => {
+                // --request-timeout: the body did not come whole in time; 408, then close.
+                add(&ctx.counters.closed_slow, 1);
+                let mut r = request::status_head(StatusCode::REQUEST_TIMEOUT);
+                r.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+                return Ok(r.map(|()| http_body_util::Full::new(Bytes::new())));
+            }
         }
     }
     let mut out = Vec::with_capacity(512);

@@ -140,7 +140,16 @@ async fn stopped(ctx: &Ctx, stopped: Option<streams::Stopped>, closed: &mut watc
 }
 
 async fn request(resolver: Resolver, ctx: Rc<Ctx>, stop: Option<streams::Stopped>, mut closed: watch::Receiver<()>) {
-    let Ok((req, mut stream)) = resolver.resolve_request().await else { return };
+    // --request-timeout: a request whose head or body does not come whole in time ends here
+    // (its stream dropped: reset).
+    let (req, mut stream) = match tokio::time::timeout(ctx.request_timeout, resolver.resolve_request()).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => return,
+        Err(_) => {
+            add(&ctx.counters.closed_slow, 1);
+            return;
+        }
+    };
     let mut scratch = Vec::new();
     let kind = match request::check(&ctx, req.method(), req.uri(), req.headers(), &mut scratch) {
         Ok(k) => k,
@@ -150,8 +159,14 @@ async fn request(resolver: Resolver, ctx: Rc<Ctx>, stop: Option<streams::Stopped
         }
     };
     if kind == Kind::Post {
+        let deadline = tokio::time::Instant::now() + ctx.request_timeout;
         loop {
-            match stream.recv_data().await {
+            let Ok(data) = tokio::time::timeout_at(deadline, stream.recv_data()).await else {
+                add(&ctx.counters.closed_slow, 1);
+                send(&mut stream, request::status_head(StatusCode::REQUEST_TIMEOUT), &[]).await;
+                return;
+            };
+            match data {
                 Ok(Some(mut chunk)) => {
                     while chunk.has_remaining() {
                         let c = chunk.chunk();

@@ -62,13 +62,16 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
 
 /// One query stream.
 async fn stream(mut send: SendStream, mut recv: RecvStream, ctx: Rc<Ctx>) {
-    let msg = match tokio::time::timeout(ctx.idle_timeout, recv.read_to_end(2 + 65_535)).await {
+    // --request-timeout (and the idle timeout): a query that does not come whole in time.
+    let limit = ctx.idle_timeout.min(ctx.request_timeout);
+    let msg = match tokio::time::timeout(limit, recv.read_to_end(2 + 65_535)).await {
         Ok(Ok(m)) => m,
         Ok(Err(_)) => {
             let _ = send.reset(DOQ_PROTOCOL_ERROR.into());
             return;
         }
         Err(_) => {
+            add(&ctx.counters.closed_slow, 1);
             let _ = send.reset(DOQ_PROTOCOL_ERROR.into());
             let _ = recv.stop(DOQ_PROTOCOL_ERROR.into());
             return;

@@ -13,6 +13,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::answer::Transport;
 use crate::ctx::Ctx;
+use crate::policy::Slot;
 use crate::stats::add;
 
 /// ALPN protocol of DoT (RFC 7858 section 3.2, IANA "dot").
@@ -39,7 +40,7 @@ pub(crate) async fn serve_tls<F, Fut>(
     connection: F,
 ) -> std::io::Result<()>
 where
-    F: Fn(TcpStream, Rc<Ctx>, TlsAcceptor) -> Fut + Copy + 'static,
+    F: Fn(TcpStream, Rc<Ctx>, TlsAcceptor, Option<Slot>) -> Fut + Copy + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
     let acceptor = TlsAcceptor::from(tls);
@@ -48,30 +49,49 @@ where
         _ => &ctx.counters.dot_connections,
     };
     crate::tcp::accept_loop(listener, &ctx.clone(), transport, stop, |stream, slot| {
+        // --max-handshakes: a place among the handshakes in progress, or closed at once.
+        let Ok(handshaking) = ctx.limits.handshake(transport) else {
+            add(&ctx.counters.refused_handshakes, 1);
+            drop(stream);
+            return;
+        };
         add(counter, 1);
         let (ctx, acceptor) = (ctx.clone(), acceptor.clone());
         tokio::task::spawn_local(async move {
-            connection(stream, ctx, acceptor).await;
+            connection(stream, ctx, acceptor, handshaking).await;
             drop(slot);
         });
     })
     .await
 }
 
-/// The TLS handshake (bounded by the idle timeout), then the DNS-over-TCP connection.
-async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor) {
-    let Some(mut tls) = handshake(stream, &ctx, &acceptor).await else { return };
+/// The TLS handshake (bounded by the idle and request timeouts), then the DNS-over-TCP
+/// connection.
+async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, handshaking: Option<Slot>) {
+    let Some(mut tls) = handshake(stream, &ctx, &acceptor, handshaking).await else { return };
     let early = early_data(&mut tls, &ctx);
     crate::tcp::connection(tls, ctx, Transport::Dot, early).await;
 }
 
-/// Runs the server handshake; counts resumed handshakes. None when it failed or timed out.
+/// Runs the server handshake, within the smaller of the idle and request timeouts (a
+/// timeout counts as `closed_slow`), holding its place under `--max-handshakes` until it
+/// ends; counts resumed handshakes. None when it failed or timed out.
 pub(crate) async fn handshake<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     stream: S,
     ctx: &Ctx,
     acceptor: &TlsAcceptor,
+    handshaking: Option<Slot>,
 ) -> Option<tokio_rustls::server::TlsStream<S>> {
-    let tls = tokio::time::timeout(ctx.idle_timeout, acceptor.accept(stream)).await.ok()?.ok()?;
+    let limit = ctx.idle_timeout.min(ctx.request_timeout);
+    let r = tokio::time::timeout(limit, acceptor.accept(stream)).await;
+    drop(handshaking);
+    let tls = match r {
+        Ok(r) => r.ok()?,
+        Err(_) => {
+            add(&ctx.counters.closed_slow, 1);
+            return None;
+        }
+    };
     if tls.get_ref().1.handshake_kind() == Some(HandshakeKind::Resumed) {
         add(&ctx.counters.tls_resumed, 1);
     }

@@ -15,7 +15,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::answer::Transport;
 use crate::ctx::Ctx;
-use crate::policy::Admit;
+use crate::policy::{Admit, Slot};
 use crate::stats::add;
 
 /// What a QUIC listener's endpoints are made with (one per I/O thread).
@@ -130,6 +130,22 @@ pub(crate) fn still_handshaking(accepted: &mut ZeroRttAccepted) -> bool {
     Pin::new(accepted).poll(&mut cx).is_pending()
 }
 
+/// A QUIC handshake, within the smaller of the idle and request timeouts (a timeout counts as
+/// `closed_slow`), holding its place under `--max-handshakes` until it ends.
+async fn handshake(connecting: quinn::Connecting, ctx: &Ctx, handshaking: Option<Slot>) -> Option<Connection> {
+    let limit = ctx.idle_timeout.min(ctx.request_timeout);
+    let r = tokio::time::timeout(limit, connecting).await;
+    drop(handshaking);
+    match r {
+        Ok(Ok(conn)) => Some(conn),
+        Ok(Err(_)) => None,
+        Err(_) => {
+            add(&ctx.counters.closed_slow, 1);
+            None
+        }
+    }
+}
+
 /// Accepts connections until `stop` turns true: sends a Retry to every client whose address
 /// is not validated yet when `retry` is on; refuses (CONNECTION_REFUSED) a connection beyond
 /// the listener's `--max-conns`; with 0-RTT, hands the connection over before the handshake
@@ -175,6 +191,12 @@ pub(crate) async fn accept_loop<F, Fut>(
             Admit::Counted(s) => Some(s),
             Admit::Free => None,
         };
+        // --max-handshakes: a place among the handshakes in progress, or refused.
+        let Ok(handshaking) = ctx.limits.handshake(transport) else {
+            add(&ctx.counters.refused_handshakes, 1);
+            incoming.refuse();
+            continue;
+        };
         let accepted = match cfg.traced(incoming.remote_address()) {
             Some(traced) => incoming.accept_with(traced),
             None => incoming.accept(),
@@ -184,16 +206,21 @@ pub(crate) async fn accept_loop<F, Fut>(
         tokio::task::spawn_local(async move {
             // Holds the connection's place under --max-conns until it is served.
             let _slot = slot;
+            // The handshake, within the smaller of the idle and request timeouts (a timeout
+            // counts as closed_slow), holding its place under --max-handshakes until it ends.
             if zero_rtt {
                 match connecting.into_0rtt() {
-                    Ok((conn, accepted)) => serve(conn, Some(accepted), ctx).await,
+                    Ok((conn, accepted)) => {
+                        drop(handshaking);
+                        serve(conn, Some(accepted), ctx).await
+                    }
                     Err(connecting) => {
-                        if let Ok(Ok(conn)) = tokio::time::timeout(ctx.idle_timeout, connecting).await {
+                        if let Some(conn) = handshake(connecting, &ctx, handshaking).await {
                             serve(conn, None, ctx).await
                         }
                     }
                 }
-            } else if let Ok(Ok(conn)) = tokio::time::timeout(ctx.idle_timeout, connecting).await {
+            } else if let Some(conn) = handshake(connecting, &ctx, handshaking).await {
                 serve(conn, None, ctx).await
             }
         });

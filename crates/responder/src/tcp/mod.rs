@@ -28,8 +28,6 @@ use crate::delayed::Delayed;
 use crate::policy::{Admit, Slot};
 use crate::stats::add;
 
-/// Pending output above which a connection stops reading until the peer catches up.
-const HIGH_WATER: usize = 256 * 1024;
 /// Initial read buffer; grows to fit one 64 KiB frame if a query that large arrives.
 const READ_BUF: usize = 16 * 1024;
 /// The read buffer a connection starts with; it doubles (up to [`READ_BUF`]) while reads keep
@@ -149,6 +147,13 @@ struct Conn {
     spent: bool,
     eof: bool,
     last_activity: Instant,
+    /// Bytes of the delayed answers in `timers`.
+    held: usize,
+    /// Since when a query has been arriving in part (`--request-timeout`); None when the read
+    /// buffer holds no partial message.
+    partial_since: Option<Instant>,
+    /// The client's address (`--max-qps-per-client`).
+    peer: Option<std::net::IpAddr>,
 }
 
 /// What woke the connection up.
@@ -157,14 +162,14 @@ enum Event {
     Progress,
     /// A delayed answer is due.
     Timer,
-    /// Idle for the timeout.
+    /// Idle for the timeout, or a query begun for the request timeout.
     Idle,
     /// The stream failed.
     Error,
 }
 
 impl Conn {
-    fn new() -> Conn {
+    fn new(peer: Option<std::net::IpAddr>) -> Conn {
         Conn {
             rbuf: vec![0; READ_START],
             rlen: 0,
@@ -179,6 +184,9 @@ impl Conn {
             spent: false,
             eof: false,
             last_activity: Instant::now(),
+            held: 0,
+            partial_since: None,
+            peer,
         }
     }
 
@@ -204,6 +212,12 @@ impl Conn {
                 // The last query this connection takes: what follows it is never read.
                 self.spent = true;
             }
+            if let (Some(rate), Some(ip)) = (&ctx.client_rate, self.peer) {
+                if !rate.admit(ip) {
+                    add(&ctx.counters.rate_limited, 1);
+                    continue;
+                }
+            }
             match ctx.answerer.answer(query, transport, &mut self.out) {
                 Verdict::Drop | Verdict::Invalid => add(&ctx.counters.dropped, 1),
                 Verdict::Reply { delay: None } => {
@@ -217,21 +231,24 @@ impl Conn {
                     frame.extend_from_slice(&(self.out.len() as u16).to_be_bytes());
                     frame.extend_from_slice(&self.out);
                     self.seq += 1;
+                    self.held += frame.len();
                     self.timers.push(Reverse(Delayed { due: now + d, seq: self.seq, item: frame }));
                 }
             }
         }
         if self.reset || self.spent {
             self.rlen = 0;
+            self.partial_since = None;
             return;
         }
         self.rbuf.copy_within(at..self.rlen, 0);
         self.rlen -= at;
-        if self.rlen >= 2 {
-            let need = 2 + u16::from_be_bytes([self.rbuf[0], self.rbuf[1]]) as usize;
-            if need > self.rbuf.len() {
-                self.rbuf.resize(need, 0);
-            }
+        // The read buffer grows (doubling) as a message's bytes arrive, never ahead of them:
+        // a length prefix alone announcing 65,535 bytes costs nothing until they come.
+        if self.rlen == 0 {
+            self.partial_since = None;
+        } else if at > 0 || self.partial_since.is_none() {
+            self.partial_since = Some(now);
         }
     }
 
@@ -252,6 +269,7 @@ impl Conn {
         let now = Instant::now();
         while self.timers.peek().is_some_and(|t| t.0.due <= now) {
             let Some(Reverse(d)) = self.timers.pop() else { break };
+            self.held -= d.item.len();
             ctx.counters.sent(&d.item[2..]);
             self.wbuf.extend_from_slice(&d.item);
         }
@@ -259,6 +277,11 @@ impl Conn {
 
     fn pending_write(&self) -> usize {
         self.wbuf.len() - self.wpos
+    }
+
+    /// Answer bytes held: unsent and delayed (`--max-pending-bytes`).
+    fn pending(&self) -> usize {
+        self.pending_write() + self.held
     }
 
     /// Writes and flushes what it can, then reads what has arrived (answering it), then
@@ -298,7 +321,7 @@ impl Conn {
         if progress {
             self.last_activity = Instant::now();
         }
-        if !self.eof && !self.reset && !self.spent && self.pending_write() < HIGH_WATER {
+        if !self.eof && !self.reset && !self.spent && self.pending() < ctx.max_pending_bytes {
             if self.rlen == self.rbuf.len() {
                 self.rbuf.resize(self.rbuf.len() * 2, 0);
             }
@@ -327,11 +350,10 @@ impl Conn {
         if progress {
             return Poll::Ready(Event::Progress);
         }
-        if !self.timers.is_empty() {
-            if timer.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Event::Timer);
-            }
-        } else if idle.as_mut().poll(cx).is_ready() {
+        if !self.timers.is_empty() && timer.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Event::Timer);
+        }
+        if (self.timers.is_empty() || self.partial_since.is_some()) && idle.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Event::Idle);
         }
         Poll::Pending
@@ -340,7 +362,7 @@ impl Conn {
 
 /// Serves one connection: `early` holds bytes that arrived before (TLS early data).
 pub(crate) async fn connection<S: Stream>(mut stream: S, ctx: Rc<Ctx>, transport: Transport, early: Vec<u8>) {
-    let mut c = Conn::new();
+    let mut c = Conn::new(stream.tcp().peer_addr().ok().map(|a| a.ip()));
     if !early.is_empty() {
         c.feed(&early, &ctx, transport);
     }
@@ -358,7 +380,12 @@ pub(crate) async fn connection<S: Stream>(mut stream: S, ctx: Rc<Ctx>, transport
                 timer_sleep.as_mut().reset(t.0.due);
             }
         }
-        let idle_at = c.last_activity + idle;
+        // The idle deadline, or sooner the request timeout of a query begun.
+        // (Delayed answers waiting: not idle.)
+        let mut idle_at = c.last_activity + if c.timers.is_empty() { idle } else { Duration::from_secs(86_400) };
+        if let Some(since) = c.partial_since {
+            idle_at = idle_at.min(since + ctx.request_timeout);
+        }
         if idle_sleep.deadline() != idle_at {
             idle_sleep.as_mut().reset(idle_at);
         }
@@ -374,7 +401,14 @@ pub(crate) async fn connection<S: Stream>(mut stream: S, ctx: Rc<Ctx>, transport
             }
             Event::Timer => c.fire_due(&ctx),
             Event::Idle => {
-                if Instant::now() >= c.last_activity + idle {
+                let now = Instant::now();
+                if c.partial_since.is_some_and(|since| now >= since + ctx.request_timeout) {
+                    // A query begun and not finished in time (slowloris, a stalled length
+                    // prefix): close at once, without lingering.
+                    add(&ctx.counters.closed_slow, 1);
+                    break;
+                }
+                if c.timers.is_empty() && now >= c.last_activity + idle {
                     add(&ctx.counters.closed_idle, 1);
                     by_policy = true;
                     break;

@@ -105,6 +105,7 @@ pub(crate) fn serve(
     counters: Arc<Counters>,
     stop: Arc<StopSignal>,
     gso: bool,
+    client_rate: Option<Arc<crate::policy::ClientRate>>,
 ) {
     let fd = sock.as_raw_fd();
     let mut b = Buffers::new();
@@ -131,8 +132,14 @@ pub(crate) fn serve(
             got_any = true;
             let n = n as usize;
             let now = Instant::now();
-            let (mut dropped, mut delayed, mut nready) = (0u64, 0u64, 0usize);
+            let (mut dropped, mut delayed, mut nready, mut limited) = (0u64, 0u64, 0usize, 0u64);
             for i in 0..n {
+                if let Some(rate) = &client_rate {
+                    if !rate.admit(peer_ip(&b.addrs[i])) {
+                        limited += 1;
+                        continue;
+                    }
+                }
                 let len = (b.hdrs[i].msg_len as usize).min(RECV_BUF);
                 let query = &b.recv[i * RECV_BUF..i * RECV_BUF + len];
                 let out = &mut b.out[i];
@@ -156,6 +163,7 @@ pub(crate) fn serve(
             add(&counters.queries, n as u64);
             add(&counters.dropped, dropped);
             add(&counters.delayed, delayed);
+            add(&counters.rate_limited, limited);
             send_ready(fd, &mut b, &ready[..nready], &counters);
             if n < BATCH {
                 break;
@@ -165,6 +173,23 @@ pub(crate) fn serve(
         if !got_any {
             wait(fd, &stop, timers.peek().map(|t| t.0.due));
         }
+    }
+}
+
+/// The IP address of a datagram's sender (unspecified for a family other than IPv4 or IPv6).
+fn peer_ip(a: &libc::sockaddr_storage) -> std::net::IpAddr {
+    match a.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in into this storage (family AF_INET).
+            let v4 = unsafe { &*(a as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            std::net::IpAddr::from(u32::from_be(v4.sin_addr.s_addr).to_be_bytes())
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the kernel wrote a sockaddr_in6 into this storage (family AF_INET6).
+            let v6 = unsafe { &*(a as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            std::net::IpAddr::from(v6.sin6_addr.s6_addr)
+        }
+        _ => std::net::IpAddr::from([0u8; 4]),
     }
 }
 

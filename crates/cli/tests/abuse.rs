@@ -1,0 +1,186 @@
+//! The responder under abuse (issue 16): HTTP/2 rapid reset, slowloris and stalled length
+//! prefixes, each against the real `volley serve` while a well-behaved `volley run` asks at a
+//! modest rate beside it. Each test asserts that the responder's memory (VmRSS, sampled
+//! through the attack) stays under the bound docs/reliability.md states, that the good client
+//! had every query answered (counts, not times), that the server turned the attack away where
+//! a limit applies (its stats line), and that it stopped cleanly (no panic).
+//! The attacks are those of the abuse harness (`examples/abuse.rs`), at test sizes.
+
+#[path = "common/abuse.rs"]
+mod attacks;
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+
+/// The most resident memory the responder may reach under these attacks (debug build,
+/// two I/O threads): docs/reliability.md, "The responder under abuse".
+const RSS_BOUND_KIB: u64 = 64 * 1024;
+
+/// VmRSS of a process, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the responder's /proc status");
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc status")
+}
+
+/// Samples a process's VmRSS every 50 ms until stopped; the peak.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    peak: Arc<AtomicU64>,
+    handle: thread::JoinHandle<()>,
+}
+
+impl Sampler {
+    fn start(pid: u32) -> Sampler {
+        let (stop, peak) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let (s, p) = (stop.clone(), peak.clone());
+        let handle = thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                p.fetch_max(rss_kib(pid), Ordering::Relaxed);
+                thread::sleep(Duration::from_millis(50));
+            }
+        });
+        Sampler { stop, peak, handle }
+    }
+
+    fn peak(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.handle.join();
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+/// A counter of the responder's `stats` line.
+fn stat(stats: &str, key: &str) -> u64 {
+    stats
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in the stats line:\n{stats}"))
+}
+
+/// Runs `plan` against the server while a good client asks `url` at 40 queries per second
+/// for 6 s (it starts a second after the attack); returns the attack's tally, the good
+/// client's results, the peak RSS and the stats line.
+fn under_attack(
+    s: &mut Server,
+    plan: attacks::Plan,
+    url: &str,
+) -> (Arc<attacks::Tally>, serde_json::Value, u64, String) {
+    let pid = s.pid();
+    let before = rss_kib(pid);
+    let sampler = Sampler::start(pid);
+    let attack = thread::spawn(move || attacks::run(plan));
+    thread::sleep(Duration::from_secs(1));
+    let ca = s.ca_str().to_string();
+    let good = run_volley(&[url, "--ca", &ca, "-Q", "40", "-l", "6s", "-t", "3s", "--name", "www.example.test"]);
+    let tally = attack.join().expect("the attack thread");
+    let peak = sampler.peak();
+    let v = good.ok().clone();
+    check_accounting(&v);
+    let stats = s.terminate();
+    assert!(!stats.contains("panicked"), "the responder panicked:\n{stats}");
+    eprintln!("rss before {before} KiB, peak {peak} KiB; {stats}");
+    (tally, v, peak, stats)
+}
+
+/// Every query of the good client answered.
+fn all_answered(v: &serde_json::Value) {
+    let issued = total(v, "issued");
+    assert!(issued >= 200, "the good client asked ({issued}):\n{:#}", v["totals"]);
+    assert_eq!(total(v, "answered"), issued, "every query of the good client answered:\n{:#}", v["totals"]);
+}
+
+fn plan(attack: attacks::Attack, proto: attacks::Proto, target: std::net::SocketAddr, conns: usize) -> attacks::Plan {
+    attacks::Plan {
+        attack,
+        proto,
+        target,
+        conns,
+        duration: Duration::from_secs(8),
+        interval: Duration::from_millis(250),
+        sources: 1,
+    }
+}
+
+#[test]
+fn http2_rapid_reset_is_bounded_and_others_are_answered() {
+    let mut s = Server::start_encrypted(&["-T", "2"]);
+    let p = plan(attacks::Attack::RapidReset, attacks::Proto::Doh2, s.listener("doh"), 4);
+    let url = s.url("https");
+    let (tally, v, peak, stats) = under_attack(&mut s, p, &url);
+    let sent = tally.sent.load(Ordering::Relaxed);
+    assert!(sent >= 1000, "the attack sent requests and reset them ({sent})");
+    // The server ends a connection that resets streams this fast (h2's limit on streams
+    // reset before they are taken: GOAWAY ENHANCE_YOUR_CALM), and the attacker reconnects.
+    assert!(tally.closed_by_server.load(Ordering::Relaxed) >= 1, "the server closed the attacking connections");
+    assert!(peak < RSS_BOUND_KIB, "responder RSS {peak} KiB over the bound {RSS_BOUND_KIB} KiB");
+    all_answered(&v);
+    assert!(stat(&stats, "doh_connections") >= 2, "{stats}");
+}
+
+#[test]
+fn slowloris_connections_are_closed_and_others_are_answered() {
+    let mut s = Server::start_encrypted(&["-T", "2", "--request-timeout", "2s"]);
+    // 300 connections over TCP, each a byte every 250 ms: a query (36 bytes) would take 9 s.
+    let p = plan(attacks::Attack::Slowloris, attacks::Proto::Tcp, s.tcp_addr(), 300);
+    let url = s.url("tls");
+    let (tally, v, peak, stats) = under_attack(&mut s, p, &url);
+    assert_eq!(tally.sent.load(Ordering::Relaxed), 0, "no dribbled query came whole");
+    assert!(tally.opened.load(Ordering::Relaxed) >= 300);
+    // Each one closed after --request-timeout, by the server (and opened again).
+    let slow = stat(&stats, "closed_slow");
+    assert!(slow >= 300, "every slowloris connection closed by the request timeout: closed_slow={slow}");
+    assert!(tally.closed_by_server.load(Ordering::Relaxed) >= 300);
+    assert!(peak < RSS_BOUND_KIB, "responder RSS {peak} KiB over the bound {RSS_BOUND_KIB} KiB");
+    all_answered(&v);
+}
+
+#[test]
+fn stalled_length_prefixes_are_closed_and_others_are_answered() {
+    let mut s = Server::start_encrypted(&["-T", "2", "--request-timeout", "2s"]);
+    // 300 DoT connections announcing 65,535 bytes and sending ten.
+    let p = plan(attacks::Attack::Stall, attacks::Proto::Dot, s.listener("dot"), 300);
+    let url = s.url("tls");
+    let (tally, v, peak, stats) = under_attack(&mut s, p, &url);
+    assert!(tally.sent.load(Ordering::Relaxed) >= 300);
+    let slow = stat(&stats, "closed_slow");
+    assert!(slow >= 300, "every stalled connection closed by the request timeout: closed_slow={slow}");
+    assert!(peak < RSS_BOUND_KIB, "responder RSS {peak} KiB over the bound {RSS_BOUND_KIB} KiB");
+    all_answered(&v);
+}
+
+#[test]
+fn handshakes_beyond_the_limit_are_refused_and_counted() {
+    // Bursts of 400 DoT connections (each handshakes, idles until the server closes it after
+    // 1 s, and comes back), against a limit of 16 handshakes in progress: the accept loop
+    // turns the excess away at once, and counts it. Once the storm is over, a good client is
+    // served in full.
+    let mut s = Server::start_encrypted(&["-T", "1", "--max-handshakes", "16", "--idle-timeout", "1s"]);
+    let pid = s.pid();
+    let sampler = Sampler::start(pid);
+    let mut p = plan(attacks::Attack::Idle, attacks::Proto::Dot, s.listener("dot"), 400);
+    p.duration = Duration::from_secs(4);
+    let tally = attacks::run(p);
+    let peak = sampler.peak();
+    let url = s.url("tls");
+    let good =
+        run_volley(&[&url, "--ca", s.ca_str(), "-n", "200", "-c", "10", "-t", "3s", "--name", "www.example.test"]);
+    let v = good.ok().clone();
+    check_accounting(&v);
+    assert_eq!(total(&v, "answered"), 200, "after the storm every query answered:\n{:#}", v["totals"]);
+    let stats = s.terminate();
+    eprintln!("peak {peak} KiB; {stats}");
+    let refused = stat(&stats, "refused_handshakes");
+    assert!(refused > 0, "a burst of 400 handshakes went over 16 in progress: {stats}");
+    assert!(tally.failed.load(Ordering::Relaxed) > 0, "the attacker saw refusals");
+    assert!(tally.opened.load(Ordering::Relaxed) >= 16, "the handshakes within the limit were served");
+    assert!(peak < RSS_BOUND_KIB, "responder RSS {peak} KiB over the bound {RSS_BOUND_KIB} KiB");
+}
