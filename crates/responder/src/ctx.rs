@@ -26,6 +26,11 @@ pub(crate) struct Ctx {
     pub max_pending_bytes: usize,
     /// `--max-qps-per-client` (None: no limit).
     pub client_rate: Option<Arc<crate::policy::ClientRate>>,
+    /// TCP and DoT connections this thread holds open now.
+    pub open_conns: std::cell::Cell<usize>,
+    /// At this many open connections the thread is crowded: connections idle for
+    /// [`CROWDED_IDLE`] are closed (half the open-files limit of the thread's table).
+    pub crowded_at: usize,
     /// HTTP/2 and QUIC: most concurrent streams a client may open.
     pub max_streams: u32,
     /// DoH path, e.g. `/dns-query`.
@@ -34,4 +39,17 @@ pub(crate) struct Ctx {
     pub faults: Arc<Active>,
     /// `cache-control` value for answers with records: `max-age=TTL`.
     pub cache_control: http::HeaderValue,
+}
+
+/// The idle timeout of a TCP or DoT connection while its thread is crowded (holds half its
+/// open-files limit), when `--idle-timeout` is longer: idle connections make room for new
+/// ones before descriptors run out (as unbound shortens its TCP idle timeout when busy).
+pub(crate) const CROWDED_IDLE: Duration = Duration::from_secs(1);
+
+/// Half the calling thread's open-files limit (at least 64): see [`Ctx::crowded_at`].
+pub(crate) fn crowded_at() -> usize {
+    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into a struct we own.
+    let cur = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } == 0 { l.rlim_cur } else { 1024 };
+    (cur.min(1 << 30) as usize / 2).max(64)
 }

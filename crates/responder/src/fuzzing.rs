@@ -50,6 +50,8 @@ fn ctx() -> Ctx {
         request_timeout: std::time::Duration::from_secs(5),
         max_pending_bytes: 256 * 1024,
         client_rate: None,
+        open_conns: std::cell::Cell::new(0),
+        crowded_at: 1024,
         max_streams: 100,
         doh_path: Arc::from("/dns-query"),
         faults: Arc::new(crate::faults::Active::new(&[]).expect("no faults")),

@@ -620,6 +620,8 @@ fn io_thread(
             request_timeout: shared.request_timeout,
             max_pending_bytes: shared.max_pending_bytes,
             client_rate: shared.client_rate.clone(),
+            open_conns: std::cell::Cell::new(0),
+            crowded_at: crate::ctx::crowded_at(),
             max_streams: shared.max_streams,
             doh_path: shared.doh_path.clone(),
             faults: shared.faults.clone(),

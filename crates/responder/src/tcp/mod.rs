@@ -367,6 +367,16 @@ pub(crate) async fn connection<S: Stream>(mut stream: S, ctx: Rc<Ctx>, transport
         c.feed(&early, &ctx, transport);
     }
     let idle = ctx.idle_timeout;
+    // Counted among the thread's open connections while it lives.
+    struct Open<'a>(&'a Ctx);
+    impl Drop for Open<'_> {
+        fn drop(&mut self) {
+            self.0.open_conns.set(self.0.open_conns.get() - 1);
+        }
+    }
+    ctx.open_conns.set(ctx.open_conns.get() + 1);
+    let _open = Open(&ctx);
+    let crowded_idle = idle.min(crate::ctx::CROWDED_IDLE);
     let mut idle_sleep = pin!(sleep_until(c.last_activity + idle));
     let mut timer_sleep = pin!(sleep_until(c.last_activity));
     // Closed by a server policy: linger after the FIN for the client's own close.
@@ -382,7 +392,16 @@ pub(crate) async fn connection<S: Stream>(mut stream: S, ctx: Rc<Ctx>, transport
         }
         // The idle deadline, or sooner the request timeout of a query begun.
         // (Delayed answers waiting: not idle.)
-        let mut idle_at = c.last_activity + if c.timers.is_empty() { idle } else { Duration::from_secs(86_400) };
+        // Idle connections wake once after CROWDED_IDLE, to close if the thread is crowded.
+        let now = Instant::now();
+        let wait = if !c.timers.is_empty() {
+            Duration::from_secs(86_400)
+        } else if now < c.last_activity + crowded_idle {
+            crowded_idle
+        } else {
+            idle
+        };
+        let mut idle_at = c.last_activity + wait;
         if let Some(since) = c.partial_since {
             idle_at = idle_at.min(since + ctx.request_timeout);
         }
@@ -408,7 +427,10 @@ pub(crate) async fn connection<S: Stream>(mut stream: S, ctx: Rc<Ctx>, transport
                     add(&ctx.counters.closed_slow, 1);
                     break;
                 }
-                if c.timers.is_empty() && now >= c.last_activity + idle {
+                let crowded = ctx.open_conns.get() >= ctx.crowded_at;
+                if c.timers.is_empty()
+                    && (now >= c.last_activity + idle || (crowded && now >= c.last_activity + crowded_idle))
+                {
                     add(&ctx.counters.closed_idle, 1);
                     by_policy = true;
                     break;

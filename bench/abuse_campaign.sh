@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# The responder under abuse (issue 16, part 3), beside unbound 1.17 and dnsdist 1.7: each
+# attack of the abuse harness (crates/cli/examples/abuse.rs) runs against each server for
+# DURATION seconds while a well-behaved `volley run` asks at GOOD_QPS over the attacked
+# transport (from the attack's second second to its end). For each line and server: the
+# server's peak resident memory (VmRSS sampled every 200 ms, and before the attack), the good
+# client's p99 and the share of its queries answered, and whether the server survived.
+# Prints a Markdown table (the one in docs/reliability.md).
+#
+# Each server runs with one thread pinned to SERVER_CORE, with its defaults except where a
+# server needs a setting to serve the transport (configs below); a fresh server per line.
+# unbound serves DoH over HTTP/2 only, neither peer serves DoQ or DoH/3: those cells are
+# "n/a". The volley binary: $VOLLEY, else `cargo build --release`.
+#
+# Sizes: CONNS (slowloris and stall connections, default 2000), IDLE_CONNS (default 50000;
+# one harness process holds at most its open-files limit, so several run side by side, and
+# they connect from SOURCES loopback addresses), H2_CONNS (8), QUIC_CONNS (16), UDP_SOCKS (4),
+# DURATION (20 s), GOOD_QPS (100), LINES (all: none slowloris-tcp slowloris-dot slowloris-doh1
+# idle-tcp stall-tcp stall-dot rapid-reset continuation big-headers doq-streams doh3-streams
+# long-url udp-garbage), SERVERS ("volley unbound dnsdist").
+
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+
+DURATION="${DURATION:-20}"
+GOOD_QPS="${GOOD_QPS:-100}"
+CONNS="${CONNS:-2000}"
+IDLE_CONNS="${IDLE_CONNS:-50000}"
+SOURCES="${SOURCES:-16}"
+H2_CONNS="${H2_CONNS:-8}"
+QUIC_CONNS="${QUIC_CONNS:-16}"
+UDP_SOCKS="${UDP_SOCKS:-4}"
+SERVERS="${SERVERS:-volley unbound dnsdist}"
+LINES="${LINES:-none slowloris-tcp slowloris-dot slowloris-doh1 idle-tcp stall-tcp stall-dot rapid-reset continuation big-headers doq-streams doh3-streams long-url udp-garbage}"
+
+need taskset jq kdig openssl
+check_cores
+VOLLEY_BIN="$(volley_bin_copy)"
+ABUSE="${ABUSE:-}"
+if [ -z "$ABUSE" ]; then
+    (cd "$REPO_DIR" && cargo build --release -p volley --example abuse >&2) || die "cannot build the abuse harness"
+    ABUSE="${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/examples/abuse"
+fi
+cp "$ABUSE" "$WORK/abuse"
+ABUSE="$WORK/abuse"
+make_cert "$WORK"
+CERT="$WORK/cert.pem"
+KEY="$WORK/key.pem"
+
+# attack proto conns good-client-transport, per line.
+line_spec() {
+    case "$1" in
+        none) echo "none udp 0 udp" ;;
+        slowloris-tcp) echo "slowloris tcp $CONNS tcp" ;;
+        slowloris-dot) echo "slowloris dot $CONNS dot" ;;
+        slowloris-doh1) echo "slowloris doh1 $CONNS doh2" ;;
+        idle-tcp) echo "idle tcp $IDLE_CONNS tcp" ;;
+        stall-tcp) echo "stall tcp $CONNS tcp" ;;
+        stall-dot) echo "stall dot $CONNS dot" ;;
+        rapid-reset) echo "rapid-reset doh2 $H2_CONNS doh2" ;;
+        continuation) echo "continuation doh2 $H2_CONNS doh2" ;;
+        big-headers) echo "big-headers doh2 $H2_CONNS doh2" ;;
+        doq-streams) echo "quic-streams doq $QUIC_CONNS doq" ;;
+        doh3-streams) echo "quic-streams doh3 $QUIC_CONNS doh3" ;;
+        long-url) echo "long-url doh1 $H2_CONNS doh2" ;;
+        udp-garbage) echo "udp-garbage udp $UDP_SOCKS udp" ;;
+        *) die "unknown line $1" ;;
+    esac
+}
+
+line_title() {
+    case "$1" in
+        none) echo "no attack (baseline)" ;;
+        slowloris-tcp) echo "slowloris, TCP ($CONNS conns, 1 byte/s)" ;;
+        slowloris-dot) echo "slowloris, DoT ($CONNS conns, 1 byte/s)" ;;
+        slowloris-doh1) echo "slowloris, DoH/1.1 ($CONNS conns, 1 byte/s)" ;;
+        idle-tcp) echo "idle connections, TCP ($IDLE_CONNS)" ;;
+        stall-tcp) echo "length prefix 65,535 never sent, TCP ($CONNS conns)" ;;
+        stall-dot) echo "length prefix 65,535 never sent, DoT ($CONNS conns)" ;;
+        rapid-reset) echo "HTTP/2 rapid reset ($H2_CONNS conns)" ;;
+        continuation) echo "HTTP/2 CONTINUATION flood ($H2_CONNS conns)" ;;
+        big-headers) echo "HTTP/2 1 MiB header blocks ($H2_CONNS conns)" ;;
+        doq-streams) echo "DoQ stream flood ($QUIC_CONNS conns)" ;;
+        doh3-streams) echo "DoH/3 stream flood ($QUIC_CONNS conns)" ;;
+        long-url) echo "DoH/1.1 GET, 64 KiB URL ($H2_CONNS conns)" ;;
+        udp-garbage) echo "UDP malformed flood ($UDP_SOCKS sockets)" ;;
+    esac
+}
+
+# Whether a server serves a transport (the attack's and the good client's).
+serves() {
+    local server="$1" t="$2"
+    case "$server:$t" in
+        unbound:doh1 | unbound:doq | unbound:doh3 | dnsdist:doq | dnsdist:doh3) return 1 ;;
+    esac
+    return 0
+}
+
+# Each start_* sets SRV_PID and the ports UDP_PORT TCP_PORT DOT_PORT DOH_PORT DOQ_PORT DOH3_PORT.
+start_volley() {
+    start_responder "$VOLLEY_BIN" --dot-port 0 --doh-port 0 --doq-port 0 --doh3-port 0 --cert "$CERT" --key "$KEY"
+    SRV_PID="$SERVE_PID"
+    UDP_PORT="$SERVE_UDP"
+    TCP_PORT="$SERVE_TCP"
+    DOT_PORT="$(serve_port dot)"
+    DOH_PORT="$(serve_port doh)"
+    DOQ_PORT="$(serve_port doq)"
+    DOH3_PORT="$(serve_port doh3)"
+}
+
+four_ports() {
+    UDP_PORT="$(free_port)"
+    TCP_PORT="$UDP_PORT"
+    DOT_PORT="$(free_port)"
+    DOH_PORT="$(free_port)"
+    while [ "$DOH_PORT" = "$DOT_PORT" ] || [ "$DOH_PORT" = "$UDP_PORT" ] || [ "$DOT_PORT" = "$UDP_PORT" ]; do
+        DOT_PORT="$(free_port)"
+        DOH_PORT="$(free_port)"
+    done
+}
+
+start_dnsdist() {
+    need dnsdist
+    four_ports
+    cat >"$WORK/dnsdist.conf" <<CONF
+setLocal('127.0.0.1:$UDP_PORT')
+setSecurityPollSuffix('')
+addTLSLocal('127.0.0.1:$DOT_PORT', '$CERT', '$KEY', {provider='openssl'})
+addDOHLocal('127.0.0.1:$DOH_PORT', '$CERT', '$KEY', '/dns-query')
+addAction(AllRule(), SpoofAction({'192.0.2.1', '2001:db8::1'}))
+CONF
+    taskset -c "$SERVER_CORE" dnsdist --supervised --disable-syslog -C "$WORK/dnsdist.conf" >"$WORK/dnsdist.log" 2>&1 &
+    SRV_PID=$!
+    PIDS+=("$SRV_PID")
+}
+
+start_unbound() {
+    need unbound
+    four_ports
+    # incoming-num-tcp: unbound's default (10 per thread) turns away every TCP client beyond
+    # ten; 1000 as in bench/responder_encrypted.sh.
+    cat >"$WORK/unbound.conf" <<CONF
+server:
+  username: ""
+  chroot: ""
+  directory: "$WORK"
+  pidfile: ""
+  use-syslog: no
+  logfile: ""
+  verbosity: 0
+  num-threads: 1
+  so-reuseport: no
+  do-ip6: no
+  interface: 127.0.0.1@$UDP_PORT
+  interface: 127.0.0.1@$DOT_PORT
+  interface: 127.0.0.1@$DOH_PORT
+  tls-port: $DOT_PORT
+  https-port: $DOH_PORT
+  http-endpoint: "/dns-query"
+  tls-service-key: "$KEY"
+  tls-service-pem: "$CERT"
+  access-control: 127.0.0.0/8 allow
+  incoming-num-tcp: 1000
+  module-config: "iterator"
+  local-zone: "example.test." static
+  local-data: "www.example.test. 300 IN A 192.0.2.1"
+CONF
+    taskset -c "$SERVER_CORE" unbound -d -c "$WORK/unbound.conf" >"$WORK/unbound.log" 2>&1 &
+    SRV_PID=$!
+    PIDS+=("$SRV_PID")
+}
+
+port_of() {
+    case "$1" in
+        udp) echo "$UDP_PORT" ;; tcp) echo "$TCP_PORT" ;; dot) echo "$DOT_PORT" ;;
+        doh1 | doh2) echo "$DOH_PORT" ;; doq) echo "$DOQ_PORT" ;; doh3) echo "$DOH3_PORT" ;;
+    esac
+}
+
+url_of() {
+    case "$1" in
+        udp) echo "udp://127.0.0.1:$UDP_PORT" ;;
+        tcp) echo "tcp://127.0.0.1:$TCP_PORT" ;;
+        dot) echo "tls://127.0.0.1:$DOT_PORT" ;;
+        doh2) echo "https://127.0.0.1:$DOH_PORT/dns-query" ;;
+        doq) echo "quic://127.0.0.1:$DOQ_PORT" ;;
+        doh3) echo "h3://127.0.0.1:$DOH3_PORT/dns-query" ;;
+    esac
+}
+
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+
+declare -A CELL
+for line in $LINES; do
+    read -r attack proto conns good <<<"$(line_spec "$line")"
+    for server in $SERVERS; do
+        if ! serves "$server" "$proto" || ! serves "$server" "$good"; then
+            CELL[$line:$server]="n/a | n/a | n/a"
+            continue
+        fi
+        "start_$server"
+        gurl="$(url_of "$good")"
+        extra=(--ca "$CERT")
+        [ "$good" = udp ] || [ "$good" = tcp ] && extra=()
+        WAIT_LOG="$WORK/$server.log"
+        [ "$server" = volley ] && WAIT_LOG="$WORK/serve.err"
+        wait_url_answers "$VOLLEY_BIN" "$gurl" "${extra[@]}"
+        sleep 1
+        base="$(rss_kib "$SRV_PID")"
+        peak="$base"
+        log "$line against $server (pid $SRV_PID): $attack $proto x$conns for ${DURATION}s, good client $gurl"
+        apids=()
+        if [ "$attack" != none ]; then
+            # One harness process holds at most ~19,000 connections (its open-files limit).
+            left="$conns"
+            while [ "$left" -gt 0 ]; do
+                n=$((left > 19000 ? 19000 : left))
+                "$ABUSE" "$attack" "$proto" "127.0.0.1:$(port_of "$proto")" --conns "$n" --secs "$DURATION" \
+                    --interval-ms 1000 --sources "$SOURCES" >>"$WORK/$line.$server.attack" 2>&1 &
+                apids+=($!)
+                PIDS+=($!)
+                left=$((left - n))
+            done
+        fi
+        sleep 1
+        gdur=$((DURATION - 2))
+        "$VOLLEY_BIN" run "$gurl" "${extra[@]}" -Q "$GOOD_QPS" -l "${gdur}s" -t 2s -T 1 --name www.example.test \
+            --progress never -q -o "$WORK/$line.$server.json" >"$WORK/$line.$server.good" 2>&1 &
+        gpid=$!
+        PIDS+=("$gpid")
+        end=$((SECONDS + DURATION + 10))
+        alive=yes
+        while kill -0 "$gpid" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do
+            r="$(rss_kib "$SRV_PID")"
+            [ "${r:-0}" -gt "$peak" ] && peak="$r"
+            sleep 0.2
+        done
+        for p in "${apids[@]}"; do
+            while kill -0 "$p" 2>/dev/null; do
+                r="$(rss_kib "$SRV_PID")"
+                [ "${r:-0}" -gt "$peak" ] && peak="$r"
+                sleep 0.2
+            done
+            wait "$p" 2>/dev/null || true
+        done
+        wait "$gpid" 2>/dev/null || true
+        kill -0 "$SRV_PID" 2>/dev/null || alive=no
+        if [ -s "$WORK/$line.$server.json" ]; then
+            p99="$(jq -r '.latency.p99_ns // 0 | . / 1e6 | (. * 100 | round) / 100' "$WORK/$line.$server.json")"
+            share="$(jq -r '.totals | if .issued > 0 then (.answered * 1000 / .issued | round) / 10 else 0 end' "$WORK/$line.$server.json")"
+        else
+            p99="-"
+            share="0 ($(head -c 80 "$WORK/$line.$server.good" | tr '\n|' '  '))"
+        fi
+        [ "$alive" = yes ] || share="$share (server died)"
+        CELL[$line:$server]="$((base / 1024)) → $((peak / 1024)) | $p99 | $share"
+        log "  $server: RSS ${base} -> ${peak} KiB, good p99 ${p99} ms, answered ${share} %; attack: $(cat "$WORK/$line.$server.attack" 2>/dev/null | tr '\n' ' ')"
+        stop_pid "$SRV_PID"
+        if [ "$server" = volley ]; then
+            log "  stats: $(tail -1 "$WORK/serve.err")"
+        fi
+        sleep 1
+    done
+done
+
+{
+    echo "| attack | $(for s in $SERVERS; do printf '%s RSS MiB (before → peak) | %s good p99 ms | %s answered %% | ' "$s" "$s" "$s"; done | sed 's/ | $//') |"
+    printf '| --- '
+    for s in $SERVERS; do printf '| ---: | ---: | ---: '; done
+    echo '|'
+    for line in $LINES; do
+        printf '| %s ' "$(line_title "$line")"
+        for s in $SERVERS; do printf '| %s ' "${CELL[$line:$s]}"; done
+        echo '|'
+    done
+}
