@@ -29,7 +29,7 @@ pub(crate) struct Ctx {
     /// TCP and DoT connections this thread holds open now.
     pub open_conns: std::cell::Cell<usize>,
     /// At this many open connections the thread is crowded: connections idle for
-    /// [`CROWDED_IDLE`] are closed (half the open-files limit of the thread's table).
+    /// [`CROWDED_IDLE`] are closed (three quarters of the open-files limit of the thread's table).
     pub crowded_at: usize,
     /// HTTP/2 and QUIC: most concurrent streams a client may open.
     pub max_streams: u32,
@@ -41,15 +41,15 @@ pub(crate) struct Ctx {
     pub cache_control: http::HeaderValue,
 }
 
-/// The idle timeout of a TCP or DoT connection while its thread is crowded (holds half its
+/// The idle timeout of a TCP or DoT connection while its thread is crowded (holds 3/4 of its
 /// open-files limit), when `--idle-timeout` is longer: idle connections make room for new
 /// ones before descriptors run out (as unbound shortens its TCP idle timeout when busy).
 pub(crate) const CROWDED_IDLE: Duration = Duration::from_secs(1);
 
-/// Half the calling thread's open-files limit (at least 64): see [`Ctx::crowded_at`].
+/// Three quarters of the calling thread's open-files limit (at least 64): see [`Ctx::crowded_at`].
 pub(crate) fn crowded_at() -> usize {
     let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes into a struct we own.
     let cur = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } == 0 { l.rlim_cur } else { 1024 };
-    (cur.min(1 << 30) as usize / 2).max(64)
+    (cur.min(1 << 30) as usize / 4 * 3).max(64)
 }

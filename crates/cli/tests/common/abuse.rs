@@ -448,7 +448,7 @@ async fn rapid_reset(i: usize, plan: &Plan, t: &Tally) -> Result<(), Failed> {
             Err(_) => break,
         }
         // Let the connection task write (and read) now and then.
-        if t.sent.load(Relaxed) % 64 == 0 {
+        if t.sent.load(Relaxed).is_multiple_of(64) {
             tokio::task::yield_now().await;
         }
         if driver.is_finished() {
@@ -630,7 +630,7 @@ async fn udp_garbage(plan: &Plan, t: &Tally, deadline: Instant) {
                 Err(_) => tokio::task::yield_now().await,
             }
             n += 1;
-            if n % 256 == 0 {
+            if n.is_multiple_of(256) {
                 tokio::task::yield_now().await;
             }
         }
