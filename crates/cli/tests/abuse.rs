@@ -184,3 +184,31 @@ fn handshakes_beyond_the_limit_are_refused_and_counted() {
     assert!(tally.opened.load(Ordering::Relaxed) >= 16, "the handshakes within the limit were served");
     assert!(peak < RSS_BOUND_KIB, "responder RSS {peak} KiB over the bound {RSS_BOUND_KIB} KiB");
 }
+
+#[test]
+fn queries_over_the_per_client_rate_are_not_answered_and_counted() {
+    // One client at 200 queries per second for 3 s against --max-qps-per-client 50, over UDP
+    // and then TCP: about a quarter answered, the rest counted as rate_limited, never more
+    // answered than the bucket allows in the time the runs took.
+    let mut s = Server::start_with(&["-T", "2", "--max-qps-per-client", "50"]);
+    let started = std::time::Instant::now();
+    let mut issued = 0;
+    let mut answered = 0;
+    for url in [s.udp_url(), s.tcp_url()] {
+        let r = run_volley(&[&url, "-Q", "200", "-l", "3s", "-t", "1s", "--name", "www.example.test"]);
+        let v = r.ok().clone();
+        check_accounting(&v);
+        issued += total(&v, "issued");
+        answered += total(&v, "answered");
+        assert!(total(&v, "answered") >= 100, "{url}: the client's share was answered:\n{:#}", v["totals"]);
+        assert!(total(&v, "timed_out") >= 100, "{url}: the rest was not:\n{:#}", v["totals"]);
+    }
+    let secs = started.elapsed().as_secs() + 1;
+    let stats = s.terminate();
+    let limited = stat(&stats, "rate_limited");
+    assert!(answered <= 50 * secs + 2 * 50, "{answered} answered in {secs} s at 50 per second");
+    // Every query the server took is answered or counted as turned away (the run's check
+    // queries included in the server's counts).
+    assert_eq!(stat(&stats, "answered") + limited, stat(&stats, "queries"), "{stats}");
+    assert!(limited + answered >= issued, "{limited} limited + {answered} answered < {issued} issued");
+}
