@@ -79,6 +79,18 @@ impl Limits {
         Limits { tcp: l(), dot: l(), doh: l(), doh3: l(), doq: l(), handshakes: [h(), h(), h(), h()] }
     }
 
+    /// Whether `t`'s listener has `--max-handshakes` handshakes in progress now.
+    pub fn handshakes_full(&self, t: Transport) -> bool {
+        let i = match t {
+            Transport::Dot => 0,
+            Transport::Doh => 1,
+            Transport::Doh3 => 2,
+            Transport::Doq => 3,
+            _ => return false,
+        };
+        self.handshakes[i].as_ref().is_some_and(|l| l.open.load(Ordering::Relaxed) >= l.max)
+    }
+
     /// A place for one more handshake in progress on `t`'s listener: `Ok(None)` when there
     /// is no limit, `Err(())` when the listener has `--max-handshakes` in progress already.
     /// The place is freed when the slot is dropped (the handshake ended, either way).

@@ -63,8 +63,8 @@ pub struct ResponderConfig {
     /// they do the idle timeout: this is what ends slowloris and stalled length prefixes.
     pub request_timeout: Duration,
     /// The most TLS (DoT, DoH) or QUIC (DoQ, DoH/3) handshakes in progress per listener,
-    /// over all its threads; further connections are closed at accept (QUIC: refused) and
-    /// counted as `refused_handshakes`. None: no limit (default `Some(1024)`).
+    /// over all its threads; meanwhile new TCP connections wait in the kernel's accept queue,
+    /// QUIC ones are refused and counted as `refused_handshakes`. None: no limit (default `Some(1024)`).
     pub max_handshakes: Option<u64>,
     /// TCP and DoT: the most answer bytes a connection may hold unsent (written but not yet
     /// taken by the peer, plus delayed answers waiting); beyond it the connection reads

@@ -52,8 +52,8 @@ Server policies (what public resolvers do to their connections):
 Limits against abuse (counted in the stats line):
   --request-timeout DUR     a query begun must arrive whole within DUR (default 5s): ends
                             slowloris and stalled length prefixes (closed_slow)
-  --max-handshakes N        TLS/QUIC handshakes in progress per listener (default 1024;
-                            refused_handshakes)
+  --max-handshakes N        TLS/QUIC handshakes in progress per listener (default 1024):
+                            TCP waits in the accept queue, QUIC is refused (refused_handshakes)
   --max-pending-bytes N     TCP, DoT: unsent answer bytes per connection before it stops
                             reading (default 262144)
   --max-qps-per-client N    UDP, TCP, DoT: queries per second per client address (rate_limited)
@@ -184,8 +184,8 @@ pub struct ServeArgs {
     pub request_timeout: String,
 
     /// Most TLS (DoT, DoH) or QUIC (DoQ, DoH/3) handshakes in progress per listener, over all
-    /// threads; further connections are closed at accept, QUIC ones refused (counted
-    /// refused_handshakes).
+    /// threads; meanwhile new TCP connections wait in the kernel's accept queue, QUIC ones
+    /// are refused (counted refused_handshakes).
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_handshakes: u64,
 

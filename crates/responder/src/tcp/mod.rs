@@ -86,6 +86,16 @@ pub(crate) async fn accept_loop(
         if *stop.borrow_and_update() {
             return Ok(());
         }
+        // --max-handshakes: while the listener has that many TLS handshakes in progress, new
+        // connections wait in the kernel's backlog (a client is delayed, not turned away);
+        // one that another thread's accept beat to the last place is closed and counted.
+        if ctx.limits.handshakes_full(transport) {
+            tokio::select! {
+                _ = stop.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(2)) => {}
+            }
+            continue;
+        }
         tokio::select! {
             _ = stop.changed() => {}
             r = listener.accept() => match r {
