@@ -552,7 +552,8 @@ mod tests {
     #[test]
     fn loss_windows_confine_the_loss() {
         // 30 % loss in [1, 3) s only, packets every ms for 4 s.
-        let cfg = DirConfig { loss: Loss::Random(0.3), loss_windows: vec![(1000 * MS, 3000 * MS)], ..Default::default() };
+        let cfg =
+            DirConfig { loss: Loss::Random(0.3), loss_windows: vec![(1000 * MS, 3000 * MS)], ..Default::default() };
         let (p, out) = drive(cfg, 5, 4000, MS, 60);
         let passed = |a: u64, b: u64| out.iter().filter(|x| x.0 >= a && x.0 < b).count() as u64;
         assert_eq!(passed(0, 1000) + passed(3000, 4000), 2000, "nothing lost outside the window");
