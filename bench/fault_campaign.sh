@@ -8,7 +8,7 @@
 # peak RSS against the same transport without a fault, and that the results name what
 # happened. It prints one markdown row per cell and writes the table.
 #
-#   bench/fault_campaign.sh                  # the whole matrix, seed 1 (about 15 minutes)
+#   bench/fault_campaign.sh                  # the whole matrix, seed 1 (about 11 minutes)
 #   SEED=7 bench/fault_campaign.sh           # another seed (the link's and the proxy's choices)
 #   ONLY=dot,doq:4 bench/fault_campaign.sh   # part: a transport, or TRANSPORT:FAULT-INDEX
 #                                            # (0 none, 1 link down, 2 loss burst, 3 30 % loss,

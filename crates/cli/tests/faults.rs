@@ -121,7 +121,7 @@ fn certificate_changes_mid_run() {
 /// (`TRANSPORT` or `TRANSPORT:FAULT-INDEX`, comma-separated) runs part of it;
 /// `$VOLLEY_FAULT_KEEP` (a folder) keeps each run's results as `TRANSPORT-INDEX.json`.
 #[test]
-#[ignore = "the fault campaign: bench/fault_campaign.sh (about 15 minutes)"]
+#[ignore = "the fault campaign: bench/fault_campaign.sh (about 11 minutes)"]
 fn campaign() {
     let seed: u64 = std::env::var("VOLLEY_FAULT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(SEED);
     let only = std::env::var("VOLLEY_FAULT_ONLY").unwrap_or_default();

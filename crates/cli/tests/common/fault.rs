@@ -496,7 +496,8 @@ fn start_server(args: &[String]) -> Server {
     Server::start_with(&a)
 }
 
-/// Starts `volley serve` on the same ports again, retrying briefly while a port is still held.
+/// Starts `volley serve` on the same ports again (the responder's listeners take their ports
+/// with SO_REUSEADDR: the dead server's connections in TIME_WAIT do not hold them).
 fn restart_server(args: &[String]) -> Server {
     start_server(args)
 }
