@@ -414,6 +414,8 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         target_pids: target_pids(&a.target_pid)?,
         udp_retry,
         tc_fallback: a.tc_fallback,
+        part: volley_engine::Part::WHOLE,
+        start: None,
     })
 }
 
