@@ -1101,6 +1101,9 @@ fn layout(share: &Share, c: &Common) -> (Vec<LaneSlot>, Vec<LaneSpec>, Vec<Clien
     (lanes, specs, clients)
 }
 
+/// How long before the run's start a worker wakes, to spin until it (ns).
+const START_SPIN_NS: u64 = 1_000_000;
+
 async fn worker_main(share: Share, c: Common) -> WorkerEnd {
     let (lanes, specs, clients) = layout(&share, &c);
     let groups = c.groups.len();
@@ -1159,8 +1162,13 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
     }
     connections_up(&w, &c).await;
     let start = c.gate.start().await;
-    // Every load begins at the start itself (a coordinated run's parts at the same moment).
-    sleep_until(&precise_timer(&w), start).await;
+    // Every load begins at the start itself (a coordinated run's parts at the same moment):
+    // the timer wakes the worker shortly before it, and it spins the rest, so that a wake-up
+    // late by less than that costs nothing.
+    sleep_until(&precise_timer(&w), start.saturating_sub(START_SPIN_NS)).await;
+    while now_ns() < start {
+        std::hint::spin_loop();
+    }
     let woke_late_ns = now_ns().saturating_sub(start);
     let end = c.duration_ns.map(|d| start + d);
     w.inner.borrow_mut().rec().set_start(start);
