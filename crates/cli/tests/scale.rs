@@ -395,7 +395,7 @@ fn bad_parts_are_refused_with_one_line() {
     let r = run_volley(&[&target, "--parts", "3", "-n", "10"]);
     assert!(assert_usage_error(&r).contains("which part is this?"));
     let closed = format!("127.0.0.1:{}", closed_tcp_port());
-    let r = run_volley(&[&target, "--parts", "2", "--coordinator", &closed, "-n", "10"]);
+    let r = run_volley(&[&target, "--parts", "2", "--coordinator", &closed, "--coordinator-wait", "1s", "-n", "10"]);
     let line = assert_usage_error(&r);
     assert!(line.contains(&closed) && line.contains("refused"), "{line}");
     let r = run_volley(&[&target, "--start-at", "tomorrow", "-n", "10"]);

@@ -50,19 +50,28 @@ impl PartLink {
     /// the start.
     pub fn join(addr: &str, hello: &Hello, connect: Duration) -> Result<PartLink, CoordError> {
         let cerr = |err| CoordError::Connect { addr: addr.to_string(), err };
-        let addrs: Vec<_> = addr.to_socket_addrs().map_err(cerr)?.collect();
-        let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
-        let mut stream = None;
-        for a in addrs {
-            match TcpStream::connect_timeout(&a, connect) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
+        // The coordinator may not be up yet (an orchestrator starts its tasks in no order, a
+        // Service's name resolves once its pod runs): try again until the window is over.
+        let deadline = std::time::Instant::now() + connect;
+        let stream = loop {
+            let attempt = addr.to_socket_addrs().and_then(|addrs| {
+                let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+                for a in addrs {
+                    let left =
+                        deadline.saturating_duration_since(std::time::Instant::now()).max(Duration::from_millis(100));
+                    match TcpStream::connect_timeout(&a, left) {
+                        Ok(s) => return Ok(s),
+                        Err(e) => last = e,
+                    }
                 }
-                Err(e) => last = e,
+                Err(last)
+            });
+            match attempt {
+                Ok(s) => break s,
+                Err(e) if std::time::Instant::now() + Duration::from_millis(200) >= deadline => return Err(cerr(e)),
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
             }
-        }
-        let stream = stream.ok_or_else(|| cerr(last))?;
+        };
         let _ = stream.set_nodelay(true);
         stream.set_read_timeout(Some(connect)).map_err(cerr)?;
         stream.set_write_timeout(Some(connect)).map_err(cerr)?;

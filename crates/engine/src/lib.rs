@@ -806,7 +806,7 @@ pub fn run(
         series: got.series,
         events,
         warnings,
-        part: (!part.is_whole() || plan.start.is_some()).then(|| volley_metrics::PartInfo {
+        part: (!part.is_whole() || plan.start.is_some()).then_some(volley_metrics::PartInfo {
             index: part.index,
             count: part.count,
             start: Some(volley_metrics::PartStart {

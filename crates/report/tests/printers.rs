@@ -148,6 +148,8 @@ fn sample(plan: Plan) -> RunResult {
         series: got.series,
         events: [("connect".to_string(), 2u64), ("icmp_unreachable".to_string(), 1)].into_iter().collect(),
         warnings: Vec::new(),
+        part: None,
+        scale: None,
     }
 }
 

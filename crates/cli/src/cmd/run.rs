@@ -264,11 +264,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "HOST:PORT", env = "VOLLEY_COORDINATOR", help_heading = "Scale out")]
     pub coordinator: Option<String>,
 
-    /// How long to wait for the coordinator: to connect and answer, and for the start.
+    /// How long to wait for the coordinator: to answer (tried again until then, at most 60 s:
+    /// an orchestrator starts it in no particular order), and for the start.
     #[arg(long = "coordinator-wait", value_name = "DURATION", default_value = "5m", value_parser = parse_duration, help_heading = "Scale out")]
     pub coordinator_wait: Duration,
 
-    /// Write the results as JSON to FILE (atomically; schema in docs/results-schema.md).
+    /// Write the results as JSON to FILE (atomically; schema in docs/results-schema.md). In a
+    /// split run, `{part}` in FILE becomes the part's index (parts/run-{part}.json).
     #[arg(short = 'o', long, value_name = "FILE", help_heading = "Output")]
     pub output: Option<PathBuf>,
 
@@ -949,12 +951,13 @@ pub fn run(a: RunArgs) -> CliResult {
         warnings.extend(warning);
     }
     result.warnings.splice(0..0, warnings);
-    if let Some(path) = &a.output {
+    let output = a.output.as_ref().map(|p| super::scale::output_path(p, plan.part));
+    if let Some(path) = &output {
         volley_report::write_json_file_atomic(&result, path).map_err(CliError::failure)?;
     }
     // The part's own file first: a coordinator lost now leaves it whole, to merge later.
     if let Some(c) = coordinated {
-        c.hand_in(&result, a.output.as_deref());
+        c.hand_in(&result, output.as_deref());
     }
     if !a.quiet {
         let mut out = std::io::stdout().lock();

@@ -50,6 +50,14 @@ pub fn static_part(a: &RunArgs) -> CliResult<Option<Part>> {
     }
 }
 
+/// The results file of a part: `{part}` in the path becomes its index.
+pub fn output_path(path: &std::path::Path, part: Part) -> std::path::PathBuf {
+    match path.to_str() {
+        Some(s) if s.contains("{part}") => s.replace("{part}", &part.index.to_string()).into(),
+        _ => path.to_path_buf(),
+    }
+}
+
 /// `--start-at`: RFC 3339 (with a zone: `Z` or `+HH:MM`) or Unix milliseconds; Unix ns.
 pub fn parse_start_at(s: &str) -> Result<u64, String> {
     let bad = || format!("invalid --start-at '{s}': expected RFC 3339 (2026-11-26T03:00:00Z) or Unix milliseconds");
@@ -185,7 +193,7 @@ pub fn prepare(a: &RunArgs, plan: &mut Plan) -> CliResult<Option<Coordinated>> {
         index: known.map(|p| p.index),
         items: items(plan),
     };
-    let link = PartLink::join(addr, &hello, a.coordinator_wait.min(Duration::from_secs(30))).map_err(|e| match e {
+    let link = PartLink::join(addr, &hello, a.coordinator_wait.min(Duration::from_secs(60))).map_err(|e| match e {
         CoordError::Refused(r) => CliError::usage(format!("refused by the coordinator at {addr}: {r}")),
         e => CliError::usage(format!("--coordinator: {e}")),
     })?;
