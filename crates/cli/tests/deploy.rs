@@ -118,6 +118,18 @@ impl Drop for Daemon {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        // What the daemon left mounted under its directory (the swarm's network namespace),
+        // so that the directory can go.
+        let dir = self._dir.path().to_string_lossy().into_owned();
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        let mut left: Vec<&str> =
+            mounts.lines().filter_map(|l| l.split_whitespace().nth(1)).filter(|m| m.starts_with(&dir)).collect();
+        left.sort_unstable_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in left {
+            if let Ok(c) = std::ffi::CString::new(m) {
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+        }
     }
 }
 
