@@ -422,6 +422,8 @@ pub fn merge_outcome(outcome: &Outcome, command: Vec<String>) -> Result<Option<M
         outcome.results.iter().map(|(i, r)| NamedRun::new(format!("part {i}"), r.clone())).collect();
     let mut merged = merge_runs(&runs, command)?;
     let s = &outcome.scale;
+    // The coordinator names each missing part with its share and why, below.
+    merged.result.warnings.retain(|w| !w.starts_with("merge: incomplete: parts"));
     for p in s.part_list.iter().filter(|p| p.status != "merged") {
         merged.result.warnings.insert(
             0,
