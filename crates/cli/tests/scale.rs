@@ -8,6 +8,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
@@ -452,4 +453,51 @@ fn mismatched_parts_are_refused_and_the_index_comes_from_the_job() {
     let p1 = read_results(&dir.path().join("p1.json")).unwrap();
     assert_eq!(p1["part"]["index"].as_u64(), Some(1));
     assert_eq!(total(&merged.unwrap(), "answered"), 500);
+}
+
+/// Simulated clients split three ways, started together by `--start-at` (no coordinator): each
+/// client goes whole to one part with its own random timing, so the parts together issue
+/// exactly the queries one process issues (Poisson gaps included), and `volley merge` puts them
+/// back together.
+#[test]
+fn clients_split_by_start_at_issue_what_one_process_issues() {
+    let server = Server::start();
+    let target = server.udp_url();
+    let dir = tempfile::tempdir().unwrap();
+    let load = ["--clients", "31", "--client-rate", "20", "--arrivals", "poisson", "-l", "2s", "-T", "1"];
+    let mut args = vec![target.as_str()];
+    args.extend(load);
+    let single = run_volley(&args);
+    let single = single.ok().clone();
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let at = (now_ms + 3000).to_string();
+    let mut children = Vec::new();
+    for i in 0..3 {
+        let part_arg = format!("{i}/3");
+        let mut args = vec![target.as_str(), "--part", &part_arg, "--start-at", &at];
+        args.extend(load);
+        children.push(part(Command::new(volley()), &args, &dir.path().join(format!("c{i}.json"))));
+    }
+    for c in children {
+        let (code, err) = finish_part(c);
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let mut clients = 0;
+    for i in 0..3u64 {
+        let p = read_results(&dir.path().join(format!("c{i}.json"))).unwrap();
+        assert_eq!(p["part"]["index"].as_u64(), Some(i));
+        assert_eq!(p["part"]["start"]["planned_unix_ns"].as_u64(), Some(at.parse::<u64>().unwrap() * 1_000_000));
+        clients += p["load"]["clients"].as_u64().unwrap();
+    }
+    assert_eq!(clients, 31, "every client in exactly one part");
+    let merged = dir.path().join("m.json");
+    let files: Vec<PathBuf> = (0..3).map(|i| dir.path().join(format!("c{i}.json"))).collect();
+    let out = run_cmd(Command::new(volley()).arg("merge").args(&files).arg("-o").arg(&merged), RUN_WAIT);
+    assert!(out.status.success(), "{}", out.stderr);
+    let m = read_results(&merged).unwrap();
+    check_accounting(&m);
+    assert_eq!(total(&m, "issued"), total(&single, "issued"), "the same Poisson arrivals whatever the split");
+    assert_eq!(total(&m, "answered"), total(&single, "answered"));
+    assert_eq!(m["load"]["clients"].as_u64(), Some(31));
+    assert!(!m["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("split run")));
 }

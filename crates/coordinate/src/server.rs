@@ -44,10 +44,12 @@ pub enum Event {
         missing: Vec<u32>,
     },
     /// A second's figures of every part that reported it, added; `live` parts of `parts`.
+    /// `quiet`: running parts not heard from for over 2 s (a heartbeat comes every second).
     Second {
         progress: PartProgress,
         reported: u32,
         live: u32,
+        quiet: Vec<u32>,
     },
     Ended {
         index: u32,
@@ -210,12 +212,20 @@ impl Coordinator {
                     }
                 }
                 let live_n = live.iter().filter(|s| s.results.is_none()).count() as u32;
+                let quiet: Vec<u32> = st
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.started && s.gone.is_none() && s.results.is_none())
+                    .filter(|(_, s)| s.last_heard.is_some_and(|t| now.duration_since(t) > Duration::from_secs(2)))
+                    .map(|(i, _)| i as u32)
+                    .collect();
                 for s in st.slots.iter_mut() {
                     s.seconds.remove(&next);
                 }
                 shown += 1;
                 drop(st);
-                events(Event::Second { progress: p, reported, live: live_n });
+                events(Event::Second { progress: p, reported, live: live_n, quiet });
                 continue;
             }
             if st.slots.iter().all(|s| !s.started || s.results.is_some() || s.gone.is_some()) {

@@ -93,14 +93,15 @@ pub fn run(a: CoordinateArgs) -> CliResult {
                 if missing.is_empty() { String::new() } else { format!(" (without parts {missing:?}: not ready)") }
             );
         }
-        Event::Second { progress: p, reported, live } if !quiet => eprintln!(
-            "volley: coordinate: second {:>4}: {} issued, {} sent, {} answered, {} timed out, {} failed ({reported} parts reported, {live} running)",
+        Event::Second { progress: p, reported, live, quiet: silent } if !quiet => eprintln!(
+            "volley: coordinate: second {:>4}: {} issued, {} sent, {} answered, {} timed out, {} failed ({reported} parts reported, {live} running{})",
             p.second + 1,
             p.issued,
             p.sent,
             p.answered,
             p.timed_out,
-            p.failed
+            p.failed,
+            if silent.is_empty() { String::new() } else { format!("; not heard from for 2 s: parts {silent:?}") }
         ),
         Event::Second { .. } => {}
         Event::Ended { index, status } => eprintln!("volley: coordinate: part {index}: {status}"),
