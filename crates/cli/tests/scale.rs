@@ -501,3 +501,44 @@ fn clients_split_by_start_at_issue_what_one_process_issues() {
     assert_eq!(m["load"]["clients"].as_u64(), Some(31));
     assert!(!m["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("split run")));
 }
+
+/// `volley limit --part 0/2` sends half of each step: against a responder that answers 500 qps,
+/// the search finds the whole run's limit at about 1,000 qps (the two parts together), and
+/// judges each step against the part's share (no step is generator-bound for sending half).
+#[test]
+fn a_limit_search_part_sends_its_share_of_each_step() {
+    let server = Server::start_with(&["--max-qps", "500", "-T", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("limit.json");
+    let url = server.udp_url();
+    let mut cmd = Command::new(volley());
+    cmd.args(["limit", &url, "--part", "0/2", "--start", "250", "--max", "16000", "--step-duration", "2s"])
+        .args(["--refine", "4", "-t", "300ms", "-T", "1", "--progress", "never", "-o"])
+        .arg(&out);
+    let r = run_cmd(&mut cmd, RUN_WAIT);
+    assert_eq!(r.status.code(), Some(0), "stderr: {}", r.stderr);
+    let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let s = &v["searches"][0];
+    assert_eq!(s["stopped"], "found", "{s}");
+    let limit = s["limit"].as_f64().unwrap();
+    assert!((limit - 1000.0).abs() / 1000.0 <= 0.15, "limit {limit}: {s}");
+    assert!(!r.stderr.contains("generator-bound"), "{}", r.stderr);
+    for (step, run) in s["steps"].as_array().unwrap().iter().zip(s["runs"].as_array().unwrap()) {
+        assert_eq!(run["part"]["index"].as_u64(), Some(0));
+        assert_eq!(run["part"]["count"].as_u64(), Some(2));
+        let load = step["load"].as_f64().unwrap();
+        assert!((run["load"]["rate"].as_f64().unwrap() - load / 2.0).abs() < 1e-6, "{step}");
+    }
+    let r = run_volley(&[&url, "--part", "0/2", "--start-at", "0", "-n", "10"]);
+    assert_eq!(r.status.code(), Some(0), "a start in the past starts at once: {}", r.stderr);
+    assert!(r.ok()["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w.as_str().unwrap().contains("start time had passed")));
+    let mut cmd = Command::new(volley());
+    cmd.args(["limit", &url, "--part", "0/2", "--start-at", "0"]);
+    let r = run_cmd(&mut cmd, RUN_WAIT);
+    assert_eq!(r.status.code(), Some(2));
+    assert!(r.stderr.contains("apply to volley run"), "{}", r.stderr);
+}
