@@ -93,7 +93,7 @@ impl PartLink {
             match recv::<ToPart, _>(&mut reader) {
                 Ok(Some(ToPart::Time { t1: back, t2, t3 })) if back == t1 => {
                     let t4 = unix_ns();
-                    let rtt = (t4 - t1).saturating_sub(t3.saturating_sub(t2));
+                    let rtt = t4.saturating_sub(t1).saturating_sub(t3.saturating_sub(t2));
                     let offset = ((t2 as i128 - t1 as i128) + (t3 as i128 - t4 as i128)) / 2;
                     if best.is_none_or(|(r, _)| rtt < r) {
                         best = Some((rtt, offset as i64));
