@@ -451,3 +451,82 @@ pub fn merge_outcome(outcome: &Outcome, command: Vec<String>) -> Result<Option<M
     merged.result.scale = Some(s.clone());
     Ok(Some(merged))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{CoordError, PartLink};
+
+    fn hello(index: Option<u32>, version: &str, fingerprint: &str) -> Hello {
+        Hello {
+            protocol: PROTOCOL.into(),
+            version: version.into(),
+            fingerprint: fingerprint.into(),
+            args: vec!["rate: 1".into(), fingerprint.into()],
+            parts: 3,
+            index,
+            items: 30,
+        }
+    }
+
+    /// Three parts: one joins and fails, one joins and leaves before its results, one never
+    /// comes; another program and another run are refused. Each is named with its share.
+    #[test]
+    fn parts_that_fail_leave_or_never_come_are_named() {
+        let opts = Options {
+            parts: 3,
+            wait: Duration::from_secs(5),
+            lead: Duration::from_millis(50),
+            silence: Duration::from_secs(5),
+            version: "1.0".into(),
+        };
+        let c = Coordinator::bind("127.0.0.1:0".parse().unwrap(), opts).unwrap();
+        let addr = c.local_addr().unwrap().to_string();
+        let run = std::thread::spawn(move || {
+            let mut events = Vec::new();
+            let out = c.run(|e| events.push(format!("{e:?}")));
+            (out, events)
+        });
+        let wait = Duration::from_secs(5);
+        let mut a = PartLink::join(&addr, &hello(Some(2), "1.0", "x"), wait).unwrap();
+        assert_eq!((a.index, a.parts), (2, 3));
+        assert!(a.offset_ns.abs() < 50_000_000, "one machine, one clock: {}", a.offset_ns);
+        let mut b = PartLink::join(&addr, &hello(None, "1.0", "x"), wait).unwrap();
+        assert_eq!(b.index, 0, "the first free index");
+        match PartLink::join(&addr, &hello(None, "0.9", "x"), wait) {
+            Err(CoordError::Refused(r)) => assert!(r.contains("volley 0.9 where the coordinator is volley 1.0"), "{r}"),
+            other => panic!("{:?}", other.map(|l| l.index)),
+        }
+        match PartLink::join(&addr, &hello(None, "1.0", "y"), wait) {
+            Err(CoordError::Refused(r)) => {
+                assert!(r.contains("differs from part 2's: 'y' where part 2 has 'x'"), "{r}")
+            }
+            other => panic!("{:?}", other.map(|l| l.index)),
+        }
+        match PartLink::join(&addr, &hello(Some(2), "1.0", "x"), wait) {
+            Err(CoordError::Refused(r)) => assert!(r.contains("part 2 is here already"), "{r}"),
+            other => panic!("{:?}", other.map(|l| l.index)),
+        }
+        // Both ready; part 1 never comes: after the wait they start without it.
+        let (ta, tb) = (
+            std::thread::spawn(move || (a.ready(wait).map(|_| ()), a)),
+            std::thread::spawn(move || (b.ready(wait).map(|_| ()), b)),
+        );
+        let (ra, a) = ta.join().unwrap();
+        let (rb, b) = tb.join().unwrap();
+        assert!(ra.is_ok() && rb.is_ok());
+        a.failed("no sockets");
+        drop(b);
+        let (out, events) = run.join().unwrap();
+        let s = &out.scale;
+        assert!(out.results.is_empty());
+        assert!(!s.complete);
+        let status: Vec<&str> = s.part_list.iter().map(|p| p.status.as_str()).collect();
+        assert_eq!(status, ["lost", "never_came", "failed"], "{events:?}");
+        assert_eq!(s.part_list[2].reason.as_deref(), Some("no sockets"));
+        let shares: Vec<f64> = s.part_list.iter().map(|p| p.share).collect();
+        assert_eq!(shares, [10.0 / 30.0, 10.0 / 30.0, 10.0 / 30.0]);
+        assert!((s.missing_share - 1.0).abs() < 1e-9);
+        assert!(merge_outcome(&out, vec![]).unwrap().is_none(), "nothing to merge");
+    }
+}
