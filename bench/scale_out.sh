@@ -23,6 +23,7 @@ url="udp://127.0.0.1:$SERVE_UDP"
 
 coordinate() { # N OUT: starts a coordinator, sets COORD_PID and COORD_ADDR
     local n="$1" out="$2"
+    rm -f "$out" "$out.err" "$out.time"
     /usr/bin/time -f '%U %S' -o "$out.time" "$volley" coordinate --parts "$n" --listen 127.0.0.1:0 -o "$out" -q \
         2>"$out.err" &
     COORD_PID=$!
@@ -42,16 +43,18 @@ for mode in plain coordinated; do
     for rep in 1 2 3; do
         extra=()
         if [ "$mode" = coordinated ]; then
-            coordinate 1 "$WORK/hot-m.json"
+            coordinate 1 "$WORK/hot-m$rep.json"
             extra=(--parts 1 --coordinator "$COORD_ADDR")
         fi
         measure "hot-$mode-$rep" "$volley" run "$url" -Q "$RATE" -l "${DURATION}s" -T 1 "${extra[@]}" -q \
             --progress never -o "$WORK/hot-$mode-$rep.json"
         [ "$mode" = coordinated ] && { wait "$COORD_PID" || true; }
+        [ -s "$WORK/hot-$mode-$rep.json" ] || die "$mode run $rep wrote no results: $(tail -3 "$WORK/hot-$mode-$rep.err")"
         ans="$(jq '.totals.answered' "$WORK/hot-$mode-$rep.json")"
         workers="$(jq '.generator.cpu_us_per_answer' "$WORK/hot-$mode-$rep.json")"
         proc="$(calc 'c * 1e6 / a' c="$(cat "$WORK/hot-$mode-$rep.cpu")" a="$ans")"
-        rows+=("| $mode | $rep | $ans | $(printf '%.2f' "$workers") | $(printf '%.2f' "$proc") |")
+        sent="$(jq '.totals.sent' "$WORK/hot-$mode-$rep.json")"
+        rows+=("| $mode | $rep | $ans of $sent | $(printf '%.2f' "$workers") | $(printf '%.2f' "$proc") |")
     done
 done
 
@@ -94,7 +97,7 @@ stop_pid "$SERVE_PID"
     echo "One part at $RATE qps over UDP on core $CLIENT_CORE, plain and with a coordinator (\`--parts 1"
     echo "--coordinator\`): CPU per answer of the worker threads and of the whole process."
     echo
-    echo "| run | rep | answered | workers µs/answer | process µs/answer |"
+    echo "| run | rep | answered of sent | workers µs/answer | process µs/answer |"
     echo "| --- | ---: | ---: | ---: | ---: |"
     printf '%s\n' "${rows[@]}"
     echo
