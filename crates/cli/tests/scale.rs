@@ -393,6 +393,8 @@ fn bad_parts_are_refused_with_one_line() {
     assert!(assert_usage_error(&r).contains("expected I/N"));
     let r = run_volley(&[&target, "--part", "1/4", "-c", "3", "-n", "10"]);
     assert!(assert_usage_error(&r).contains("concurrency 3 cannot be split into 4 parts"));
+    let r = run_volley(&[&target, "--part", "1/3", "--parts", "4", "-n", "10"]);
+    assert!(assert_usage_error(&r).contains("disagree"));
     let r = run_volley(&[&target, "--parts", "3", "-n", "10"]);
     assert!(assert_usage_error(&r).contains("which part is this?"));
     let closed = format!("127.0.0.1:{}", closed_tcp_port());

@@ -42,7 +42,8 @@ pub struct CoordinateArgs {
     #[arg(short = 'o', long, value_name = "FILE", required = true)]
     pub output: PathBuf,
 
-    /// Longest wait for every part to be ready; then the parts that are start without the others.
+    /// Longest wait for every part to be ready; then the parts that are ready start without the
+    /// others (named missing in the merged results).
     #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
     pub wait: Duration,
 

@@ -245,7 +245,7 @@ pub struct RunArgs {
     /// (every Nth arrival of the whole run's schedule), of the clients (each whole to one
     /// part), of the concurrency, connections and count; the N parts together make the run
     /// one process would make (docs/scale-out.md).
-    #[arg(long, value_name = "I/N", conflicts_with = "parts", help_heading = "Scale out")]
+    #[arg(long, value_name = "I/N", help_heading = "Scale out")]
     pub part: Option<String>,
 
     /// The run is split into N parts, this one's index from JOB_COMPLETION_INDEX (a Kubernetes

@@ -34,7 +34,13 @@ fn env_index() -> CliResult<Option<u32>> {
 /// coordinator gives it its index.
 pub fn static_part(a: &RunArgs) -> CliResult<Option<Part>> {
     if let Some(p) = &a.part {
-        return p.parse::<Part>().map(Some).map_err(|e| CliError::usage(format!("--part: {e}")));
+        let part = p.parse::<Part>().map_err(|e| CliError::usage(format!("--part: {e}")))?;
+        return match a.parts {
+            Some(n) if n != part.count => {
+                Err(CliError::usage(format!("--part {part} and --parts {n} (or VOLLEY_PARTS) disagree on the parts")))
+            }
+            _ => Ok(Some(part)),
+        };
     }
     let Some(n) = a.parts else { return Ok(None) };
     if n == 0 {
