@@ -287,6 +287,8 @@ pub fn run(a: BenchArgs) -> CliResult {
             target: case.target,
             udp_retry: None,
             tc_fallback: false,
+            part: volley_engine::Part::WHOLE,
+            start: None,
         };
         check_target(&mut plan)?;
         let srv0 = embedded.as_ref().map(|r| r.cpu_ns());
