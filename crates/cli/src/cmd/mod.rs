@@ -4,6 +4,7 @@ pub mod bench;
 pub mod calibrate;
 pub mod compare;
 pub mod completions;
+pub mod experiment;
 pub mod limit;
 pub mod link;
 pub mod merge;
