@@ -104,6 +104,12 @@ pub fn validate(spec: &Spec) -> Result<(), Invalid> {
                 format!("check '{}': give row (with min/max, and to for a ratio) or higher and lower", c.says),
             ));
         }
+        if c.pairwise && c.higher.as_ref().map(Vec::len) != c.lower.as_ref().map(Vec::len) {
+            return Err((
+                Some(c.says.clone()),
+                format!("check '{}': pairwise needs as many higher as lower rows", c.says),
+            ));
+        }
         if range && c.min.is_none() && c.max.is_none() {
             return Err((Some(c.says.clone()), format!("check '{}': needs min or max", c.says)));
         }
@@ -161,14 +167,8 @@ pub type Measured = Vec<(String, BTreeMap<String, Vec<f64>>)>;
 
 /// The table and verdicts of `spec` from measured figures (which tests may fabricate).
 pub fn evaluate(spec: &Spec, measured: &Measured) -> Evaluation {
-    // The rows: the spec's order first, then the others as made.
-    let mut order: Vec<&str> =
-        spec.rows.iter().map(|r| r.name.as_str()).filter(|n| measured.iter().any(|(m, _)| m == n)).collect();
-    for (m, _) in measured {
-        if !order.contains(&m.as_str()) {
-            order.push(m);
-        }
-    }
+    // The rows in the order the runs made them.
+    let order: Vec<&str> = measured.iter().map(|(r, _)| r.as_str()).collect();
     let figure = |row: &str, fig: &str| -> Option<f64> {
         measured.iter().find(|(r, _)| r == row).and_then(|(_, f)| f.get(fig)).and_then(|v| median(v))
     };
@@ -263,8 +263,13 @@ fn verdict(c: &Check, value: &dyn Fn(&str, &str) -> Option<f64>) -> Verdict {
     if let (Some(hi), Some(lo)) = (&c.higher, &c.lower) {
         let mut broken = Vec::new();
         let mut missing = Vec::new();
-        for h in hi {
-            for l in lo {
+        let pairs: Vec<(&String, &String)> = if c.pairwise {
+            hi.iter().zip(lo).collect()
+        } else {
+            hi.iter().flat_map(|h| lo.iter().map(move |l| (h, l))).collect()
+        };
+        {
+            for (h, l) in pairs {
                 match (value(h, col), value(l, col)) {
                     (Some(a), Some(b)) if a > b => {}
                     (Some(a), Some(b)) => broken.push(format!(

@@ -24,8 +24,8 @@ pub struct Spec {
     pub runs: Vec<Runs>,
     /// The table's columns.
     pub columns: Vec<Column>,
-    /// The rows in the order printed, with their labels and the study's figures; rows the
-    /// runs make that are not listed follow in the order made.
+    /// Labels of rows and the study's figures beside them (the table shows the rows in the
+    /// order the runs make them).
     #[serde(default)]
     pub rows: Vec<Row>,
     /// What the study found, each a check on the measured table.
@@ -190,6 +190,10 @@ pub struct Check {
     /// Order check: every row of `higher` above every row of `lower`.
     pub higher: Option<Vec<String>>,
     pub lower: Option<Vec<String>>,
+    /// Order check in pairs: each row of `higher` above the row of `lower` at its place
+    /// (default: above every row of `lower`).
+    #[serde(default)]
+    pub pairwise: bool,
 }
 
 impl Runs {
