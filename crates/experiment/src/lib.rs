@@ -19,6 +19,8 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("head-of-line", include_str!("../experiments/head-of-line.toml")),
     ("overhead", include_str!("../experiments/overhead.toml")),
     ("transport-cost", include_str!("../experiments/transport-cost.toml")),
+    ("handshakes", include_str!("../experiments/handshakes.toml")),
+    ("network-profiles", include_str!("../experiments/network-profiles.toml")),
 ];
 
 /// A built-in experiment by name, or a file (`NAME.toml` or a path); its text and the name
