@@ -45,7 +45,7 @@ pub fn validate(spec: &Spec) -> Result<(), Invalid> {
                 if crate::runner::lifetime(l).is_err() {
                     return Err((
                         Some(l.clone()),
-                        format!("lifetime '{l}': expected persistent, a duration (30s) or queries (1q)"),
+                        format!("lifetime '{l}': expected persistent, a duration (30s), queries (1q) or idle10s"),
                     ));
                 }
             }
@@ -74,6 +74,11 @@ pub fn validate(spec: &Spec) -> Result<(), Invalid> {
             if let Some(d) = q.server.as_ref().and_then(|s| s.delay.as_ref()) {
                 if let Err(e) = d.parse::<volley_responder::DelayRule>() {
                     return Err((Some(d.clone()), format!("server.delay {e}")));
+                }
+            }
+            if let Some(by) = q.limit.as_ref().and_then(|l| l.by.as_deref()) {
+                if by != "rate" && by != "clients" {
+                    return Err((Some(by.to_string()), format!("limit.by '{by}': expected rate or clients")));
                 }
             }
             if q.measure == Some(crate::spec::Measure::Limit) && q.limit.is_none() && r.limit.is_none() {

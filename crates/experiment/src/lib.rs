@@ -19,6 +19,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("head-of-line", include_str!("../experiments/head-of-line.toml")),
     ("overhead", include_str!("../experiments/overhead.toml")),
     ("transport-cost", include_str!("../experiments/transport-cost.toml")),
+    ("clients-served", include_str!("../experiments/clients-served.toml")),
     ("handshakes", include_str!("../experiments/handshakes.toml")),
     ("network-profiles", include_str!("../experiments/network-profiles.toml")),
 ];

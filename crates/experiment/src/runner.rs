@@ -119,6 +119,13 @@ pub fn lifetime(s: &str) -> Result<ConnPolicy, String> {
     if s == "persistent" {
         return Ok(ConnPolicy::default());
     }
+    if let Some(d) = s.strip_prefix("idle") {
+        let d = volley_responder::parse_duration(d).map_err(|_| s.to_string())?;
+        if d.is_zero() {
+            return Err(s.to_string());
+        }
+        return Ok(ConnPolicy { idle: Some(d), ..ConnPolicy::default() });
+    }
     if let Some(n) = s.strip_suffix('q') {
         let n: u64 = n.parse().map_err(|_| s.to_string())?;
         if n == 0 {
@@ -531,9 +538,14 @@ fn run_step(
                 volley_engine::limit::Objective { min_answered: l.min_answered.unwrap_or(0.99), max_latency: None };
             let mut results = Vec::new();
             let mut failure = None;
+            let by_clients = l.by.as_deref() == Some("clients");
+            let client_rate = l.client_rate.unwrap_or(1.0);
             let outcome = volley_engine::limit::search(&search, &obj, |load| {
-                let step_plan =
-                    Plan { load: Load::Open { rate: load }, duration: Some(step_len), count: None, ..plan.clone() };
+                let step_plan = if by_clients {
+                    clients_plan(&plan, load.round().max(1.0) as u64, client_rate, step_len)
+                } else {
+                    Plan { load: Load::Open { rate: load }, duration: Some(step_len), count: None, ..plan.clone() }
+                };
                 match measure_once(&step_plan, pool) {
                     Ok((res, _)) => {
                         let busy = res.generator.cpu_s / (res.duration_s.max(1e-3) * threads as f64);
@@ -544,8 +556,16 @@ fn run_step(
                             generator_bound: volley_engine::limit::generator_bound(
                                 &volley_engine::limit::GeneratorFigures {
                                     busy,
-                                    schedule_late_p50_ns: res.schedule_lateness.as_ref().map(|s| s.p50_ns),
-                                    sent_share: 1.0,
+                                    schedule_late_p50_ns: res
+                                        .schedule_lateness
+                                        .as_ref()
+                                        .filter(|l| l.count > 0)
+                                        .map(|l| l.p50_ns),
+                                    // Issued, not sent: queries the server held back are its doing.
+                                    sent_share: match res.load.rate {
+                                        Some(asked) if asked > 0.0 => res.qps.issued / asked,
+                                        _ => 1.0,
+                                    },
                                 },
                             ),
                             interrupted: interrupt.load(Ordering::Relaxed),
@@ -603,4 +623,45 @@ fn responder_of<'p>(pool: &'p Pool, server: &Server, key: &str, listen: Option<I
     let listen = listen?;
     let id = format!("{server:?}/{key}/{listen}");
     pool.servers.iter().find(|e| e.key == id)
+}
+
+/// A step of a search by clients: `n` simulated clients of `rate` queries per second each,
+/// each with a connection of its own that follows the plan's connection policy (UDP: a socket
+/// each), every client resuming only its own TLS sessions.
+fn clients_plan(plan: &Plan, n: u64, rate: f64, duration: Duration) -> Plan {
+    let udp = plan.target.scheme == Scheme::Udp;
+    let parse = |d: &str| volley_responder::parse_duration(d);
+    let mut profile =
+        volley_engine::Profile::load(if udp { "stub" } else { "forwarder" }, &parse).expect("a built-in profile");
+    profile.connections = 1;
+    profile.connect_at_start = false;
+    profile.light = plan.lane.conn;
+    profile.busy = None;
+    profile.udp_retry = None;
+    profile.udp_tries = None;
+    profile.tcp_on_truncation = false;
+    let lane = LaneOptions { own_sessions: true, ..plan.lane.clone() };
+    let group = volley_engine::Group {
+        weight: 1.0,
+        profile,
+        target: plan.target.clone(),
+        rate,
+        lane,
+        busy: None,
+        fallback: None,
+        udp_retry: None,
+    };
+    let load = volley_engine::ClientsLoad {
+        count: n,
+        arrivals: volley_engine::Arrivals::Poisson,
+        groups: vec![group],
+        replay: None,
+    };
+    Plan {
+        load: Load::Clients(load),
+        duration: Some(duration),
+        count: None,
+        connections: if udp { n.min(4000) as usize } else { plan.threads },
+        ..plan.clone()
+    }
 }

@@ -46,8 +46,9 @@ pub struct Runs {
     pub measure: Option<Measure>,
     /// Axis: transports (udp, tcp, dot, doh1, doh2, doh3, doq).
     pub transport: Option<Vec<String>>,
-    /// Axis: the client's connection lifetime: "persistent", a duration ("30s", "1s") or
-    /// queries ("1q": one query per connection).
+    /// Axis: the client's connection lifetime: "persistent", a duration ("30s", "1s"),
+    /// queries ("1q": one query per connection) or an idle timeout ("idle10s": closed after
+    /// 10 s without a query).
     pub lifetime: Option<Vec<String>>,
     /// Axis: the server certificate's key type (rsa2048, rsa3072, p256, ed25519).
     pub key: Option<Vec<String>>,
@@ -136,6 +137,12 @@ pub struct Limit {
     pub step: Option<String>,
     /// The share of queries that must be answered (default 0.99).
     pub min_answered: Option<f64>,
+    /// What the load counts: "rate" (queries per second, default) or "clients" (simulated
+    /// clients, each with its own connection and `client_rate` queries per second, as DNS
+    /// Shotgun counts clients served).
+    pub by: Option<String>,
+    /// Queries per second of each simulated client (default 1).
+    pub client_rate: Option<f64>,
 }
 
 /// A column of the table.
