@@ -583,16 +583,38 @@ fn run_step(
                 return Err(e);
             }
             let mut f = BTreeMap::new();
-            if let Some(v) = outcome.limit {
-                f.insert("limit".to_string(), v);
+            let good = outcome
+                .steps
+                .iter()
+                .filter(|s| s.ok)
+                .map(|s| s.load)
+                .fold(None, |m: Option<f64>, l| Some(m.map_or(l, |m| m.max(l))));
+            match (outcome.limit, outcome.stopped) {
+                (Some(v), _) => {
+                    f.insert("limit".to_string(), v);
+                }
+                // The generator stopped the search: the target kept up with at least this.
+                (None, volley_engine::limit::Stopped::GeneratorBound) => {
+                    if let Some(v) = good {
+                        f.insert("limit".to_string(), v);
+                    }
+                }
+                _ => {}
             }
             if let Some(last) = results.iter().rev().find(|r| r.totals.answered_ratio() >= obj.min_answered) {
                 for (k, v) in crate::figures::of_run(last, None, slow_over) {
                     f.entry(k).or_insert(v);
                 }
             }
-            if outcome.stopped != volley_engine::limit::Stopped::Found {
-                warnings.push(format!("limit search stopped: {:?}", outcome.stopped));
+            match outcome.stopped {
+                volley_engine::limit::Stopped::Found => {}
+                volley_engine::limit::Stopped::GeneratorBound => warnings.push(
+                    "limit search stopped: the generator, not the target, set the pace (the figure is a lower bound)"
+                        .into(),
+                ),
+                volley_engine::limit::Stopped::AboveMax => warnings
+                    .push(format!("the target kept up with the most tried ({}): the figure is a lower bound", l.max)),
+                other => warnings.push(format!("limit search stopped: {other:?}")),
             }
             (f, results, Some(outcome))
         }
@@ -634,7 +656,9 @@ fn clients_plan(plan: &Plan, n: u64, rate: f64, duration: Duration) -> Plan {
     let mut profile =
         volley_engine::Profile::load(if udp { "stub" } else { "forwarder" }, &parse).expect("a built-in profile");
     profile.connections = 1;
-    profile.connect_at_start = false;
+    // Kept connections are opened before the step's clock (a client that has been running a
+    // while has its connection); per-query ones as the queries come.
+    profile.connect_at_start = plan.lane.conn.max_queries.is_none() && plan.lane.conn.lifetime.is_none();
     profile.light = plan.lane.conn;
     profile.busy = None;
     profile.udp_retry = None;
@@ -653,7 +677,7 @@ fn clients_plan(plan: &Plan, n: u64, rate: f64, duration: Duration) -> Plan {
     };
     let load = volley_engine::ClientsLoad {
         count: n,
-        arrivals: volley_engine::Arrivals::Poisson,
+        arrivals: volley_engine::Arrivals::Constant,
         groups: vec![group],
         replay: None,
     };
