@@ -65,9 +65,9 @@ pub fn of_run(r: &RunResult, delayed: Option<u64>, slow_over: Duration) -> BTree
         if let Some(h) = &c.handshake_total {
             put("handshake_ms", ms(h.p50_ns));
         }
-        if c.handshake_tls.is_some() || c.handshake_quic.is_some() {
-            let n = c.opened.max(1) as f64;
-            put("resumed", c.resumed as f64 / n);
+        if c.opened > 0 {
+            // Connections without TLS (TCP) resumed none.
+            put("resumed", c.resumed as f64 / c.opened as f64);
         }
     }
     if let Some(c) = r.target_cpu.as_ref().filter(|_| t.answered > 0) {

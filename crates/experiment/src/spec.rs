@@ -227,7 +227,8 @@ impl Runs {
 pub fn parse(file: &str, text: &str) -> Result<Spec, ExperimentError> {
     let spec: Spec = toml::from_str(text).map_err(|e| {
         let line = e.span().map_or(1, |s| line_of(text, s.start));
-        ExperimentError::Spec { file: file.to_string(), line, message: e.message().trim().to_string() }
+        let message: Vec<&str> = e.message().lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        ExperimentError::Spec { file: file.to_string(), line, message: message.join("; ") }
     })?;
     crate::check::validate(&spec).map_err(|(needle, message)| ExperimentError::Spec {
         file: file.to_string(),
