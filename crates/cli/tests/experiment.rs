@@ -208,3 +208,52 @@ min = 5
     let cells: Vec<&str> = udp.split_whitespace().collect();
     assert_eq!(cells, ["udp", "0", "2", "differs"], "two of 50 delayed, none held up: {udp}");
 }
+
+/// `--server unbound`: volley writes unbound's configuration, starts it on one core and
+/// measures it over the transports it serves; the others are said not to be measured. The
+/// server's CPU per query comes from its process.
+#[test]
+fn an_experiment_against_unbound_started_by_volley() {
+    require("unbound");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("exp.json");
+    let out = experiment(&[
+        "run",
+        "overhead",
+        "--quick",
+        "--server",
+        "unbound",
+        "--server-cpu",
+        "0",
+        "--progress",
+        "never",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("unbound started on core 0"), "{}", out.stderr);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    for row in ["udp", "tcp-1q", "tcp-persistent", "dot-1q", "dot-persistent", "doh2-1q", "doh2-persistent"] {
+        assert!(cell(&doc, row, "bytes") > 0.0, "{row}\n{}", out.stdout);
+    }
+    for s in doc["steps"].as_array().unwrap() {
+        let row = s["row"].as_str().unwrap();
+        if ["doh1", "doh3", "doq"].iter().any(|t| row.starts_with(t)) {
+            assert!(s["results"].as_array().unwrap().is_empty(), "{row}");
+            assert!(s["warnings"][0].as_str().unwrap().contains("unbound does not serve"), "{s}");
+        } else {
+            let res = &s["results"][0];
+            check_accounting(res);
+            assert!(res["target_cpu"]["cpu_s"].as_f64().unwrap() > 0.0, "{row}: unbound's CPU: {res}");
+            assert!(
+                s["target"].as_str().unwrap().contains("127.0.0.1")
+                    || s["target"].as_str().unwrap().contains("localhost")
+            );
+        }
+    }
+    let doh3 = out.stdout.lines().find(|l| l.starts_with("DoH/3 fresh")).unwrap();
+    assert!(doh3.ends_with("not measured"), "{doh3}");
+    // Nothing of unbound is left running.
+    let pid: u32 = out.stderr.split("(pid ").nth(1).unwrap().split(')').next().unwrap().parse().unwrap();
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "unbound {pid} still running");
+}

@@ -138,7 +138,8 @@ pub struct TableRow {
     pub label: String,
     /// Column name → cell.
     pub cells: BTreeMap<String, Cell>,
-    /// "holds", "differs" or "" (no check names this row).
+    /// "holds", "differs", "not measured" (no figure: a transport the target lacks) or ""
+    /// (no check names this row).
     pub verdict: String,
 }
 
@@ -146,6 +147,9 @@ pub struct TableRow {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Verdict {
     pub says: String,
+    /// Whether the rows it names were measured (against a server that lacks a transport,
+    /// some are not): a check not measured neither holds nor differs.
+    pub measured: bool,
     pub holds: bool,
     /// The measured values against what the study says, and by how much they differ.
     pub detail: String,
@@ -161,9 +165,9 @@ pub struct Evaluation {
 }
 
 impl Evaluation {
-    /// Whether every check holds.
+    /// Whether every check measured holds.
     pub fn holds(&self) -> bool {
-        self.verdicts.iter().all(|v| v.holds)
+        self.verdicts.iter().filter(|v| v.measured).all(|v| v.holds)
     }
 }
 
@@ -191,7 +195,7 @@ pub fn evaluate(spec: &Spec, measured: &Measured) -> Evaluation {
         .iter()
         .map(|&name| {
             let r = spec.rows.iter().find(|r| r.name == name);
-            let cells = spec
+            let cells: BTreeMap<String, Cell> = spec
                 .columns
                 .iter()
                 .map(|c| {
@@ -205,8 +209,11 @@ pub fn evaluate(spec: &Spec, measured: &Measured) -> Evaluation {
                     (c.name.clone(), Cell { measured: value(name, &c.name), values, study })
                 })
                 .collect();
-            let mine: Vec<&Verdict> = verdicts.iter().filter(|v| v.rows.iter().any(|r| r == name)).collect();
+            let mine: Vec<&Verdict> =
+                verdicts.iter().filter(|v| v.measured && v.rows.iter().any(|r| r == name)).collect();
+            let unmeasured = cells.values().all(|c: &Cell| c.measured.is_none());
             let verdict = match (mine.is_empty(), mine.iter().all(|v| v.holds)) {
+                _ if unmeasured => "not measured".to_string(),
                 (true, _) => String::new(),
                 (false, true) => "holds".to_string(),
                 (false, false) => "differs".to_string(),
@@ -288,15 +295,20 @@ fn verdict(c: &Check, value: &dyn Fn(&str, &str) -> Option<f64>) -> Verdict {
             }
         }
         let rows = hi.iter().chain(lo).cloned().collect();
-        let holds = broken.is_empty() && missing.is_empty();
-        let detail = if holds {
+        let total = if c.pairwise { hi.len().min(lo.len()) } else { hi.len() * lo.len() };
+        let measured = missing.len() < total;
+        let holds = measured && broken.is_empty();
+        let mut detail = if !measured {
+            format!("{col}: not measured")
+        } else if holds {
             format!("{col}: {} above {}", hi.join(", "), lo.join(", "))
-        } else if !broken.is_empty() {
-            format!("{col}: {}", broken.join("; "))
         } else {
-            format!("{col}: not measured for {}", missing.join(", "))
+            format!("{col}: {}", broken.join("; "))
         };
-        return Verdict { says: c.says.clone(), holds, detail, rows };
+        if measured && !missing.is_empty() {
+            detail.push_str(&format!(" (not measured: {})", missing.join(", ")));
+        }
+        return Verdict { says: c.says.clone(), measured, holds, detail, rows };
     }
     let row = c.row.clone().unwrap_or_default();
     let mut rows = vec![row.clone()];
@@ -315,7 +327,13 @@ fn verdict(c: &Check, value: &dyn Fn(&str, &str) -> Option<f64>) -> Verdict {
         None => format!("{col} of {row}"),
     };
     match v {
-        None => Verdict { says: c.says.clone(), holds: false, detail: format!("{what}: not measured"), rows },
+        None => Verdict {
+            says: c.says.clone(),
+            measured: false,
+            holds: false,
+            detail: format!("{what}: not measured"),
+            rows,
+        },
         Some(v) => {
             let holds = c.min.is_none_or(|m| v >= m) && c.max.is_none_or(|m| v <= m);
             let detail = if holds {
@@ -323,7 +341,7 @@ fn verdict(c: &Check, value: &dyn Fn(&str, &str) -> Option<f64>) -> Verdict {
             } else {
                 format!("{what} {}, study {}: {}", num(v), bounds(c.min, c.max), outside(v, c.min, c.max))
             };
-            Verdict { says: c.says.clone(), holds, detail, rows }
+            Verdict { says: c.says.clone(), measured: true, holds, detail, rows }
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod check;
 pub mod figures;
 pub mod output;
 pub mod runner;
+pub mod servers;
 pub mod spec;
 
 pub use check::{evaluate, Evaluation, Verdict};

@@ -63,7 +63,12 @@ pub fn write_text(spec: &Spec, ev: &Evaluation, out: &mut dyn Write) -> io::Resu
     if !ev.verdicts.is_empty() {
         writeln!(out)?;
         for v in &ev.verdicts {
-            writeln!(out, "{} {}: {}", if v.holds { "holds  " } else { "DIFFERS" }, v.says, v.detail)?;
+            let word = match (v.measured, v.holds) {
+                (false, _) => "n/a    ",
+                (true, true) => "holds  ",
+                (true, false) => "DIFFERS",
+            };
+            writeln!(out, "{word} {}: {}", v.says, v.detail)?;
         }
     }
     Ok(())

@@ -35,6 +35,9 @@ pub struct Options {
     pub target_pids: Vec<u32>,
     /// Seed of the links' random choices (default: fixed, so runs repeat).
     pub link_seed: Option<u64>,
+    /// Measure only `targets` (a server volley started, `--server`): rows of other transports
+    /// are not measured, and say so.
+    pub only_targets: Option<String>,
 }
 
 /// A point of a matrix: its axes' values.
@@ -387,6 +390,20 @@ fn run_step(
     };
     let server = r.server.clone().unwrap_or_default();
     let user = opts.targets.get(&p.transport);
+    if let (None, Some(name)) = (user, &opts.only_targets) {
+        if let Some(l) = link {
+            let _ = l.finish();
+        }
+        return Ok(StepRecord {
+            step: step.clone(),
+            figures: BTreeMap::new(),
+            target: String::new(),
+            seconds: 0.0,
+            results: Vec::new(),
+            limit: None,
+            warnings: vec![format!("{name} does not serve {}: not measured", p.transport)],
+        });
+    }
     let (mut target, http, ca, embedded) = match user {
         Some(url) => {
             let t: Target = url.parse().map_err(|e| ExperimentError::Setup(format!("--target {url}: {e}")))?;

@@ -70,6 +70,17 @@ pub struct RunExperiment {
     #[arg(long, value_name = "TRANSPORT=URL")]
     pub target: Vec<String>,
 
+    /// Measure a real server that volley configures and starts on loopback, pinned to one core
+    /// (the last, or --server-cpu): unbound or kresd (knot-resolver), over UDP, TCP, DoT and
+    /// DoH/2 (rows of other transports are not measured). The rows' server settings (delay
+    /// rules, key types) apply to the embedded responder only.
+    #[arg(long, value_name = "NAME", conflicts_with = "target")]
+    pub server: Option<String>,
+
+    /// The core --server runs on [default: the last].
+    #[arg(long, value_name = "N", requires = "server")]
+    pub server_cpu: Option<usize>,
+
     /// The --target servers' CA certificate (PEM).
     #[arg(long, value_name = "FILE")]
     pub ca: Option<PathBuf>,
@@ -141,14 +152,34 @@ fn run_experiment(a: RunExperiment) -> CliResult {
         url.parse::<volley_transport::Target>().map_err(|e| CliError::usage(format!("--target {t}: {e}")))?;
         targets.insert(transport.to_string(), url.to_string());
     }
-    let target_pids = super::run::target_pids(&a.target_pid)?;
+    let mut target_pids = super::run::target_pids(&a.target_pid)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let server = match &a.server {
+        Some(name) => {
+            let cpu = a.server_cpu.unwrap_or(cores - 1);
+            if cpu >= cores {
+                return Err(CliError::usage(format!("--server-cpu {cpu}: this machine has cores 0 to {}", cores - 1)));
+            }
+            let s = volley_experiment::servers::start(name, cpu).map_err(err)?;
+            eprintln!(
+                "volley experiment: {name} started on core {cpu} (pid {}): {}",
+                s.pid,
+                s.targets.iter().map(|(t, u)| format!("{t} {u}")).collect::<Vec<_>>().join(", ")
+            );
+            targets = s.targets.clone();
+            target_pids = vec![s.pid];
+            Some(s)
+        }
+        None => None,
+    };
     let opts = volley_experiment::Options {
         quick: a.quick,
         targets,
-        ca: a.ca.clone(),
+        ca: server.as_ref().map(|s| s.ca.clone()).or_else(|| a.ca.clone()),
         insecure: a.insecure,
         target_pids,
         link_seed: a.link_seed,
+        only_targets: server.as_ref().map(|s| s.name.clone()),
     };
     let show = match a.progress {
         ProgressMode::Always => true,
@@ -171,7 +202,11 @@ fn run_experiment(a: RunExperiment) -> CliResult {
             );
         }
     })
-    .map_err(err)?;
+    .map_err(err);
+    if let Some(s) = server {
+        s.stop();
+    }
+    let outcome = outcome?;
     let table = volley_experiment::evaluate(&spec, &outcome.measured());
     let mut out = std::io::stdout().lock();
     let _ = output::write_text(&spec, &table, &mut out);

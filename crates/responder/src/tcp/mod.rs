@@ -210,7 +210,7 @@ impl Conn {
             }
             match ctx.answerer.answer(query, transport, &mut self.out) {
                 Verdict::Drop | Verdict::Invalid => add(&ctx.counters.dropped, 1),
-                Verdict::Reply { delay: None } if !(ctx.in_order && !self.timers.is_empty()) => {
+                Verdict::Reply { delay: None } if !ctx.in_order || self.timers.is_empty() => {
                     ctx.counters.sent(&self.out);
                     self.wbuf.extend_from_slice(&(self.out.len() as u16).to_be_bytes());
                     self.wbuf.extend_from_slice(&self.out);
