@@ -122,7 +122,7 @@ pub struct Document<'a> {
 
 /// Writes the JSON document atomically.
 pub fn write_json(path: &Path, doc: &Document) -> io::Result<()> {
-    let bytes = serde_json::to_vec_pretty(doc).map_err(io::Error::other)?;
+    let bytes = serde_json::to_vec(doc).map_err(io::Error::other)?;
     volley_atomic::write(path, &bytes)
 }
 
