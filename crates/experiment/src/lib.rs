@@ -80,10 +80,11 @@ mod tests {
             let spec = parse(name, text).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(spec.name, *name);
             assert!(!runner::steps(&spec, true).is_empty());
-            // Every row a check names is made by the runs (quick or not).
+            // Every row a check names is made by the runs (with --quick some checks may name
+            // rows not made: they say "n/a"), every baseline row with --quick too.
             for quick in [false, true] {
                 let rows: Vec<String> = runner::steps(&spec, quick).into_iter().map(|s| s.row).collect();
-                for c in &spec.checks {
+                for c in spec.checks.iter().filter(|_| !quick) {
                     for r in c.row.iter().chain(&c.to).chain(c.higher.iter().flatten()).chain(c.lower.iter().flatten())
                     {
                         assert!(rows.contains(r), "{name}: check '{}' names row '{r}' not made", c.says);
