@@ -47,6 +47,8 @@ pub enum Command {
     Limit(cmd::limit::LimitArgs),
     /// Run a command behind an emulated network link (delay, jitter, loss, rate, outages).
     Link(cmd::link::LinkArgs),
+    /// Run a study's experiment and print its table beside the study's figures, with verdicts.
+    Experiment(cmd::experiment::ExperimentArgs),
     /// Run a short load under a packet capture and print volley's latency beside the wire's.
     Calibrate(cmd::calibrate::CalibrateArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell) on standard output.
@@ -88,6 +90,7 @@ pub fn run() -> CliResult {
         Command::Limit(a) => cmd::limit::run(a),
         Command::Link(a) => cmd::link::run(a),
         Command::Calibrate(a) => cmd::calibrate::run(a),
+        Command::Experiment(a) => cmd::experiment::run(a),
         Command::Completions(a) => cmd::completions::completions(a),
         Command::Man(a) => cmd::completions::man(a),
     }

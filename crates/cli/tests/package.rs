@@ -87,6 +87,7 @@ fn debian_package_installs_binary_pages_and_completions() {
         "limit",
         "link",
         "calibrate",
+        "experiment",
         "pcap",
         "report",
         "compare",

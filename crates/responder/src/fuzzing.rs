@@ -46,6 +46,7 @@ fn ctx() -> Ctx {
         counters: Arc::default(),
         idle_timeout: Duration::from_secs(10),
         max_queries: None,
+        in_order: false,
         limits: Arc::new(crate::policy::Limits::new(None)),
         max_streams: 100,
         doh_path: Arc::from("/dns-query"),

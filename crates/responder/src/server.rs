@@ -52,6 +52,11 @@ pub struct ResponderConfig {
     /// done; HTTP/1.1: `connection: close` on the last response; DoQ: CONNECTION_CLOSE with
     /// DOQ_NO_ERROR once the last stream is answered). None: no limit (default).
     pub max_queries_per_conn: Option<u64>,
+    /// TCP and DoT: answer the queries of a connection in the order they arrived, an answer
+    /// ready early waiting behind a delayed one (as a server that works through a
+    /// connection's queries one at a time does; RFC 7766 allows either). Off: each answer
+    /// leaves as soon as it is ready (default).
+    pub in_order: bool,
     /// The most connections each connection-oriented listener (TCP, DoT, DoH, DoH/3, DoQ) holds
     /// at once, over all its threads; more are closed right after accept (QUIC: refused with
     /// CONNECTION_REFUSED). None: no limit (default).
@@ -89,6 +94,7 @@ impl Default for ResponderConfig {
             idle_timeout: Duration::from_secs(10),
             max_streams: 100,
             max_queries_per_conn: None,
+            in_order: false,
             max_conns: None,
             doh_path: "/dns-query".to_string(),
             tls: TlsConfig::default(),
@@ -353,6 +359,7 @@ struct IoShared {
     idle_timeout: Duration,
     max_streams: u32,
     max_queries: Option<u64>,
+    in_order: bool,
     limits: Arc<crate::policy::Limits>,
     doh_path: Arc<str>,
     faults: Arc<Active>,
@@ -409,6 +416,7 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
         idle_timeout: config.idle_timeout,
         max_streams: config.max_streams,
         max_queries: config.max_queries_per_conn,
+        in_order: config.in_order,
         limits: Arc::new(crate::policy::Limits::new(config.max_conns)),
         doh_path: Arc::from(config.doh_path.as_str()),
         faults: Arc::new(Active::new(&config.faults).map_err(ResponderError::Config)?),
@@ -575,6 +583,7 @@ fn io_thread(
             counters,
             idle_timeout: shared.idle_timeout,
             max_queries: shared.max_queries,
+            in_order: shared.in_order,
             limits: shared.limits.clone(),
             max_streams: shared.max_streams,
             doh_path: shared.doh_path.clone(),

@@ -5,6 +5,7 @@ pub mod calibrate;
 pub mod compare;
 pub mod completions;
 pub mod coordinate;
+pub mod experiment;
 pub mod limit;
 pub mod link;
 pub mod merge;
