@@ -502,6 +502,8 @@ fn run_step(
         target_pids: if embedded.is_some() { Vec::new() } else { opts.target_pids.clone() },
         udp_retry,
         tc_fallback: false,
+        part: volley_engine::part::Part::WHOLE,
+        start: None,
     };
     let plan = if plan.duration.is_none() && plan.count.is_none() {
         Plan { duration: Some(Duration::from_secs(1)), ..plan }
