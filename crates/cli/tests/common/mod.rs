@@ -189,6 +189,13 @@ impl Server {
         Server::start_command(cmd, args)
     }
 
+    /// As [`Server::start_with`], through the command `wrap` (e.g. `ip netns exec NS`).
+    pub fn start_wrapped(wrap: &[&str], args: &[&str]) -> Server {
+        let mut cmd = Command::new(wrap[0]);
+        cmd.args(&wrap[1..]).arg(volley());
+        Server::start_command(cmd, args)
+    }
+
     /// Starts `CMD serve -p 0 ARGS...` (CMD runs volley) as [`Server::start_with`] says.
     fn start_command(mut cmd: Command, args: &[&str]) -> Server {
         let want_udp = !args.contains(&"--no-udp");

@@ -205,6 +205,8 @@ struct Socket {
     free: RefCell<Vec<u64>>,
     /// Scheduled loads: read answers this often while some are due, not on every arrival.
     lazy: Cell<Option<Duration>>,
+    /// Whether a lane has counted the path in its events.
+    announced: Cell<bool>,
 }
 
 impl Socket {
@@ -237,6 +239,7 @@ impl Socket {
             lanes: RefCell::new(HashMap::new()),
             free: RefCell::new(free),
             lazy: Cell::new(lazy),
+            announced: Cell::new(false),
         });
         SOCKET.with(|w| *w.borrow_mut() = Rc::downgrade(&s));
         tokio::task::spawn_local(receive(s.clone()));
@@ -426,7 +429,10 @@ pub async fn drive<X: Exchange + 'static>(prepared: io::Result<Prepared>, addr: 
         header: meter::udp_header(addr),
     });
     p.socket.lanes.borrow_mut().insert(sport, rx.clone());
-    x.event(p.socket.xdp.event());
+    // The path is said once per worker socket, not per lane.
+    if !p.socket.announced.replace(true) {
+        x.event(p.socket.xdp.event());
+    }
     let mut scratch = Vec::with_capacity(512);
     loop {
         while lane.queued() > 0 {
