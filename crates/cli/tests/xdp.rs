@@ -244,4 +244,27 @@ fn bad_input_is_one_line_and_exit_2() {
         &[&require("setpriv").to_string_lossy(), "--bounding-set=-all", "--inh-caps=-all"],
         "needs root",
     );
+
+    // One program per interface: a second run while the first holds it.
+    let s = serve(&v, &v.v4.1);
+    let url = format!("udp://{}:{}", v.v4.1, s.udp_addr().port());
+    let dir = tempfile::tempdir().unwrap();
+    let err = dir.path().join("first.err");
+    let mut first = Command::new(volley())
+        .args(["run", &url, "--xdp", &v.host, "-Q", "100", "-l", "3s", "--progress", "never", "-o"])
+        .arg(dir.path().join("first.json"))
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !fs::read_to_string(&err).unwrap_or_default().contains("--xdp:") {
+        assert!(start.elapsed() < STARTUP_WAIT, "the first run did not start");
+        thread::sleep(Duration::from_millis(20));
+    }
+    refused(&[&url, "--xdp", &v.host, "-n", "1"], &[], "already has an XDP program");
+    assert_eq!(wait_bounded(&mut first, RUN_WAIT).and_then(|s| s.code()), Some(0));
+    let v1 = read_results(&dir.path().join("first.json")).unwrap();
+    check_accounting(&v1);
+    assert_eq!(total(&v1, "answered"), total(&v1, "issued"), "the first run undisturbed");
 }

@@ -51,8 +51,8 @@ pub enum XdpError {
     Permission(&'static str, io::Error),
     #[error("--xdp: {0}: {1}")]
     Sys(&'static str, io::Error),
-    #[error("--xdp: only UDP targets (udp://) go through AF_XDP")]
-    NotUdp,
+    #[error("--xdp: '{0}' already has an XDP program (another tool's? `ip link set dev {0} xdp off` removes it)")]
+    Busy(String),
 }
 
 /// The run-wide side of `--xdp`: the interface, the attached program and its socket map.
@@ -91,6 +91,9 @@ impl Xdp {
         let prog = bpf::load(target, map.as_raw_fd()).map_err(|e| sys("loading the XDP program", e))?;
         let (link, native) = match bpf::attach(&prog, r.ifindex, bpf::XDP_FLAGS_DRV_MODE) {
             Ok(l) => (l, true),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST | libc::EBUSY)) => {
+                return Err(XdpError::Busy(r.iface));
+            }
             Err(_) => (
                 bpf::attach(&prog, r.ifindex, bpf::XDP_FLAGS_SKB_MODE)
                     .map_err(|e| sys("attaching the XDP program", e))?,
