@@ -268,3 +268,35 @@ fn bad_input_is_one_line_and_exit_2() {
     check_accounting(&v1);
     assert_eq!(total(&v1, "answered"), total(&v1, "issued"), "the first run undisturbed");
 }
+
+/// A replay over AF_XDP: clients captured on loopback (three sources, five queries each),
+/// turned into a clients file, replayed at the server behind the veth.
+#[test]
+fn replay_over_xdp() {
+    let v = Veth::new(6);
+    let s = serve(&v, &v.v4.1);
+    let url = format!("udp://{}:{}", v.v4.1, s.udp_addr().port());
+    let local = Server::start_with(&["-T", "1", "--no-tcp"]);
+    let port = local.udp_addr().port();
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("clients.pcap");
+    let cap = Capture::start(&pcap, port);
+    for c in 0..3u16 {
+        let sock = std::net::UdpSocket::bind(format!("127.0.0.{}:0", c + 2)).unwrap();
+        for q in 0..5u16 {
+            sock.send_to(&build_query(c * 10 + q, &format!("q{q}.c{c}.example.test"), 1, None), ("127.0.0.1", port))
+                .unwrap();
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let _ = cap.stop();
+    let clients = dir.path().join("clients.json");
+    let r = run_cmd(
+        Command::new(volley()).arg("pcap").arg(&pcap).arg("-o").arg(&clients).args(["--port", &port.to_string()]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.status.code(), Some(0), "volley pcap: {}", r.stderr);
+    let r = run_volley(&[&url, "--xdp", &v.host, "--replay", clients.to_str().unwrap()]);
+    assert_eq!(r.ok()["load"]["model"], "replay");
+    assert_eq!(check_all_answered(&r, "replay"), 15);
+}
