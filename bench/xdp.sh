@@ -4,6 +4,8 @@
 # the other against the same `volley serve -T 1` in the namespace (pinned to $SERVER_CORE), each
 # pinned to $CLIENT_CORE, at each rate of RATES: CPU per answer (the whole process, user + sys)
 # and answers per core-second, RUNS runs each (mean, min-max).
+# volley runs with CONNECTIONS (4) sockets (source ports) and a TIMEOUT (1s): a lane has 65,536
+# DNS IDs, which a server answering less than the rate fills within a second at 200k qps.
 # Env: RATES ("50000 100000 200000"), RUNS (3), DURATION (5 s), TOOLS ("kxdpgun dnsperf volley
 # volley-xdp"), CLIENT_CORE (0), SERVER_CORE (1), VOLLEY (a prebuilt binary), OUT_DIR (bench/out).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -11,6 +13,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RATES="${RATES:-50000 100000 200000}"
 RUNS="${RUNS:-3}"
 DURATION="${DURATION:-5}"
+CONNECTIONS="${CONNECTIONS:-4}"
+TIMEOUT="${TIMEOUT:-1s}"
 TOOLS="${TOOLS:-kxdpgun dnsperf volley volley-xdp}"
 KXDPGUN="${KXDPGUN:-$(command -v kxdpgun || echo /usr/sbin/kxdpgun)}"
 [ "$(id -u)" = 0 ] || die "needs root (a namespace, a veth pair, XDP)"
@@ -71,7 +75,7 @@ one() {
             local xdp=()
             [ "$tool" = volley-xdp ] && xdp=(--xdp "$HOST")
             measure "$tool-$rate" "$VOLLEY_BIN" run "udp://$SERVER_IP:$PORT" "${xdp[@]}" -T 1 -d "$QUERIES" -Q "$rate" \
-                -l "${DURATION}s" -t 2s --progress never -o "$label.json"
+                --connections "$CONNECTIONS" -l "${DURATION}s" -t "$TIMEOUT" --progress never -o "$label.json"
             answered="$(jq -r .totals.answered "$label.json")"
             ;;
     esac
@@ -86,7 +90,8 @@ summary() {
 
 {
     echo "UDP generators over a veth pair into a namespace, \`volley serve -T 1\` on core $SERVER_CORE in the"
-    echo "namespace, each generator on core $CLIENT_CORE; $DURATION s per run, $RUNS runs each: mean (min-max)."
+    echo "namespace, each generator on core $CLIENT_CORE; $DURATION s per run, $RUNS runs each: mean (min-max);"
+    echo "volley with --connections $CONNECTIONS -t $TIMEOUT. Load average before: $(cut -d' ' -f1-3 /proc/loadavg)."
     echo "CPU: the generator process's user + sys time. $(machine_line)."
     echo
     echo "| rate | generator | answered/s | CPU per answer (µs) | answers per core-second | server CPU per answer (µs) |"

@@ -201,7 +201,11 @@ impl<X: Exchange> Sink for LaneRx<X> {
 /// A worker's AF_XDP socket and the lanes that share it.
 struct Socket {
     xdp: Xdp,
-    fd: AsyncFd<i32>,
+    /// Registered with the runtime unless answers are read on a timer (`lazy`): a registered
+    /// socket wakes the thread for every batch of answers the kernel hands it, which at 100k
+    /// answers a second costs both the generator and the core that runs the interface's
+    /// receive path (the responder's, on a veth pair).
+    fd: Option<AsyncFd<i32>>,
     umem: RefCell<Umem>,
     lanes: RefCell<HashMap<u16, Rc<dyn Sink>>>,
     /// Frames free to send from.
@@ -224,7 +228,8 @@ impl Socket {
         let mut tries = 0;
         while let Err(e) = umem.bind(xdp.0.ifindex, xdp.0.queue, xdp.0.zero_copy) {
             tries += 1;
-            if e.raw_os_error() != Some(libc::EBUSY) || tries > 200 {
+            // Up to 10 s: the release waits for an RCU grace period, long on a loaded machine.
+            if e.raw_os_error() != Some(libc::EBUSY) || tries > 2_000 {
                 return Err(e);
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -233,8 +238,13 @@ impl Socket {
         let free = (FRAMES / 2..FRAMES).map(|i| u64::from(i) * ring::FRAME as u64).collect();
         // SAFETY: the descriptor stays open, and the same, while the AsyncFd lives: `fd` is
         // declared before `umem` in `Socket`, so it is deregistered before the socket closes.
-        let fd = unsafe { AsyncFd::register_with_interest(umem.fd(), tokio::io::Interest::READABLE) }
-            .map_err(|e| e.into_parts().1)?;
+        let fd = match lazy {
+            Some(_) => None,
+            None => Some(
+                unsafe { AsyncFd::register_with_interest(umem.fd(), tokio::io::Interest::READABLE) }
+                    .map_err(|e| e.into_parts().1)?,
+            ),
+        };
         let s = Rc::new(Socket {
             xdp: xdp.clone(),
             fd,
@@ -365,15 +375,18 @@ fn now() -> u64 {
 /// no lane holds the socket any more.
 async fn receive(s: Rc<Socket>) {
     loop {
-        match s.lazy.get() {
-            Some(poll) if s.any_in_flight() => {
-                tokio::time::sleep(poll).await;
+        match (&s.fd, s.lazy.get()) {
+            (None, poll) => {
+                // Every `poll` while answers are due; idle, every 10 ms (strays, late answers).
+                let poll = poll.unwrap_or(Duration::from_millis(1));
+                let idle = Duration::from_millis(10);
+                tokio::time::sleep(if s.any_in_flight() { poll } else { idle }).await;
                 s.drain();
             }
-            _ => {
+            (Some(fd), _) => {
                 tokio::select! {
                     biased;
-                    g = s.fd.readable() => {
+                    g = fd.readable() => {
                         let Ok(mut g) = g else { return };
                         s.drain();
                         g.clear_ready();

@@ -278,7 +278,10 @@ impl Umem {
     /// bytes. The magic is cleared so that the frame's next use cannot read a stale time.
     pub fn frame(&mut self, addr: u64, len: u32) -> (u64, &[u8]) {
         let addr = addr as usize;
-        let len = (len as usize).min(self.area_len.saturating_sub(addr));
+        if addr >= self.area_len {
+            return (0, &[]);
+        }
+        let len = (len as usize).min(self.area_len - addr);
         let mut at = 0;
         if addr % FRAME >= META_LEN {
             // SAFETY: the metadata lies inside the frame's headroom, inside the area.
