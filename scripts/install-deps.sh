@@ -29,6 +29,10 @@ APT_PACKAGES=(
     "dnsdist:/usr/bin/dnsdist"
     "bind9:/usr/sbin/named"
     "knot-dnsutils:/usr/bin/kdig"
+    # `ip` (namespaces and veth pairs in the link and --xdp tests, the neighbour table for
+    # --xdp); kxdpgun (bench/xdp.sh) comes with knot-dnsutils. --xdp needs no libbpf, libxdp
+    # or clang: its XDP program is assembled by volley and loaded with bpf(2).
+    "iproute2:/sbin/ip"
     "bind9-dnsutils:/usr/bin/dig"
     "dnsperf:/usr/bin/dnsperf"
     "tcpdump:/usr/bin/tcpdump"

@@ -219,9 +219,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", help_heading = "Clients", conflicts_with_all = ["queries", "name", "random_under"])]
     pub replay: Option<PathBuf>,
 
-    /// Worker threads [default: the number of cores].
+    /// Worker threads [default: the number of cores; 1 with --xdp].
     #[arg(short = 'T', long, value_name = "N", help_heading = "Load")]
     pub threads: Option<usize>,
+
+    /// Send and receive UDP through an AF_XDP socket on IFACE [default: the interface that
+    /// routes to the target], frames built by volley, answers redirected to it by an XDP
+    /// program volley attaches (native where the driver allows it, generic elsewhere; the
+    /// results' events say which). Needs root (CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF), a real
+    /// or virtual interface (not loopback) and one worker thread. docs/run.md.
+    #[arg(long, value_name = "IFACE", num_args = 0..=1, help_heading = "Connections")]
+    pub xdp: Option<Option<String>>,
 
     /// UDP sockets or TCP connections in total [default: one per thread].
     #[arg(long, value_name = "N", help_heading = "Load")]
@@ -657,6 +665,7 @@ fn lane_options_with(a: &RunArgs, target: &Target, policy: ConnPolicy) -> CliRes
         udp_gso: a.udp_gso,
         resend: a.resend,
         tx_stamps: a.tx_stamps,
+        xdp: xdp_for(a, target)?,
         ..LaneOptions::default()
     };
     let opts = a.tls.apply(base, target)?;
@@ -671,6 +680,34 @@ fn lane_options_with(a: &RunArgs, target: &Target, policy: ConnPolicy) -> CliRes
         }
     }
     Ok(opts)
+}
+
+/// `--xdp`: the interface, program and socket map, set up once per process (a limit search
+/// plans each step: they share it) and said once on stderr.
+fn xdp_for(a: &RunArgs, target: &Target) -> CliResult<Option<volley_transport::udp::xdp::Xdp>> {
+    use volley_transport::udp::xdp::Xdp;
+    static OPEN: std::sync::Mutex<Option<(std::net::SocketAddr, Xdp)>> = std::sync::Mutex::new(None);
+    let Some(iface) = &a.xdp else { return Ok(None) };
+    if target.scheme != Scheme::Udp {
+        return Err(CliError::usage("--xdp: only UDP targets (udp://) go through AF_XDP"));
+    }
+    if a.threads.is_some_and(|t| t > 1) {
+        return Err(CliError::usage(
+            "--xdp: one worker thread (-T 1) for now: a second would need the interface's answers steered to its queue",
+        ));
+    }
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((t, x)) = open.as_ref() {
+        if *t == target.addr {
+            return Ok(Some(x.clone()));
+        }
+        return Err(CliError::usage("--xdp: one target per run"));
+    }
+    let local = a.bind.as_ref().map(|s| s.first());
+    let x = Xdp::open(target.addr, iface.as_deref(), local).map_err(|e| CliError::usage(e.to_string()))?;
+    eprintln!("volley: --xdp: {}, queue 0, {}", x.iface(), x.mode());
+    *open = Some((target.addr, x.clone()));
+    Ok(Some(x))
 }
 
 /// The error of connection flags on a run without connections.
@@ -1005,6 +1042,9 @@ fn parse_conn_rate(s: &str) -> Result<ConnGate, String> {
 
 /// `--threads`, or one worker per core.
 fn worker_threads(a: &RunArgs) -> usize {
+    if a.xdp.is_some() && a.threads.is_none() {
+        return 1;
+    }
     a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
