@@ -79,11 +79,7 @@ fn main() {
     f.commit().unwrap();
     let all = t.elapsed();
     if let Some(cpu) = cpu {
-        println!(
-            "extract CPU: {:.1} ms ({:.0} ns per packet)",
-            cpu as f64 / 1e6,
-            cpu as f64 / report.packets as f64
-        );
+        println!("extract CPU: {:.1} ms ({:.0} ns per packet)", cpu as f64 / 1e6, cpu as f64 / report.packets as f64);
     }
     println!(
         "extract: {} packets in {:.3?} ({:.2} M packets/s, {:.0} MB/s); with writing {:.3?}; {} queries, {} clients, clients file {} bytes ({:.1} bytes/query), client memory peak {} KiB",
