@@ -10,8 +10,8 @@
 //! `transport:stream_state_updated` and `transport:data_moved`, as the qlog crate that quinn
 //! writes with defines them), from where the streams are used: a [`Trace`] shares the file
 //! with quinn, whose writes are held back until an event's record is whole, so that records of
-//! both never mix. DoQ's client and server and DoH/3's client report each stream's opening,
-//! the bytes moved between the application and QUIC (DoH/3: the HTTP/3 frames), and its end.
+//! both never mix. DoQ's and DoH/3's clients and servers report each stream's opening, the
+//! bytes moved between the application and QUIC (DoH/3: the HTTP/3 frames), and its end.
 
 use std::collections::HashMap;
 use std::fs::File;
