@@ -21,9 +21,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
-pub use qlog::events::quic::StreamState;
-use qlog::events::quic::{DataMoved, StreamStateUpdated, StreamType};
-use qlog::events::{DataRecipient, Event, EventData};
+pub use ::qlog::events::quic::StreamState;
+use ::qlog::events::quic::{DataMoved, StreamStateUpdated, StreamType};
+use ::qlog::events::{DataRecipient, Event, EventData};
 
 /// Connections traced so far by this process, numbering the files.
 static SEQ: AtomicU64 = AtomicU64::new(0);

@@ -253,7 +253,9 @@ impl State {
     /// Takes a block read by pcap-parser. `data` is the address of the reader's data, which the
     /// block borrows: a packet is given as a range of it.
     fn step(&mut self, block: PcapBlockOwned<'_>, data: usize) -> Step {
-        let range = |bytes: &[u8]| (bytes.as_ptr() as usize - data, bytes.len());
+        // (Out of range only were pcap-parser to hand over bytes not of its buffer: then the
+        // packet is refused below, never read out of bounds.)
+        let range = |bytes: &[u8]| ((bytes.as_ptr() as usize).wrapping_sub(data), bytes.len());
         match block {
             PcapBlockOwned::LegacyHeader(h) => {
                 self.linktype = h.network.0 as u32 & 0xFFFF;
@@ -454,6 +456,9 @@ impl<R: Read> CaptureReader<R> {
                 Step::Skip => {}
                 Step::Corrupt(reason) => return Err(truncated(reason)),
                 Step::Packet { ts_ns, linktype, at, len, orig_len } => {
+                    if at.checked_add(len).is_none_or(|end| end > self.data().len()) {
+                        return Err(truncated("a packet outside the record read (corrupt)".into()));
+                    }
                     self.index += 1;
                     return Ok(Some(Packet {
                         ts_ns,
