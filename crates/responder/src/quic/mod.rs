@@ -41,15 +41,17 @@ struct Params {
 impl Config {
     /// The server configuration of one connection from `peer` when it is traced (`--qlog`):
     /// the listener's, with a transport config of its own that writes the trace.
-    fn traced(&self, peer: std::net::SocketAddr) -> Option<Arc<quinn::ServerConfig>> {
+    /// The trace's handle for the streams' events comes with it.
+    fn traced(&self, peer: std::net::SocketAddr) -> Option<(Arc<quinn::ServerConfig>, volley_transport::qlog::Trace)> {
         let dir = self.qlog.as_deref()?;
         let what = if self.params.h3 { "DoH/3" } else { "DoQ" };
-        let stream = volley_transport::qlog::stream(dir, "server", format!("volley serve {what}, client {peer}"))?;
+        let (stream, trace) =
+            volley_transport::qlog::stream(dir, "server", format!("volley serve {what}, client {peer}"))?;
         let mut t = transport(self.params);
         t.qlog_stream(Some(stream));
         let mut sc = self.server.clone();
         sc.transport_config(Arc::new(t));
-        Some(Arc::new(sc))
+        Some((Arc::new(sc), trace))
     }
 }
 
@@ -175,9 +177,14 @@ pub(crate) async fn accept_loop<F, Fut>(
             Admit::Counted(s) => Some(s),
             Admit::Free => None,
         };
-        let accepted = match cfg.traced(incoming.remote_address()) {
-            Some(traced) => incoming.accept_with(traced),
-            None => incoming.accept(),
+        let (accepted, trace) = match cfg.traced(incoming.remote_address()) {
+            Some((traced, trace)) => (incoming.accept_with(traced), Some(trace)),
+            None => (incoming.accept(), None),
+        };
+        let traced = move |conn: &quinn::Connection| {
+            if let Some(t) = &trace {
+                volley_transport::qlog::register(conn, t);
+            }
         };
         let Ok(connecting) = accepted else { continue };
         let ctx = ctx.clone();
@@ -186,14 +193,19 @@ pub(crate) async fn accept_loop<F, Fut>(
             let _slot = slot;
             if zero_rtt {
                 match connecting.into_0rtt() {
-                    Ok((conn, accepted)) => serve(conn, Some(accepted), ctx).await,
+                    Ok((conn, accepted)) => {
+                        traced(&conn);
+                        serve(conn, Some(accepted), ctx).await
+                    }
                     Err(connecting) => {
                         if let Ok(Ok(conn)) = tokio::time::timeout(ctx.idle_timeout, connecting).await {
+                            traced(&conn);
                             serve(conn, None, ctx).await
                         }
                     }
                 }
             } else if let Ok(Ok(conn)) = tokio::time::timeout(ctx.idle_timeout, connecting).await {
+                traced(&conn);
                 serve(conn, None, ctx).await
             }
         });
