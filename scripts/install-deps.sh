@@ -29,6 +29,10 @@ APT_PACKAGES=(
     "dnsdist:/usr/bin/dnsdist"
     "bind9:/usr/sbin/named"
     "knot-dnsutils:/usr/bin/kdig"
+    # `ip` (namespaces and veth pairs in the link and --xdp tests, the neighbour table for
+    # --xdp); kxdpgun (bench/xdp.sh) comes with knot-dnsutils. --xdp needs no libbpf, libxdp
+    # or clang: its XDP program is assembled by volley and loaded with bpf(2).
+    "iproute2:/sbin/ip"
     "bind9-dnsutils:/usr/bin/dig"
     "dnsperf:/usr/bin/dnsperf"
     "tcpdump:/usr/bin/tcpdump"
@@ -43,6 +47,10 @@ APT_PACKAGES=(
     "man-db:/usr/bin/man"
     # Headless browser for the HTML report test (crates/report/tests/html_report.rs).
     "chromium:/usr/bin/chromium"
+    # A real Docker Swarm for the split run's test (crates/cli/tests/deploy.rs starts a daemon
+    # of its own: nothing else is set up here), and pip for kubernetes-validate.
+    "docker.io:/usr/sbin/dockerd"
+    "python3-pip:/usr/bin/pip3"
 )
 
 install_apt_packages() {
@@ -147,7 +155,27 @@ install_go_tools() {
     done
 }
 
+# kubernetes-validate (PyPI): the Kubernetes API's schemas, bundled, for checking deploy/'s
+# manifests offline (crates/cli/tests/deploy.rs).
+install_kubernetes_validate() {
+    if command -v kubernetes-validate >/dev/null 2>&1; then
+        log "kubernetes-validate present"
+        return 0
+    fi
+    local pip
+    pip="$(command -v pip3 || command -v pip || true)"
+    [ -n "$pip" ] || die "pip not found: install python3-pip to get kubernetes-validate"
+    log "installing kubernetes-validate with $pip"
+    # Debian's Python is externally managed: the flag lets pip install beside it.
+    $SUDO "$pip" install -q kubernetes-validate 2>/dev/null \
+        || $SUDO "$pip" install -q --break-system-packages kubernetes-validate
+    command -v kubernetes-validate >/dev/null 2>&1 || die "kubernetes-validate not on PATH after pip install"
+}
+
 install_apt_packages
 install_rust_components
 install_go_tools
+install_kubernetes_validate
+# docker.io's package may start a system daemon; the tests start their own.
+$SUDO systemctl stop docker.service docker.socket >/dev/null 2>&1 || true
 log "done"

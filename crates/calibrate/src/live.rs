@@ -208,7 +208,9 @@ fn port_filter(interface: &str, port: u16) -> Option<Vec<libc::sock_filter>> {
 }
 
 /// The capture socket, stamping in nanoseconds, bound to interface `index`, with `filter`
-/// attached (before the bind: no other packet is queued).
+/// attached before it receives anything: the socket is made with protocol 0 (a packet socket
+/// that takes no packets, as libpcap makes it) and the bind names the protocol, so no packet
+/// that the filter would refuse is queued in between.
 fn open(index: u32, filter: Option<Vec<libc::sock_filter>>) -> io::Result<OwnedFd> {
     let proto = (libc::ETH_P_ALL as u16).to_be();
     // SAFETY: plain socket creation; the descriptor is owned at once.
@@ -216,7 +218,7 @@ fn open(index: u32, filter: Option<Vec<libc::sock_filter>>) -> io::Result<OwnedF
         OwnedFd::from_raw_fd(cvt(libc::socket(
             libc::AF_PACKET,
             libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            proto as libc::c_int,
+            0,
         ))?)
     };
     setsockopt(&fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
@@ -252,8 +254,7 @@ fn open(index: u32, filter: Option<Vec<libc::sock_filter>>) -> io::Result<OwnedF
             size_of::<libc::sockaddr_ll>() as libc::socklen_t,
         )
     })?;
-    // Packets of other interfaces may have queued before the bind: start from the statistics'
-    // zero (reading them resets them) and let the matcher's filter drop the rest.
+    // Start from the statistics' zero (reading them resets them).
     let _ = stats(&fd);
     Ok(fd)
 }

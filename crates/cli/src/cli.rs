@@ -41,10 +41,14 @@ pub enum Command {
     Compare(cmd::compare::CompareArgs),
     /// Merge results of runs made at the same time into one, exactly.
     Merge(cmd::merge::MergeArgs),
+    /// Start the parts of a split run together, follow them, and merge their results.
+    Coordinate(cmd::coordinate::CoordinateArgs),
     /// Raise the load until the target stops keeping up, and report the limit per transport.
     Limit(cmd::limit::LimitArgs),
     /// Run a command behind an emulated network link (delay, jitter, loss, rate, outages).
     Link(cmd::link::LinkArgs),
+    /// Run a study's experiment and print its table beside the study's figures, with verdicts.
+    Experiment(cmd::experiment::ExperimentArgs),
     /// Run a short load under a packet capture and print volley's latency beside the wire's.
     Calibrate(cmd::calibrate::CalibrateArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell) on standard output.
@@ -82,10 +86,17 @@ pub fn run() -> CliResult {
         Command::Report(a) => cmd::report::run(a),
         Command::Compare(a) => cmd::compare::run(a),
         Command::Merge(a) => cmd::merge::run(a),
+        Command::Coordinate(a) => cmd::coordinate::run(a),
         Command::Limit(a) => cmd::limit::run(a),
         Command::Link(a) => cmd::link::run(a),
         Command::Calibrate(a) => cmd::calibrate::run(a),
+        Command::Experiment(a) => cmd::experiment::run(a),
         Command::Completions(a) => cmd::completions::completions(a),
         Command::Man(a) => cmd::completions::man(a),
     }
+}
+
+/// volley's version and build, as `--version` prints it.
+pub fn version() -> &'static str {
+    VERSION
 }

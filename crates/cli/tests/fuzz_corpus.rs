@@ -14,6 +14,7 @@ const TARGETS: &[(&str, Entry)] = &[
     ("stream_frames", volley_transport::fuzzing::length_prefixed),
     ("http1_responses", volley_transport::fuzzing::http1),
     ("target_url", volley_transport::fuzzing::target),
+    ("xdp_frame", volley_transport::fuzzing::xdp_frame),
     ("responder_query", volley_responder::fuzzing::query),
     ("doh_request", volley_responder::fuzzing::doh_request),
     ("duration", volley_responder::fuzzing::duration),

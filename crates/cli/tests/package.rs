@@ -79,8 +79,21 @@ fn debian_package_installs_binary_pages_and_completions() {
     assert!(info.contains(&format!("Version: {}", env!("CARGO_PKG_VERSION"))), "{info}");
 
     // A page per command, rendered by man itself.
-    let commands =
-        ["run", "serve", "query", "bench", "limit", "link", "calibrate", "pcap", "report", "compare", "merge"];
+    let commands = [
+        "run",
+        "serve",
+        "query",
+        "bench",
+        "limit",
+        "link",
+        "calibrate",
+        "experiment",
+        "pcap",
+        "report",
+        "compare",
+        "merge",
+        "coordinate",
+    ];
     for c in commands {
         let page = root.join(format!("usr/share/man/man1/volley-{c}.1.gz"));
         assert!(listed.contains(&format!("/usr/share/man/man1/volley-{c}.1.gz")), "dpkg -L lacks volley-{c}.1.gz");

@@ -21,7 +21,8 @@ fn wait_for_ca(ca: &Path) {
     }
 }
 
-/// One trace: its header record and the count of (event name, packet type) of its events.
+/// One trace: its header record and the count of (event name, kind) of its events, the kind
+/// being a packet's type, a stream's new state, or where data moved from.
 fn read_trace(path: &Path) -> (Value, BTreeMap<(String, String), u64>) {
     let text = std::fs::read_to_string(path).unwrap();
     // JSON-SEQ (RFC 7464): each record starts with RS (0x1e).
@@ -33,7 +34,17 @@ fn read_trace(path: &Path) -> (Value, BTreeMap<(String, String), u64>) {
         let e: Value = serde_json::from_str(r)
             .unwrap_or_else(|err| panic!("{}: a record is not JSON: {err}: {r}", path.display()));
         let name = e["name"].as_str().unwrap_or_else(|| panic!("an event without a name: {e}")).to_string();
-        let ty = e["data"]["header"]["packet_type"].as_str().unwrap_or("").to_string();
+        let data = &e["data"];
+        let ty = [&data["header"]["packet_type"], &data["new"], &data["from"]]
+            .iter()
+            .find_map(|v| v.as_str())
+            .unwrap_or("")
+            .to_string();
+        if name.starts_with("transport:stream") || name == "transport:data_moved" {
+            // Client-initiated bidirectional streams: DoQ's queries, DoH/3's requests.
+            let id = data["stream_id"].as_u64().unwrap_or_else(|| panic!("a stream event without a stream: {e}"));
+            assert_eq!(id % 4, 0, "{}: {e}", path.display());
+        }
         *events.entry((name, ty)).or_insert(0) += 1;
     }
     (header, events)
@@ -86,6 +97,7 @@ fn qlog_traces_every_quic_connection_client_and_server() {
             files.len()
         );
         client_files += files.len();
+        let mut streams = 0;
         for f in &files {
             assert!(f.extension().is_some_and(|e| e == "sqlog"), "{}", f.display());
             let (header, events) = read_trace(f);
@@ -106,7 +118,22 @@ fn qlog_traces_every_quic_connection_client_and_server() {
                 );
             }
             assert!(count(&events, "recovery:metrics_updated", "") > 0, "{}: no recovery metrics", f.display());
+            // The streams (volley's own events: quinn records no frames): each query's stream
+            // opened, its bytes handed to QUIC and the answer's handed back, and its end.
+            let opened = count(&events, "transport:stream_state_updated", "open");
+            assert!(opened > 0, "{}: no stream opened: {events:?}", f.display());
+            assert_eq!(
+                count(&events, "transport:stream_state_updated", "closed"),
+                opened,
+                "{}: {events:?}",
+                f.display()
+            );
+            assert!(count(&events, "transport:data_moved", "application") >= opened, "{}: {events:?}", f.display());
+            assert!(count(&events, "transport:data_moved", "transport") >= opened, "{}: {events:?}", f.display());
+            streams += opened;
         }
+        // A stream per query: the run's 30 and the probe's.
+        assert!(streams > 30, "{what}: {streams} streams for 30 queries and the probe");
     }
     // Stopped as a service is (SIGTERM): its connections end, and their traces with them.
     server.terminate();
@@ -118,6 +145,20 @@ fn qlog_traces_every_quic_connection_client_and_server() {
         assert!(header["trace"]["title"].as_str().is_some_and(|t| t.contains("volley serve")), "{header}");
         assert!(count(&events, "transport:packet_received", "initial") > 0, "{}", f.display());
         assert!(count(&events, "transport:packet_sent", "handshake") > 0, "{}", f.display());
+        // Each query's stream: opened, the query handed to the server, the answer to QUIC,
+        // closed (DoQ: one read and one write per stream; DoH/3: HTTP/3 frames, one or more).
+        let opened = count(&events, "transport:stream_state_updated", "open");
+        assert!(opened > 0, "{}: no stream opened: {events:?}", f.display());
+        assert_eq!(count(&events, "transport:stream_state_updated", "closed"), opened, "{}: {events:?}", f.display());
+        let (received, sent) = (
+            count(&events, "transport:data_moved", "transport"),
+            count(&events, "transport:data_moved", "application"),
+        );
+        if header["trace"]["title"].as_str().is_some_and(|t| t.contains("DoQ")) {
+            assert_eq!((received, sent), (opened, opened), "{}: {events:?}", f.display());
+        } else {
+            assert!(received >= opened && sent >= opened, "{}: {events:?}", f.display());
+        }
     }
 
     // A directory that cannot be made: one line, exit 2.

@@ -70,9 +70,19 @@ fn bench_prints_a_row_per_transport() {
     let out = run_cmd(&mut cmd, Duration::from_secs(120));
     assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
     let header = out.stdout.lines().find(|l| l.starts_with("transport")).unwrap_or_else(|| panic!("{}", out.stdout));
-    let rows: Vec<&str> = out.stdout.lines().skip_while(|l| !l.starts_with("transport")).skip(1).collect();
+    let rows: Vec<&str> = out
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("transport"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("note:"))
+        .collect();
     let names: Vec<&str> = rows.iter().filter_map(|l| l.split_whitespace().next()).collect();
     assert_eq!(names, ["udp", "tcp", "dot", "doh1", "doh2", "doh3", "doq"], "{}", out.stdout);
+    // The line under the table: TCP and DoT are pipelined here; the per-client comparison is
+    // the transport-cost experiment.
+    let note = out.stdout.lines().find(|l| l.starts_with("note:")).unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(note.contains("pipelined") && note.contains("volley experiment run transport-cost"), "{note}");
     for l in &rows {
         let t = l.split_whitespace().next().unwrap();
         let (conns, handshake, resumed) =

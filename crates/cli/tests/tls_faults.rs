@@ -414,6 +414,12 @@ fn goaway_close_recorded_doh2() {
         "connections closed by GOAWAY recorded as server_goaway:\n{:#}",
         v["connections"]
     );
+    // Its error code: a graceful GOAWAY is NO_ERROR.
+    assert!(
+        v["events"]["server_goaway_NO_ERROR"].as_u64().unwrap_or(0) >= 1,
+        "the GOAWAY's code as event server_goaway_NO_ERROR:\n{:#}",
+        v["events"]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

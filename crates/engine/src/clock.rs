@@ -42,6 +42,10 @@ pub fn pid_cpu_ns(pid: u32) -> Option<u64> {
 }
 
 /// Milliseconds since the Unix epoch.
+pub fn unix_ns() -> u64 {
+    clock(libc::CLOCK_REALTIME)
+}
+
 pub fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

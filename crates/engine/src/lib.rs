@@ -16,6 +16,7 @@ pub mod clock;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod limit;
+pub mod part;
 mod slab;
 pub mod source;
 mod timer;
@@ -34,6 +35,7 @@ use volley_metrics::{
 use volley_transport::{LaneOptions, Target};
 
 pub use clients::{Arrivals, ClientsLoad, Group, Profile};
+pub use part::{Part, PartError};
 
 pub use source::{QuerySet, SourceError};
 pub use worker::threads_own_descriptor_tables;
@@ -76,6 +78,36 @@ pub struct Plan {
     /// UDP: ask a truncated answer's question again over TCP (`--tc-fallback`), on a
     /// connection of its own per retry, from the UDP socket's address, as stub resolvers do.
     pub tc_fallback: bool,
+    /// The share of a run split across processes this one makes (`--part I/N`; [`part`]):
+    /// the load's figures (rate, concurrency, clients, connections, count) stay the whole
+    /// run's, and the engine takes this part's share of each.
+    pub part: Part,
+    /// When to start: asked once every worker is ready (sockets made, connections open).
+    /// None: a moment after they are.
+    pub start: Option<StartAt>,
+}
+
+/// Says when a run starts, as Unix nanoseconds (`--start-at`, or a coordinator's answer to
+/// "ready"); called on the engine's thread once every worker is ready. An error stops the run
+/// before it sends (its results are then `interrupted`, with the error as a warning).
+#[derive(Clone)]
+pub struct StartAt(pub Arc<dyn Fn() -> Result<u64, String> + Send + Sync>);
+
+impl std::fmt::Debug for StartAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StartAt(..)")
+    }
+}
+
+impl StartAt {
+    pub fn new(f: impl Fn() -> Result<u64, String> + Send + Sync + 'static) -> StartAt {
+        StartAt(Arc::new(f))
+    }
+
+    /// A fixed time, Unix nanoseconds.
+    pub fn at(unix_ns: u64) -> StartAt {
+        StartAt::new(move || Ok(unix_ns))
+    }
 }
 
 /// How a stub resolver sends a UDP query again when no answer comes (glibc's `timeout:` and
@@ -364,6 +396,22 @@ pub fn run(
     if !stop_by {
         return Err(EngineError::Plan("a run needs a duration or a count".into()));
     }
+    let part = plan.part;
+    // This part's share of the load (the whole of it for a run not split).
+    let load = match &plan.load {
+        Load::Closed { concurrency } => Load::Closed {
+            concurrency: part.share_of("concurrency", *concurrency).map_err(|e| EngineError::Plan(e.to_string()))?,
+        },
+        l => l.clone(),
+    };
+    let count = match plan.count {
+        Some(n) => Some(part.share_of("count", n).map_err(|e| EngineError::Plan(e.to_string()))?),
+        None => None,
+    };
+    if let Load::Clients(c) = &load {
+        part.share_of("clients", c.count).map_err(|e| EngineError::Plan(e.to_string()))?;
+    }
+    let plan = &Plan { load, count, connections: part.share(plan.connections as u64).max(1) as usize, ..plan.clone() };
     let mut threads = plan.threads.max(1);
     match &plan.load {
         Load::Clients(c) => {
@@ -375,7 +423,7 @@ pub fn run(
                     "the client rate must be a positive number of queries per second".into(),
                 ));
             }
-            threads = threads.min(c.count as usize);
+            threads = threads.min(part.share(c.count) as usize);
         }
         &Load::Closed { concurrency } => {
             if concurrency == 0 {
@@ -449,10 +497,14 @@ pub fn run(
             }]
         }
     };
-    // Clients are dealt to groups by weight, then to workers in turn.
-    let assignment = match &plan.load {
-        Load::Clients(c) => c.assignments(),
-        _ => Vec::new(),
+    // Clients are dealt to groups by weight, then to parts in turn (each whole to one), then
+    // to this part's workers in turn: `client_ids` are their indices in the whole run.
+    let (assignment, client_ids): (Vec<u16>, Vec<u64>) = match &plan.load {
+        Load::Clients(c) => {
+            let all = c.assignments();
+            part.clients(c.count).map(|k| (all[k as usize], k)).unzip()
+        }
+        _ => (Vec::new(), Vec::new()),
     };
     let udp_of: Vec<bool> = groups.iter().map(|g| g.spec.target.scheme == volley_transport::Scheme::Udp).collect();
     let udp_group = |g: u16| udp_of[g as usize];
@@ -467,8 +519,8 @@ pub fn run(
     // closed loop, which answers each answer with its next query.
     let per_socket_rate = match &plan.load {
         Load::Closed { .. } => 0.0,
-        Load::Open { rate } => rate / connections as f64,
-        Load::Clients(c) => c.total_rate().unwrap_or(0.0) / udp_sockets.max(1) as f64,
+        Load::Open { rate } => rate / part.count as f64 / connections as f64,
+        Load::Clients(c) => c.total_rate().unwrap_or(0.0) / part.count as f64 / udp_sockets.max(1) as f64,
     };
     let mut groups = groups;
     if per_socket_rate >= LAZY_RECEIVE_RATE {
@@ -484,7 +536,6 @@ pub fn run(
         duration_ns: plan.duration.map(|d| d.as_nanos() as u64),
         interrupt: interrupt.clone(),
         out: tx,
-        workers: threads,
     };
     let mut handles = Vec::with_capacity(threads);
     let mut sockets_made = 0;
@@ -495,11 +546,9 @@ pub fn run(
                 Load::Closed { concurrency } => Some(split(*concurrency, threads, i)),
                 _ => None,
             },
+            stripe: part.stripe(i, threads),
             schedule: match &plan.load {
-                Load::Open { rate } => {
-                    let interval = 1e9 * threads as f64 / rate;
-                    Some(((1e9 * i as f64 / rate) as u64, interval))
-                }
+                Load::Open { rate } => Some(1e9 / rate),
                 _ => None,
             },
             batch_window_ns: plan.batch_window.as_nanos() as u64,
@@ -513,14 +562,20 @@ pub fn run(
                 _ => split(connections as u64, threads, i) as usize,
             },
             clients: assignment.iter().skip(i).step_by(threads).copied().collect(),
+            client_ids: client_ids.iter().skip(i).step_by(threads).copied().collect(),
+            client_count: match &plan.load {
+                Load::Clients(c) => c.count,
+                _ => 0,
+            },
             arrivals: match &plan.load {
                 Load::Clients(c) => c.arrivals,
                 _ => Arrivals::Constant,
             },
             replay: match &plan.load {
-                Load::Clients(ClientsLoad { replay: Some(r), count, .. }) => {
-                    Some((r.clone(), (i as u64..*count).step_by(threads).map(|k| r.source_of(k, *count)).collect()))
-                }
+                Load::Clients(ClientsLoad { replay: Some(r), count, .. }) => Some((
+                    r.clone(),
+                    client_ids.iter().skip(i).step_by(threads).map(|&k| r.source_of(k, *count)).collect(),
+                )),
                 _ => None,
             },
         };
@@ -543,8 +598,31 @@ pub fn run(
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    let start_ns = clock::now_ns() + lead_ns;
-    let started_unix_ms = clock::unix_ms() + lead_ns / 1_000_000;
+    let mut start_warning = None;
+    let (start_ns, planned_unix_ns) = match &plan.start {
+        None => (clock::now_ns() + lead_ns, clock::unix_ns() + lead_ns),
+        Some(StartAt(ask)) => match ask() {
+            Ok(unix) => {
+                // The monotonic clock's reading at that Unix time.
+                let (mono, now) = (clock::now_ns(), clock::unix_ns());
+                if unix >= now + START_LEAD_NS {
+                    (mono + (unix - now), unix)
+                } else {
+                    start_warning = Some(format!(
+                        "the start time had passed {:.3} ms before every worker was ready: this part started late",
+                        (now as f64 - unix as f64) / 1e6
+                    ));
+                    (mono + START_LEAD_NS, now + START_LEAD_NS)
+                }
+            }
+            Err(e) => {
+                start_warning = Some(format!("no start: {e}"));
+                interrupt.store(true, Ordering::Relaxed);
+                (clock::now_ns(), clock::unix_ns())
+            }
+        },
+    };
+    let started_unix_ms = planned_unix_ns / 1_000_000;
     gate.open(start_ns);
     let setup_s = (start_ns - setup_began) as f64 / 1e9;
 
@@ -564,8 +642,10 @@ pub fn run(
     }
     let mut events: BTreeMap<String, u64> = BTreeMap::new();
     let mut late = worker::Late::default();
+    let mut woke_late_ns = 0u64;
     for h in handles {
         if let Ok(end) = h.join() {
+            woke_late_ns = woke_late_ns.max(end.woke_late_ns);
             for (k, v) in end.events {
                 *events.entry(k).or_insert(0) += v;
             }
@@ -636,6 +716,7 @@ pub fn run(
         }
     }
     let target_cpu = target.finish(totals.answered, &mut warnings);
+    warnings.extend(start_warning);
     if !totals.balanced() {
         warnings.push("accounting does not balance: this is a bug in volley, please report it".into());
     }
@@ -660,13 +741,16 @@ pub fn run(
                 Load::Closed { concurrency } => Some(*concurrency),
                 _ => None,
             },
+            // This part's share (a run split N ways: the parts' figures add up to the run's).
             rate: match &plan.load {
-                Load::Open { rate } => Some(*rate),
-                Load::Clients(c) => c.total_rate(),
+                Load::Open { rate } => Some(*rate / f64::from(part.count)),
+                Load::Clients(c) if c.replay.is_none() => {
+                    Some(assignment.iter().map(|&g| c.groups[g as usize].rate).sum::<f64>())
+                }
                 _ => None,
             },
             clients: match &plan.load {
-                Load::Clients(c) => Some(c.count),
+                Load::Clients(_) => Some(assignment.len() as u64),
                 _ => None,
             },
             client_rate: match &plan.load {
@@ -722,6 +806,17 @@ pub fn run(
         series: got.series,
         events,
         warnings,
+        part: (!part.is_whole() || plan.start.is_some()).then_some(volley_metrics::PartInfo {
+            index: part.index,
+            count: part.count,
+            start: Some(volley_metrics::PartStart {
+                planned_unix_ns,
+                late_ns: woke_late_ns,
+                clock_offset_ns: None,
+                rtt_ns: None,
+            }),
+        }),
+        scale: None,
     })
 }
 

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use thiserror::Error;
 use volley_wire::{Name, QType, QueryOptions, QueryTemplate, HEADER_LEN};
 
+use crate::part::Stripe;
+
 /// Length of the random label prepended for cache-miss load.
 pub const RANDOM_LABEL_LEN: usize = 12;
 
@@ -142,31 +144,40 @@ fn fill_label(out: &mut [u8], seed: u64) {
     }
 }
 
-/// A worker's position in the query set: workers start at different places and cycle.
+/// A worker's position in the query set: its arrivals' global indices (a [`Stripe`]); arrival
+/// `k` of the run sends query `k mod len` with seed `k` (its random label), so the queries of
+/// a run are the same whatever its threads and parts.
 #[derive(Debug, Clone)]
 pub struct Cursor {
     next: u32,
+    step: u32,
     len: u32,
     seed: u64,
+    stride: u64,
 }
 
 impl Cursor {
-    pub fn new(set: &QuerySet, worker: usize, workers: usize) -> Cursor {
-        let len = set.len() as u32;
-        let start = (set.len() * worker / workers.max(1)) as u32;
-        Cursor { next: start % len.max(1), len: len.max(1), seed: (worker as u64) << 48 }
+    pub fn new(set: &QuerySet, stripe: Stripe) -> Cursor {
+        let len = set.len().max(1) as u64;
+        Cursor {
+            next: (stripe.first % len) as u32,
+            step: (stripe.stride % len) as u32,
+            len: len as u32,
+            seed: stripe.first,
+            stride: stripe.stride,
+        }
     }
 
     /// Next (query index, seed).
     #[inline]
     pub fn take(&mut self) -> (u32, u64) {
-        let i = self.next;
-        self.next += 1;
-        if self.next == self.len {
-            self.next = 0;
+        let out = (self.next, self.seed);
+        self.next += self.step;
+        if self.next >= self.len {
+            self.next -= self.len;
         }
-        self.seed += 1;
-        (i, self.seed)
+        self.seed += self.stride;
+        out
     }
 }
 
@@ -243,8 +254,13 @@ mod tests {
     fn cursor_cycles() {
         let f = file("a.test\nb.test\nc.test\n");
         let s = QuerySet::from_file(&f.0, QType::A, QueryOptions::default()).unwrap();
-        let mut c = Cursor::new(&s, 1, 2);
-        let got: Vec<u32> = (0..4).map(|_| c.take().0).collect();
-        assert_eq!(got, vec![1, 2, 0, 1]);
+        // Arrivals 1, 3, 5, 7 of the run (worker 1 of 2): queries 1, 0, 2, 1.
+        let mut c = Cursor::new(&s, crate::part::Part::WHOLE.stripe(1, 2));
+        let got: Vec<(u32, u64)> = (0..4).map(|_| c.take()).collect();
+        assert_eq!(got, vec![(1, 1), (0, 3), (2, 5), (1, 7)]);
+        // A stride longer than the set wraps round it.
+        let mut c = Cursor::new(&s, crate::part::Part::new(2, 4).unwrap().stripe(1, 2));
+        let got: Vec<(u32, u64)> = (0..3).map(|_| c.take()).collect();
+        assert_eq!(got, vec![(0, 6), (2, 14), (1, 22)]);
     }
 }

@@ -60,8 +60,12 @@ pub(crate) struct Share {
     pub index: usize,
     /// Closed loop: queries kept in flight. None for open loop.
     pub concurrency: Option<u64>,
-    /// Open loop: first scheduled time and interval between queries, ns.
-    pub schedule: Option<(u64, f64)>,
+    /// The global indices of this worker's arrivals (its part and its place among the part's
+    /// workers: [`crate::part::Part::stripe`]): which queries it sends, and in open loop when.
+    pub stripe: crate::part::Stripe,
+    /// Open loop: the run's interval between arrivals, ns (arrival k is due k of them after
+    /// the start).
+    pub schedule: Option<f64>,
     /// Open loop and clients: queries due within this many ns of a wake-up leave together.
     pub batch_window_ns: u64,
     /// Most queries to issue.
@@ -70,6 +74,11 @@ pub(crate) struct Share {
     pub lanes: usize,
     /// Clients mode: the group of each of this worker's clients.
     pub clients: Vec<u16>,
+    /// Clients mode: each of this worker's clients' index in the whole run (its random choices
+    /// and its queries are keyed by it).
+    pub client_ids: Vec<u64>,
+    /// Clients mode: the clients of the whole run.
+    pub client_count: u64,
     /// Clients mode: how each client spaces its queries.
     pub arrivals: Arrivals,
     /// Replay: the captured clients, and for each of this worker's clients which one it
@@ -226,12 +235,17 @@ impl Inner {
 pub(crate) struct WorkerEnd {
     pub events: BTreeMap<String, u64>,
     pub late: Late,
+    /// How long after the run's start this worker woke to begin, ns.
+    pub woke_late_ns: u64,
 }
 
 /// A query to issue: which query of the set (and seed), or the next one.
 #[derive(Clone, Copy)]
 enum What {
     Next,
+    /// This query of the set with this seed, counted as the next of the worker's quota (a
+    /// simulated client's query, keyed by the client).
+    Keyed(u32, u64),
     /// This query of the set (a replayed query).
     Exact(u32, u64),
 }
@@ -262,10 +276,10 @@ impl Worker {
 
     /// Issues one query on a lane of `range` (the first with room when `first_fit`, else in turn).
     fn issue(&self, inn: &mut Inner, what: What, scheduled: u64, now: u64, range: Range<u32>, first_fit: bool) {
-        if inn.finished || (matches!(what, What::Next) && !inn.issuing) {
+        if inn.finished || (matches!(what, What::Next | What::Keyed(..)) && !inn.issuing) {
             return;
         }
-        if matches!(what, What::Next) {
+        if matches!(what, What::Next | What::Keyed(..)) {
             inn.issued += 1;
             if inn.issued >= inn.quota {
                 inn.issuing = false;
@@ -295,7 +309,7 @@ impl Worker {
         let lane = lo + i;
         let (query, seed) = match what {
             What::Next => inn.cursor.take(),
-            What::Exact(q, s) => (q, s),
+            What::Exact(q, s) | What::Keyed(q, s) => (q, s),
         };
         let key = self.queries.fixed_key(query).unwrap_or(0);
         // Latency counts from the schedule, or from the hand-over when a query leaves ahead of it
@@ -914,7 +928,6 @@ pub(crate) struct Common {
     pub duration_ns: Option<u64>,
     pub interrupt: Arc<AtomicBool>,
     pub out: std::sync::mpsc::Sender<volley_metrics::WorkerMessage>,
-    pub workers: usize,
 }
 
 /// The start of a run: each worker says it is ready (sockets made, the connections the run
@@ -1088,6 +1101,9 @@ fn layout(share: &Share, c: &Common) -> (Vec<LaneSlot>, Vec<LaneSpec>, Vec<Clien
     (lanes, specs, clients)
 }
 
+/// How long before the run's start a worker wakes, to spin until it (ns).
+const START_SPIN_NS: u64 = 1_000_000;
+
 async fn worker_main(share: Share, c: Common) -> WorkerEnd {
     let (lanes, specs, clients) = layout(&share, &c);
     let groups = c.groups.len();
@@ -1098,7 +1114,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
             retries: vec![VecDeque::new(); groups],
             // Its start is set once the run's clock starts: until then every count is second 0's.
             rec: Some(Recorder::with_groups(share.index, u64::MAX, c.out.clone(), groups)),
-            cursor: Cursor::new(&c.queries, share.index, c.workers),
+            cursor: Cursor::new(&c.queries, share.stripe),
             issued: 0,
             quota: share.quota,
             issuing: share.quota > 0,
@@ -1146,6 +1162,14 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
     }
     connections_up(&w, &c).await;
     let start = c.gate.start().await;
+    // Every load begins at the start itself (a coordinated run's parts at the same moment):
+    // the timer wakes the worker shortly before it, and it spins the rest, so that a wake-up
+    // late by less than that costs nothing.
+    sleep_until(&precise_timer(&w), start.saturating_sub(START_SPIN_NS)).await;
+    while now_ns() < start {
+        std::hint::spin_loop();
+    }
+    let woke_late_ns = now_ns().saturating_sub(start);
     let end = c.duration_ns.map(|d| start + d);
     w.inner.borrow_mut().rec().set_start(start);
     if !w.clients.is_empty() {
@@ -1158,8 +1182,8 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
             w.issue_any(&mut inn, now, now);
         }
     }
-    if let Some((offset, interval)) = share.schedule {
-        tokio::task::spawn_local(schedule(w.clone(), start + offset, interval, share.batch_window_ns, end));
+    if let Some(period) = share.schedule {
+        tokio::task::spawn_local(schedule(w.clone(), start, share.stripe, period, share.batch_window_ns, end));
     }
 
     let scheduled = !w.clients.is_empty() || share.schedule.is_some();
@@ -1223,7 +1247,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
     if let Some(rec) = rec {
         rec.finish(now, in_flight, &by_group, thread_cpu_ns());
     }
-    WorkerEnd { events, late }
+    WorkerEnd { events, late, woke_late_ns }
 }
 
 /// Waits until every connection the worker opened at its start came up or failed, at most the
@@ -1342,9 +1366,10 @@ fn precise_timer(w: &Worker) -> Option<PreciseTimer> {
 /// rates a burst shares one timer arm and one system call (a timer arm costs microseconds in
 /// a virtual machine); those leave at most `window` early and their latency counts from the
 /// moment they left.
-async fn schedule(w: Rc<Worker>, first: u64, interval: f64, window: u64, end: Option<u64>) {
+async fn schedule(w: Rc<Worker>, start: u64, stripe: crate::part::Stripe, period: f64, window: u64, end: Option<u64>) {
     let timer = precise_timer(&w);
-    let due = |k: u64| first + (k as f64 * interval) as u64;
+    // The worker's k-th arrival is the run's arrival `stripe.at(k)`, due at that index's time.
+    let due = |k: u64| start + crate::part::due_ns(stripe.at(k), period);
     let mut k = 0u64;
     loop {
         let next = due(k);
@@ -1374,7 +1399,12 @@ async fn clients_schedule(w: Rc<Worker>, share: Share, start: u64, end: Option<u
         return replay_schedule(w, replay.clone(), sources.clone(), share.batch_window_ns, start, end).await;
     }
     let timer = precise_timer(&w);
-    let mut rng = Rng::new(share.index as u64 + 1);
+    // Each client's random choices come from its own generator, seeded by its index in the
+    // whole run, and its j-th query is the run's query `id + clients·j`: a client behaves and
+    // asks alike however the run is split into parts and threads.
+    let mut rngs: Vec<Rng> = share.client_ids.iter().map(|&id| Rng::new(crate::part::client_seed(id))).collect();
+    let mut asked = vec![0u64; share.client_ids.len()];
+    let n_queries = w.queries.len().max(1) as u64;
     // Each group's mean gap between a client's queries, ns.
     let means: Vec<f64> = w.groups.iter().map(|g| 1e9 / g.rate.max(1e-9)).collect();
     let mean_of = |c: u32| means[w.clients[c as usize].group as usize];
@@ -1386,6 +1416,7 @@ async fn clients_schedule(w: Rc<Worker>, share: Share, start: u64, end: Option<u
     let mut heap: BinaryHeap<Reverse<(u64, u32)>> = (0..w.clients.len() as u32)
         .map(|c| {
             let mean = mean_of(c);
+            let rng = &mut rngs[c as usize];
             let phase = match share.arrivals {
                 Arrivals::Constant => (rng.unit() * mean) as u64,
                 Arrivals::Poisson => rng.exp_ns(mean),
@@ -1407,8 +1438,10 @@ async fn clients_schedule(w: Rc<Worker>, share: Share, start: u64, end: Option<u
             }
             heap.pop();
             let lanes = w.client_query(&mut inn, c, due);
-            w.issue(&mut inn, What::Next, due, now, lanes, true);
-            heap.push(Reverse((due + gap(&mut rng, mean_of(c)).max(1), c)));
+            let k = share.client_ids[c as usize] + share.client_count * asked[c as usize];
+            asked[c as usize] += 1;
+            w.issue(&mut inn, What::Keyed((k % n_queries) as u32, k), due, now, lanes, true);
+            heap.push(Reverse((due + gap(&mut rngs[c as usize], mean_of(c)).max(1), c)));
         }
     }
     w.inner.borrow_mut().issuing = false;
@@ -1586,16 +1619,18 @@ mod tests {
             duration_ns: None,
             interrupt: Arc::default(),
             out: tx,
-            workers: 1,
         };
         let share = Share {
             index: 0,
             concurrency: None,
+            stripe: crate::part::Part::WHOLE.stripe(0, 1),
             schedule: None,
             batch_window_ns: 0,
             quota: 0,
             lanes: sockets,
             clients,
+            client_ids: Vec::new(),
+            client_count: 0,
             arrivals: Arrivals::Constant,
             replay: None,
         };
@@ -1672,7 +1707,7 @@ mod tests {
                 deadlines: VecDeque::new(),
                 retries: vec![VecDeque::new(); 2],
                 rec: Some(Recorder::with_groups(0, 0, tx, 2)),
-                cursor: Cursor::new(&queries, 0, 1),
+                cursor: Cursor::new(&queries, crate::part::Part::WHOLE.stripe(0, 1)),
                 issued: 0,
                 quota: 0,
                 issuing: false,

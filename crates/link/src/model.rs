@@ -110,6 +110,9 @@ pub struct DirConfig {
     /// Windows `[from, to)` after the link's start in which every packet is dropped.
     pub outages: Vec<(Nanos, Nanos)>,
     pub loss: Loss,
+    /// Windows `[from, to)` after the link's start outside which `loss` does not apply; empty:
+    /// it applies all the time.
+    pub loss_windows: Vec<(Nanos, Nanos)>,
     /// Probability (0..=1) that a packet is sent twice.
     pub duplicate: f64,
     /// One-way delay.
@@ -147,6 +150,16 @@ impl DirConfig {
             Loss::Random(r) => p.push(format!("loss {}", pct(r))),
             Loss::Burst { rate, mean_burst } => {
                 p.push(format!("loss {} in bursts of {}", pct(rate), fmt_num(mean_burst)))
+            }
+        }
+        if self.loss != Loss::None && !self.loss_windows.is_empty() {
+            let w: Vec<String> = self
+                .loss_windows
+                .iter()
+                .map(|(a, b)| format!("{}s-{}s", fmt_num(*a as f64 / 1e9), fmt_num(*b as f64 / 1e9)))
+                .collect();
+            if let Some(last) = p.last_mut() {
+                last.push_str(&format!(" during {}", w.join(" and ")));
             }
         }
         if self.duplicate > 0.0 {

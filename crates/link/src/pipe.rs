@@ -4,7 +4,8 @@
 //!
 //! Per packet, in this order (netem's, see docs/link.md):
 //! 1. outage: inside an outage window the packet is dropped (`dropped_outage`);
-//! 2. loss: independent or Gilbert-Elliott (`dropped_loss`);
+//! 2. loss: independent or Gilbert-Elliott (`dropped_loss`), inside its windows if it has any
+//!    (`loss-during`);
 //! 3. duplication: with its probability a second copy follows the same path (`duplicated`);
 //! 4. reorder: with its probability the packet skips the delay and leaves at once (netem's
 //!    `reorder`, which needs a delay to mean anything);
@@ -123,7 +124,13 @@ impl<P: AsRef<[u8]>> Pipe<P> {
         p > 0.0 && self.rng.unit() <= p
     }
 
-    fn lost(&mut self) -> bool {
+    fn lost(&mut self, t: Nanos) -> bool {
+        if !self.cfg.loss_windows.is_empty() {
+            let rel = t.saturating_sub(self.start);
+            if !self.cfg.loss_windows.iter().any(|&(a, b)| rel >= a && rel < b) {
+                return false;
+            }
+        }
         match self.cfg.loss {
             Loss::None => false,
             Loss::Random(p) => self.chance(p),
@@ -173,7 +180,7 @@ impl<P: AsRef<[u8]>> Pipe<P> {
             self.counters.dropped_outage += 1;
             return;
         }
-        if self.lost() {
+        if self.lost(now) {
             self.counters.dropped_loss += 1;
             return;
         }
@@ -540,6 +547,29 @@ mod tests {
         let want: Vec<u64> = (0..90).chain(200..300).collect();
         assert_eq!(left, want);
         assert_eq!(p.counters.dropped_outage, 110);
+    }
+
+    #[test]
+    fn loss_windows_confine_the_loss() {
+        // 30 % loss in [1, 3) s only, packets every ms for 4 s.
+        let cfg =
+            DirConfig { loss: Loss::Random(0.3), loss_windows: vec![(1000 * MS, 3000 * MS)], ..Default::default() };
+        let (p, out) = drive(cfg, 5, 4000, MS, 60);
+        let passed = |a: u64, b: u64| out.iter().filter(|x| x.0 >= a && x.0 < b).count() as u64;
+        assert_eq!(passed(0, 1000) + passed(3000, 4000), 2000, "nothing lost outside the window");
+        let lost = 2000 - passed(1000, 3000);
+        assert_eq!(lost, p.counters.dropped_loss);
+        // 30 % of 2000 within three standard deviations (20.5).
+        assert!((lost as f64 - 600.0).abs() < 62.0, "lost {lost}");
+        // Gilbert-Elliott bursts inside a window too.
+        let cfg = DirConfig {
+            loss: Loss::Burst { rate: 0.5, mean_burst: 20.0 },
+            loss_windows: vec![(1000 * MS, 2000 * MS)],
+            ..Default::default()
+        };
+        let (p, out) = drive(cfg, 5, 3000, MS, 60);
+        assert_eq!(out.iter().filter(|x| x.0 < 1000 || x.0 >= 2000).count(), 2000);
+        assert!(p.counters.dropped_loss > 0);
     }
 
     #[test]

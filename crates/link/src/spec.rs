@@ -9,6 +9,7 @@
 //! (uniform|normal|pareto), `order` (reorder|keep), `loss` (`0.5%`), `burst` (mean burst length
 //! in packets: Gilbert-Elliott loss), `dup`, `reorder` (`1%`), `rate` (`10mbit`, `500kbit`,
 //! `1gbit`, `64000bit`), `queue` (packets), `queue-bytes`, `outage` (`5s-7s`, repeatable),
+//! `loss-during` (`5s-10s`, repeatable: the loss applies inside these windows only),
 //! `trace` (a mahimahi `mm-link` file).
 
 use std::path::Path;
@@ -33,6 +34,7 @@ struct DirDraft {
     rate: Option<Rate>,
     queue: Option<QueueLimit>,
     outages: Vec<(Nanos, Nanos)>,
+    loss_windows: Vec<(Nanos, Nanos)>,
 }
 
 /// Which directions a setting applies to.
@@ -168,6 +170,7 @@ impl SpecBuilder {
             Rate(Rate),
             Queue(QueueLimit),
             Outage(Nanos, Nanos),
+            LossDuring(Nanos, Nanos),
         }
         let v = match key {
             "delay" => V::Delay(duration(value).map_err(err)?),
@@ -214,7 +217,7 @@ impl SpecBuilder {
                 Ok(n) if n >= 1 => V::Queue(QueueLimit::Bytes(n)),
                 _ => return Err(err(format!("'{value}' is not a number of bytes (at least 1)"))),
             },
-            "outage" => {
+            "outage" | "loss-during" => {
                 let Some((a, b)) = value.split_once('-') else {
                     return Err(err(format!("'{value}' is not FROM-TO (e.g. 5s-7s)")));
                 };
@@ -222,12 +225,16 @@ impl SpecBuilder {
                 if a >= b {
                     return Err(err(format!("'{value}' ends before it starts")));
                 }
-                V::Outage(a, b)
+                if key == "outage" {
+                    V::Outage(a, b)
+                } else {
+                    V::LossDuring(a, b)
+                }
             }
             _ => {
                 return Err(format!(
                     "unknown setting '{key}' (delay, jitter, dist, order, loss, burst, dup, reorder, rate, \
-                     trace, queue, queue-bytes, outage)"
+                     trace, queue, queue-bytes, outage, loss-during)"
                 ))
             }
         };
@@ -244,6 +251,7 @@ impl SpecBuilder {
                 V::Rate(x) => d.rate = Some(x.clone()),
                 V::Queue(x) => d.queue = Some(*x),
                 V::Outage(a, b) => d.outages.push((*a, *b)),
+                V::LossDuring(a, b) => d.loss_windows.push((*a, *b)),
             }
         }
         Ok(())
@@ -267,6 +275,9 @@ impl DirDraft {
             (Some(rate), Some(mean_burst)) => Loss::Burst { rate, mean_burst },
             (None, Some(_)) => return Err("burst needs a loss rate (loss=...)".into()),
         };
+        if !self.loss_windows.is_empty() && self.loss.is_none() {
+            return Err("loss-during needs a loss rate (loss=...)".into());
+        }
         let rate = self.rate.unwrap_or_default();
         if self.queue.is_some() && rate == Rate::Unlimited {
             return Err("a queue limit needs a rate or a trace: without a bottleneck nothing queues".into());
@@ -286,6 +297,7 @@ impl DirDraft {
         Ok(DirConfig {
             outages: self.outages,
             loss,
+            loss_windows: self.loss_windows,
             duplicate: self.dup.unwrap_or(0.0),
             delay,
             jitter: self.jitter.unwrap_or(0),
@@ -417,6 +429,9 @@ mod tests {
         assert_eq!(p(&["delay=5ms"]).unwrap().up.queue, None);
         assert_eq!(p(&["rate=1Gbit"]).unwrap().up.rate, Rate::Bits(1_000_000_000));
         assert_eq!(p(&["delay=150us"]).unwrap().up.delay, 150_000);
+        let c = p(&["loss=30%,loss-during=3s-8s,loss-during=10-11"]).unwrap();
+        assert_eq!(c.down.loss_windows, vec![(3_000_000_000, 8_000_000_000), (10_000_000_000, 11_000_000_000)]);
+        assert_eq!(c.up.describe(), "loss 30% during 3s-8s and 10s-11s");
     }
 
     #[test]
@@ -434,6 +449,8 @@ mod tests {
             (&["rate=0bit"][..], "rate"),
             (&["reorder=5%"][..], "needs a delay"),
             (&["outage=7s-5s"][..], "ends before"),
+            (&["loss-during=7s-5s"][..], "ends before"),
+            (&["loss-during=1s-2s"][..], "loss-during needs a loss rate"),
             (&["dist=cauchy"][..], "uniform"),
             (&["bogus=1"][..], "unknown setting 'bogus'"),
             (&["5g"][..], "unknown link profile '5g'"),

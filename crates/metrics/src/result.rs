@@ -99,6 +99,83 @@ pub struct RunResult {
     /// Things the reader must know to trust the figures (e.g. the generator fell behind).
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// A part of a run split across processes or machines (`--part I/N`, `--start-at`,
+    /// `--coordinator`; docs/scale-out.md): which part, and how it started.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub part: Option<PartInfo>,
+    /// The merge of a coordinated run's parts (`volley coordinate`): whether every part came,
+    /// each part's share, clock offset and start, and the start skew.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub scale: Option<ScaleInfo>,
+}
+
+/// Which part of a split run a result is, and how it started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartInfo {
+    /// From 0 (`JOB_COMPLETION_INDEX`), below `count`.
+    pub index: u32,
+    pub count: u32,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub start: Option<PartStart>,
+}
+
+/// A part's start: the time it was given, and how late its workers began after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartStart {
+    /// The start, Unix nanoseconds on this part's clock (the coordinator's start time less
+    /// the measured clock offset, or `--start-at`).
+    pub planned_unix_ns: u64,
+    /// How long after it the last of its worker threads woke to begin, ns.
+    pub late_ns: u64,
+    /// The coordinator's clock minus this part's, measured NTP-style (ns; absent without a
+    /// coordinator).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub clock_offset_ns: Option<i64>,
+    /// The round trip of the exchange that measured it, ns.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rtt_ns: Option<u64>,
+}
+
+/// The merge of a coordinated run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScaleInfo {
+    /// Parts the run was split into.
+    pub parts: u32,
+    /// Whether every part's results are in the merge.
+    pub complete: bool,
+    /// The share of the run's load (by arrivals, clients or concurrency) of the parts missing.
+    pub missing_share: f64,
+    /// The start the coordinator gave, Unix nanoseconds on its clock.
+    pub start_unix_ns: u64,
+    /// The latest part's actual start minus the earliest's, on the coordinator's clock (each
+    /// part's start less its clock offset, plus how late its workers woke), ns.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub start_skew_ns: Option<u64>,
+    /// One entry per part, by index.
+    pub part_list: Vec<ScalePart>,
+}
+
+/// One part of a coordinated run, as the coordinator saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScalePart {
+    pub index: u32,
+    /// `merged`, or why not: `never_came`, `lost` (it left before its results came), `failed`.
+    pub status: String,
+    /// Its share of the run's load (0..1).
+    pub share: f64,
+    /// Where it connected from.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub peer: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub clock_offset_ns: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rtt_ns: Option<u64>,
+    /// Its actual start against the given start, on the coordinator's clock, ns.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub start_offset_ns: Option<i64>,
+    /// What went wrong, for a part not merged.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
 }
 
 impl RunResult {

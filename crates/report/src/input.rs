@@ -40,6 +40,9 @@ pub struct MergedPart {
     pub offset_s: u32,
     /// `complete` or `interrupted`.
     pub status: String,
+    /// Which part of a split run it was (`I/N`, `--part`), when it was one.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub part: Option<String>,
 }
 
 impl NamedRun {

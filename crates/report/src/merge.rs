@@ -272,10 +272,12 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
                 Status::Complete => "complete".into(),
                 Status::Interrupted => "interrupted".into(),
             },
+            part: r.part.as_ref().map(|p| format!("{}/{}", p.index, p.count)),
         });
     }
 
     warnings.extend(not_simultaneous(runs, duration_s));
+    warnings.extend(missing_parts(runs));
     let series: Vec<SecondRow> = rows.into_iter().enumerate().map(|(k, acc)| acc.row(k as u32)).collect();
     let latency = latency.summary().unwrap_or_default();
     let qps = if duration_s > 0.0 {
@@ -360,6 +362,9 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     result.series = series;
     result.events = events;
     result.warnings = warnings;
+    // A merge is no part; a coordinator records its coordination itself (`scale`).
+    result.part = None;
+    result.scale = None;
     Ok(Merged { result, parts })
 }
 
@@ -371,6 +376,32 @@ fn series_peak(series: &[SecondRow], f: impl Fn(&volley_metrics::SecondConnectio
 /// A warning for each part that started after every part that started before it had finished
 /// sending: such parts were not run at the same time, so the merged rates are averages over
 /// a span in which they did not all send.
+/// The parts of a split run (`--part I/N`) that are not among the files merged, or are there
+/// twice: the merge then holds another share of the load than the run's.
+fn missing_parts(runs: &[NamedRun]) -> Vec<String> {
+    let parts: Vec<&volley_metrics::PartInfo> = runs.iter().filter_map(|r| r.result.part.as_ref()).collect();
+    let Some(n) = parts.first().map(|p| p.count).filter(|&n| n > 1) else { return Vec::new() };
+    if parts.len() != runs.len() || parts.iter().any(|p| p.count != n) {
+        return vec!["merge: the files are not all parts of one split run (their --part counts differ)".into()];
+    }
+    let mut seen = vec![0u32; n as usize];
+    for p in &parts {
+        if let Some(s) = seen.get_mut(p.index as usize) {
+            *s += 1;
+        }
+    }
+    let missing: Vec<String> = (0..n).filter(|&i| seen[i as usize] == 0).map(|i| format!("{i}/{n}")).collect();
+    let twice: Vec<String> = (0..n).filter(|&i| seen[i as usize] > 1).map(|i| format!("{i}/{n}")).collect();
+    let mut out = Vec::new();
+    if !missing.is_empty() {
+        out.push(format!("merge: incomplete: parts {} of the split run are missing", missing.join(", ")));
+    }
+    if !twice.is_empty() {
+        out.push(format!("merge: parts {} of the split run are counted more than once", twice.join(", ")));
+    }
+    out
+}
+
 fn not_simultaneous(runs: &[NamedRun], span_s: f64) -> Vec<String> {
     let mut order: Vec<&NamedRun> = runs.iter().collect();
     order.sort_by_key(|r| r.result.started_unix_ms);

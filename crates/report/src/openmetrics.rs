@@ -233,6 +233,23 @@ pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
         )?;
         om.sample("volley_target_cpu_seconds_total", &[], format_float(c.cpu_s))?;
     }
+    if let Some(s) = &r.scale {
+        om.family("volley_scale_parts", "gauge", None, "Parts of a split run, by whether their results were merged.")?;
+        let merged = s.part_list.iter().filter(|p| p.status == "merged").count();
+        om.sample("volley_scale_parts", &[("state", "merged")], merged)?;
+        om.sample("volley_scale_parts", &[("state", "missing")], s.part_list.len() - merged)?;
+        om.family("volley_scale_missing_share", "gauge", None, "Share of the run's load of the parts missing.")?;
+        om.sample("volley_scale_missing_share", &[], format_float(s.missing_share))?;
+        if let Some(k) = s.start_skew_ns {
+            om.family(
+                "volley_scale_start_skew_seconds",
+                "gauge",
+                Some("seconds"),
+                "The latest part's actual start minus the earliest's, on the coordinator's clock.",
+            )?;
+            om.sample("volley_scale_start_skew_seconds", &[], format_float(k as f64 / 1e9))?;
+        }
+    }
     if let Some(l) = &r.link {
         om.family(
             "volley_link_packets",

@@ -55,6 +55,27 @@ fn text_lines(r: &RunResult) -> Vec<String> {
         duration.push_str(&format!(" (set-up before: {setup:.2}s)"));
     }
     push_labeled(&mut out, "duration", &duration);
+    if let Some(p) = &r.part {
+        let mut line = format!("{} of {} (this part's share of the run; docs/scale-out.md)", p.index, p.count);
+        if let Some(s) = &p.start {
+            line.push_str(&format!(", began {} after its start", crate::fmt_ns(s.late_ns)));
+            if let Some(o) = s.clock_offset_ns {
+                line.push_str(&format!(", clock {:+.3} ms from the coordinator's", o as f64 / 1e6));
+            }
+        }
+        push_labeled(&mut out, "part", &line);
+    }
+    if let Some(s) = &r.scale {
+        let mut line = format!("{} parts merged", s.part_list.iter().filter(|p| p.status == "merged").count());
+        line.push_str(&format!(" of {}", s.parts));
+        if let Some(k) = s.start_skew_ns {
+            line.push_str(&format!(", start skew {}", crate::fmt_ns(k)));
+        }
+        if !s.complete {
+            line.push_str(&format!(": INCOMPLETE, {:.1}% of the load missing", s.missing_share * 100.0));
+        }
+        push_labeled(&mut out, "parts", &line);
+    }
     out.push(String::new());
 
     // Fates, one aligned block, then the equation that must hold.

@@ -595,3 +595,22 @@ fn link_rows_in_compare() {
     let c = compare(&[("x".into(), vec![named("x", &Spec::default())])]);
     assert!(c.figures.iter().all(|f| f.metric != Metric::LinkDroppedPct && f.metric != Metric::LinkLatenessP99));
 }
+
+/// Parts of a split run (`--part I/N`) merged: each is recorded with its part; a part missing or
+/// given twice is warned about (a merge then holds another share of the load than the run's).
+#[test]
+fn parts_of_a_split_run_are_recorded_and_missing_ones_named() {
+    let part = |name: &str, index: u32, count: u32| {
+        let mut r = named(name, &Spec::default());
+        r.result.part = Some(volley_metrics::PartInfo { index, count, start: None });
+        r
+    };
+    let m = merge_runs(&[part("a", 0, 3), part("b", 2, 3)], vec![]).unwrap();
+    assert_eq!(m.parts[1].part.as_deref(), Some("2/3"));
+    assert!(m.result.part.is_none() && m.result.scale.is_none());
+    assert!(m.result.warnings.iter().any(|w| w == "merge: incomplete: parts 1/3 of the split run are missing"));
+    let m = merge_runs(&[part("a", 0, 2), part("b", 0, 2), part("c", 1, 2)], vec![]).unwrap();
+    assert!(m.result.warnings.iter().any(|w| w.contains("parts 0/2 of the split run are counted more than once")));
+    let m = merge_runs(&[part("a", 0, 2), part("b", 1, 2)], vec![]).unwrap();
+    assert!(!m.result.warnings.iter().any(|w| w.contains("split run")), "{:?}", m.result.warnings);
+}

@@ -184,3 +184,36 @@ fn a_run_in_progress_and_its_file() {
         }
     }
 }
+
+/// The merge of a split run's parts: how many were merged or missing, their share, the skew.
+#[test]
+fn the_parts_of_a_split_run() {
+    let mut run = named("merged", &Spec::default()).result;
+    run.scale = Some(volley_metrics::ScaleInfo {
+        parts: 4,
+        complete: false,
+        missing_share: 0.25,
+        start_unix_ns: 0,
+        start_skew_ns: Some(450_000),
+        part_list: (0..4)
+            .map(|i| volley_metrics::ScalePart {
+                index: i,
+                status: if i == 3 { "never_came".into() } else { "merged".into() },
+                share: 0.25,
+                peer: None,
+                clock_offset_ns: None,
+                rtt_ns: None,
+                start_offset_ns: None,
+                reason: None,
+            })
+            .collect(),
+    });
+    let mut out = Vec::new();
+    write_openmetrics(&run, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    check_format(&text);
+    assert_eq!(sample_value(&text, "volley_scale_parts{state=\"merged\"}"), 3.0);
+    assert_eq!(sample_value(&text, "volley_scale_parts{state=\"missing\"}"), 1.0);
+    assert_eq!(sample_value(&text, "volley_scale_missing_share"), 0.25);
+    assert_eq!(sample_value(&text, "volley_scale_start_skew_seconds"), 0.00045);
+}

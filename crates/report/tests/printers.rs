@@ -148,6 +148,8 @@ fn sample(plan: Plan) -> RunResult {
         series: got.series,
         events: [("connect".to_string(), 2u64), ("icmp_unreachable".to_string(), 1)].into_iter().collect(),
         warnings: Vec::new(),
+        part: None,
+        scale: None,
     }
 }
 
@@ -741,4 +743,49 @@ fn bench_rows_serialise() {
     )
     .unwrap();
     assert!(plain.note.is_none());
+}
+
+/// A part of a split run says which, and how it started; a coordinator's merge says how many
+/// parts it holds, the skew, and loudly when parts are missing.
+#[test]
+fn text_names_the_part_and_the_merge_of_parts() {
+    let mut r = sample(Plan::default());
+    r.part = Some(volley_metrics::PartInfo {
+        index: 1,
+        count: 3,
+        start: Some(volley_metrics::PartStart {
+            planned_unix_ns: 0,
+            late_ns: 42_000,
+            clock_offset_ns: Some(-1_500_000),
+            rtt_ns: Some(80_000),
+        }),
+    });
+    let t = text(&r);
+    assert!(t.contains("part       1 of 3 (this part's share of the run"), "{t}");
+    assert!(t.contains("clock -1.500 ms from the coordinator's"), "{t}");
+    r.part = None;
+    r.scale = Some(volley_metrics::ScaleInfo {
+        parts: 3,
+        complete: false,
+        missing_share: 1.0 / 3.0,
+        start_unix_ns: 0,
+        start_skew_ns: Some(300_000),
+        part_list: (0..3)
+            .map(|i| volley_metrics::ScalePart {
+                index: i,
+                status: if i == 1 { "lost".into() } else { "merged".into() },
+                share: 1.0 / 3.0,
+                peer: None,
+                clock_offset_ns: None,
+                rtt_ns: None,
+                start_offset_ns: None,
+                reason: None,
+            })
+            .collect(),
+    });
+    let t = text(&r);
+    assert!(
+        t.contains("parts      2 parts merged of 3, start skew") && t.contains("INCOMPLETE, 33.3% of the load missing"),
+        "{t}"
+    );
 }

@@ -18,6 +18,8 @@ pub(crate) struct Ctx {
     pub idle_timeout: Duration,
     /// Close a connection gracefully once it has taken this many queries (None: never).
     pub max_queries: Option<u64>,
+    /// TCP and DoT: answers leave in the order their queries came (`ResponderConfig::in_order`).
+    pub in_order: bool,
     /// The most connections each listener holds (shared by every thread).
     pub limits: Arc<Limits>,
     /// A query or request begun must arrive whole within this long (`--request-timeout`).

@@ -46,6 +46,7 @@ fn ctx() -> Ctx {
         counters: Arc::default(),
         idle_timeout: Duration::from_secs(10),
         max_queries: None,
+        in_order: false,
         limits: Arc::new(crate::policy::Limits::new(None, None)),
         request_timeout: std::time::Duration::from_secs(5),
         max_pending_bytes: 256 * 1024,

@@ -52,6 +52,11 @@ pub struct ResponderConfig {
     /// done; HTTP/1.1: `connection: close` on the last response; DoQ: CONNECTION_CLOSE with
     /// DOQ_NO_ERROR once the last stream is answered). None: no limit (default).
     pub max_queries_per_conn: Option<u64>,
+    /// TCP and DoT: answer the queries of a connection in the order they arrived, an answer
+    /// ready early waiting behind a delayed one (as a server that works through a
+    /// connection's queries one at a time does; RFC 7766 allows either). Off: each answer
+    /// leaves as soon as it is ready (default).
+    pub in_order: bool,
     /// The most connections each connection-oriented listener (TCP, DoT, DoH, DoH/3, DoQ) holds
     /// at once, over all its threads; more are closed right after accept (QUIC: refused with
     /// CONNECTION_REFUSED). None: no limit (default).
@@ -107,6 +112,7 @@ impl Default for ResponderConfig {
             idle_timeout: Duration::from_secs(10),
             max_streams: 100,
             max_queries_per_conn: None,
+            in_order: false,
             max_conns: None,
             request_timeout: Duration::from_secs(5),
             max_handshakes: Some(1024),
@@ -375,6 +381,7 @@ struct IoShared {
     idle_timeout: Duration,
     max_streams: u32,
     max_queries: Option<u64>,
+    in_order: bool,
     limits: Arc<crate::policy::Limits>,
     request_timeout: Duration,
     max_pending_bytes: usize,
@@ -447,6 +454,7 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
         idle_timeout: config.idle_timeout,
         max_streams: config.max_streams,
         max_queries: config.max_queries_per_conn,
+        in_order: config.in_order,
         limits: Arc::new(crate::policy::Limits::new(config.max_conns, config.max_handshakes)),
         request_timeout: config.request_timeout,
         max_pending_bytes: config.max_pending_bytes,
@@ -616,6 +624,7 @@ fn io_thread(
             counters,
             idle_timeout: shared.idle_timeout,
             max_queries: shared.max_queries,
+            in_order: shared.in_order,
             limits: shared.limits.clone(),
             request_timeout: shared.request_timeout,
             max_pending_bytes: shared.max_pending_bytes,

@@ -102,6 +102,29 @@ fn rt() -> tokio::runtime::Runtime {
 // TCP and DoT
 // ---------------------------------------------------------------------------------------------
 
+/// Three queries in one write, the second delayed 300 ms (`--delay 300ms:1/2` takes the
+/// second of each pair): by default the third's answer leaves before the second's (out of
+/// order); with `in_order` it waits behind it.
+#[test]
+fn tcp_in_order_answers_wait_behind_a_delayed_one() {
+    for in_order in [false, true] {
+        let mut answer = volley_responder::AnswerConfig::default();
+        answer.delays.push("300ms:1/2".parse().unwrap());
+        let r = start(plain(ResponderConfig { in_order, answer, ..Default::default() })).unwrap();
+        let mut s = tcp(r.address(Transport::Tcp).unwrap());
+        let mut all = Vec::new();
+        for id in 1..=3u16 {
+            all.extend_from_slice(&frame(&query(id, "www.example.test")));
+        }
+        s.write_all(&all).unwrap();
+        let ids: Vec<u16> = (0..3).map(|_| Header::parse(&read_frame(&mut s).unwrap()).unwrap().id).collect();
+        let want = if in_order { [1, 2, 3] } else { [1, 3, 2] };
+        assert_eq!(ids, want, "in_order {in_order}");
+        let st = wait_stats(&r, |s| s.answered == 3);
+        assert_eq!(st.delayed, 1, "{st}");
+    }
+}
+
 /// Five queries in one write, three per connection: three answers, then FIN; the two after
 /// the last are never read (not counted as queries).
 #[test]

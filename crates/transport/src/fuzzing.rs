@@ -153,3 +153,14 @@ pub fn target(data: &[u8]) {
         _ => {}
     }
 }
+
+/// A frame on an AF_XDP socket's RX ring (`--xdp`), read as an answer from 192.0.2.1:53 and
+/// from [2001:db8::1]:53: whatever the bytes, the message read lies inside the frame.
+pub fn xdp_frame(data: &[u8]) {
+    for target in ["192.0.2.1:53", "[2001:db8::1]:53"] {
+        let target: SocketAddr = target.parse().expect("an address");
+        if let Some((_, msg)) = crate::udp::xdp::frame::parse(data, target) {
+            assert!(msg.len() <= data.len());
+        }
+    }
+}

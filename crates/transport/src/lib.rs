@@ -105,6 +105,9 @@ pub struct LaneOptions {
     /// Kernel transmit stamps (`--tx-stamps`, on by default): each query's departure is the
     /// kernel's send time where the transport supports it (UDP, TCP), volley's clock otherwise.
     pub tx_stamps: bool,
+    /// UDP through AF_XDP (`--xdp`): the interface, program and socket map set up before the
+    /// run; `None`: kernel sockets.
+    pub xdp: Option<udp::xdp::Xdp>,
 }
 
 impl Default for LaneOptions {
@@ -128,6 +131,7 @@ impl Default for LaneOptions {
             resend: u32::MAX,
             qlog: None,
             tx_stamps: true,
+            xdp: None,
         }
     }
 }
@@ -157,6 +161,11 @@ pub fn spawn_lane<X: Exchange + 'static>(target: &Target, lane: Rc<Lane>, x: Rc<
     };
     lane.set_capacity(opts.max_in_flight);
     match target.scheme {
+        Scheme::Udp if opts.xdp.is_some() => {
+            let xdp = opts.xdp.as_ref().expect("matched");
+            let p = udp::xdp::prepare(xdp, opts);
+            tokio::task::spawn_local(udp::xdp::drive(p, target.addr, lane, x));
+        }
         Scheme::Udp => {
             // The socket is made now, not when the driver first runs: a run makes its lanes'
             // sockets before its clock starts.

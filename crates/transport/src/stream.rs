@@ -180,6 +180,13 @@ pub(crate) enum Served {
 /// Runs one connection until it ends.
 /// `kind_of` maps the stream's I/O errors (TLS streams wrap TLS errors in them); `rx` is the
 /// socket's receive time, the time of the answers each read brings.
+///
+/// `lost_after` (the run's query timeout): bytes that keep coming while no message completes
+/// for longer than this mean the stream's framing is lost (a length prefix or an HTTP/1.1
+/// header damaged on the way, a server out of step): every answer behind the message waited
+/// for is unreadable, so the connection ends (its outstanding queries fail `malformed`) and
+/// the lane goes on on a new one, instead of sending queries whose answers it can never read
+/// until the run ends.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve<R, W, X, F>(
     mut rd: R,
@@ -190,6 +197,7 @@ pub(crate) async fn serve<R, W, X, F>(
     b: &mut Buffers,
     kind_of: fn(&io::Error) -> ErrorKind,
     rx: &crate::stamp::RxStamp,
+    lost_after: Duration,
 ) -> Served
 where
     R: AsyncRead + Unpin,
@@ -206,6 +214,8 @@ where
     let every = f.watch();
     let watch = tokio::time::sleep(every.unwrap_or(Duration::from_secs(3600)));
     tokio::pin!(watch);
+    // When a message last completed, or the read buffer last began a new one.
+    let mut progress = tokio::time::Instant::now();
     loop {
         b.frame_queued(lane, x, f);
         if lane.closing() {
@@ -225,9 +235,18 @@ where
                     filled = n == spare;
                     rx.read_sent(x);
                     let now = rx.arrival(x);
-                    match f.split(&b.rbuf, x, now) {
-                        Ok(used) => drop(b.rbuf.drain(..used)),
+                    let began = b.rbuf.len() == n;
+                    let used = match f.split(&b.rbuf, x, now) {
+                        Ok(used) => used,
                         Err(kind) => return Served::Failed(kind),
+                    };
+                    b.rbuf.drain(..used);
+                    let t = tokio::time::Instant::now();
+                    if began || used > 0 || b.rbuf.is_empty() {
+                        progress = t;
+                    } else if t.duration_since(progress) > lost_after {
+                        x.event("framing_lost");
+                        return Served::Failed(ErrorKind::Malformed);
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

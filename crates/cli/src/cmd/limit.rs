@@ -153,7 +153,8 @@ fn parse_growth(s: &str) -> Result<Growth, String> {
 /// is the target's doing, and the step is judged by its answers and latency like any other.
 fn generator_bound(r: &RunResult, load: f64, by: By) -> bool {
     let asked = match by {
-        By::Qps => load,
+        // A part of a split search (--part I/N) is asked for its share of each step.
+        By::Qps => r.part.as_ref().map_or(load, |p| load / f64::from(p.count.max(1))),
         By::Clients => r.load.rate.unwrap_or(0.0),
     };
     volley_engine::limit::generator_bound(&GeneratorFigures {
@@ -181,6 +182,11 @@ pub fn run(a: LimitArgs) -> CliResult {
     if a.run.rate.is_some() || a.run.concurrency.is_some() || a.run.clients.is_some() || a.run.count.is_some() {
         return Err(CliError::usage(
             "volley limit sets the load itself: drop --rate, --concurrency, --clients and --count",
+        ));
+    }
+    if a.run.coordinator.is_some() || a.run.start_at.is_some() {
+        return Err(CliError::usage(
+            "--coordinator and --start-at apply to volley run: a split limit search runs its parts with --part I/N",
         ));
     }
     let objective = Objective { min_answered, max_latency };

@@ -219,9 +219,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", help_heading = "Clients", conflicts_with_all = ["queries", "name", "random_under"])]
     pub replay: Option<PathBuf>,
 
-    /// Worker threads [default: the number of cores].
+    /// Worker threads [default: the number of cores; 1 with --xdp].
     #[arg(short = 'T', long, value_name = "N", help_heading = "Load")]
     pub threads: Option<usize>,
+
+    /// Send and receive UDP through an AF_XDP socket on IFACE [default: the interface that
+    /// routes to the target], frames built by volley, answers redirected to it by an XDP
+    /// program volley attaches (native where the driver allows it, generic elsewhere; the
+    /// results' events say which). Needs root (CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF), a real
+    /// or virtual interface (not loopback) and one worker thread. docs/run.md.
+    #[arg(long, value_name = "IFACE", num_args = 0..=1, help_heading = "Connections")]
+    pub xdp: Option<Option<String>>,
 
     /// UDP sockets or TCP connections in total [default: one per thread].
     #[arg(long, value_name = "N", help_heading = "Load")]
@@ -241,7 +249,36 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", requires = "link", help_heading = "Link")]
     pub link_seed: Option<u64>,
 
-    /// Write the results as JSON to FILE (atomically; schema in docs/results-schema.md).
+    /// Make part I (from 0) of a run split into N parts, e.g. 0/4: its share of the rate
+    /// (every Nth arrival of the whole run's schedule), of the clients (each whole to one
+    /// part), of the concurrency, connections and count; the N parts together make the run
+    /// one process would make (docs/scale-out.md).
+    #[arg(long, value_name = "I/N", help_heading = "Scale out")]
+    pub part: Option<String>,
+
+    /// The run is split into N parts, this one's index from JOB_COMPLETION_INDEX (a Kubernetes
+    /// Indexed Job) or VOLLEY_PART, else given by the coordinator (--coordinator).
+    #[arg(long, value_name = "N", env = "VOLLEY_PARTS", help_heading = "Scale out")]
+    pub parts: Option<u32>,
+
+    /// Start at TIME: RFC 3339 (2026-11-26T03:00:00.000Z) or Unix milliseconds; the run makes
+    /// its sockets and connections first, then its load begins at TIME exactly.
+    #[arg(long = "start-at", value_name = "TIME", conflicts_with = "coordinator", help_heading = "Scale out")]
+    pub start_at: Option<String>,
+
+    /// Join the coordinator at HOST:PORT (volley coordinate): it checks that every part makes
+    /// the same run, measures this host's clock offset, gives one start to all parts once all
+    /// are ready, shows their merged progress and merges their results.
+    #[arg(long, value_name = "HOST:PORT", env = "VOLLEY_COORDINATOR", help_heading = "Scale out")]
+    pub coordinator: Option<String>,
+
+    /// How long to wait for the coordinator: to answer (tried again until then, at most 60 s:
+    /// an orchestrator starts it in no particular order), and for the start.
+    #[arg(long = "coordinator-wait", value_name = "DURATION", default_value = "5m", value_parser = parse_duration, help_heading = "Scale out")]
+    pub coordinator_wait: Duration,
+
+    /// Write the results as JSON to FILE (atomically; schema in docs/results-schema.md). In a
+    /// split run, `{part}` in FILE becomes the part's index (parts/run-{part}.json).
     #[arg(short = 'o', long, value_name = "FILE", help_heading = "Output")]
     pub output: Option<PathBuf>,
 
@@ -414,6 +451,8 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         target_pids: target_pids(&a.target_pid)?,
         udp_retry,
         tc_fallback: a.tc_fallback,
+        part: super::scale::static_part(a)?.unwrap_or_default(),
+        start: None,
     })
 }
 
@@ -626,6 +665,7 @@ fn lane_options_with(a: &RunArgs, target: &Target, policy: ConnPolicy) -> CliRes
         udp_gso: a.udp_gso,
         resend: a.resend,
         tx_stamps: a.tx_stamps,
+        xdp: xdp_for(a, target)?,
         ..LaneOptions::default()
     };
     let opts = a.tls.apply(base, target)?;
@@ -640,6 +680,34 @@ fn lane_options_with(a: &RunArgs, target: &Target, policy: ConnPolicy) -> CliRes
         }
     }
     Ok(opts)
+}
+
+/// `--xdp`: the interface, program and socket map, set up once per process (a limit search
+/// plans each step: they share it) and said once on stderr.
+fn xdp_for(a: &RunArgs, target: &Target) -> CliResult<Option<volley_transport::udp::xdp::Xdp>> {
+    use volley_transport::udp::xdp::Xdp;
+    static OPEN: std::sync::Mutex<Option<(std::net::SocketAddr, Xdp)>> = std::sync::Mutex::new(None);
+    let Some(iface) = &a.xdp else { return Ok(None) };
+    if target.scheme != Scheme::Udp {
+        return Err(CliError::usage("--xdp: only UDP targets (udp://) go through AF_XDP"));
+    }
+    if a.threads.is_some_and(|t| t > 1) {
+        return Err(CliError::usage(
+            "--xdp: one worker thread (-T 1) for now: a second would need the interface's answers steered to its queue",
+        ));
+    }
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((t, x)) = open.as_ref() {
+        if *t == target.addr {
+            return Ok(Some(x.clone()));
+        }
+        return Err(CliError::usage("--xdp: one target per run"));
+    }
+    let local = a.bind.as_ref().map(|s| s.first());
+    let x = Xdp::open(target.addr, iface.as_deref(), local).map_err(|e| CliError::usage(e.to_string()))?;
+    eprintln!("volley: --xdp: {}, queue 0, {}", x.iface(), x.mode());
+    *open = Some((target.addr, x.clone()));
+    Ok(Some(x))
 }
 
 /// The error of connection flags on a run without connections.
@@ -820,7 +888,19 @@ pub fn execute(
     progress: ProgressMode,
     metrics_file: Option<&std::path::Path>,
     interrupt: Arc<AtomicBool>,
+    link: Option<&mut super::link::BehindLink>,
+) -> CliResult<RunResult> {
+    execute_with(plan, progress, metrics_file, interrupt, link, &mut |_| {})
+}
+
+/// [`execute`], calling `each` with every completed second too (a coordinated part reports it).
+pub fn execute_with(
+    plan: &Plan,
+    progress: ProgressMode,
+    metrics_file: Option<&std::path::Path>,
+    interrupt: Arc<AtomicBool>,
     mut link: Option<&mut super::link::BehindLink>,
+    each: &mut dyn FnMut(&volley_metrics::Progress),
 ) -> CliResult<RunResult> {
     let show = match progress {
         ProgressMode::Always => true,
@@ -832,6 +912,7 @@ pub fn execute(
     let mut live = volley_report::LiveTotals::new();
     let mut metrics_error = None;
     let result = volley_engine::run(plan, interrupt, |p| {
+        each(p);
         if let Some(l) = link.as_deref_mut() {
             l.tick(u64::from(p.row.second));
         }
@@ -889,16 +970,31 @@ pub fn run(a: RunArgs) -> CliResult {
     }
     warnings.extend(probed);
     let interrupt = interrupt_flag();
-    let mut result = execute(&plan, a.progress, a.metrics_file.as_deref(), interrupt, link.as_mut())?;
+    // A split run: its part (and its start) from the flags, or from its coordinator.
+    let coordinated = super::scale::prepare(&a, &mut plan)?;
+    let mut report = |p: &volley_metrics::Progress| {
+        if let Some(c) = &coordinated {
+            c.progress(p);
+        }
+    };
+    let mut result = execute_with(&plan, a.progress, a.metrics_file.as_deref(), interrupt, link.as_mut(), &mut report)?;
     result.command = std::env::args().collect();
+    if let Some(c) = &coordinated {
+        c.annotate(&mut result);
+    }
     if let Some(link) = link {
         let (info, warning) = link.finish()?;
         result.link = Some(info);
         warnings.extend(warning);
     }
     result.warnings.splice(0..0, warnings);
-    if let Some(path) = &a.output {
+    let output = a.output.as_ref().map(|p| super::scale::output_path(p, plan.part));
+    if let Some(path) = &output {
         volley_report::write_json_file_atomic(&result, path).map_err(CliError::failure)?;
+    }
+    // The part's own file first: a coordinator lost now leaves it whole, to merge later.
+    if let Some(c) = coordinated {
+        c.hand_in(&result, output.as_deref());
     }
     if !a.quiet {
         let mut out = std::io::stdout().lock();
@@ -946,6 +1042,9 @@ fn parse_conn_rate(s: &str) -> Result<ConnGate, String> {
 
 /// `--threads`, or one worker per core.
 fn worker_threads(a: &RunArgs) -> usize {
+    if a.xdp.is_some() && a.threads.is_none() {
+        return 1;
+    }
     a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 

@@ -47,6 +47,7 @@ Server policies (what public resolvers do to their connections):
   --max-queries-per-conn N  close each connection gracefully after N answers (Cloudflare: 10000)
   --idle-timeout DUR        close connections idle for DUR (Quad9: about 20s)
   --max-conns N             hold at most N connections per listener; close/refuse the others
+  --in-order                TCP, DoT: answer a connection's queries in the order they came
   --max-streams N           concurrent streams per HTTP/2 or QUIC connection
 
 Limits against abuse (counted in the stats line):
@@ -169,6 +170,13 @@ pub struct ServeArgs {
     /// response; DoQ: CONNECTION_CLOSE (DOQ_NO_ERROR) once every answer is acknowledged.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_queries_per_conn: Option<u64>,
+
+    /// TCP and DoT: answer the queries of a connection in the order they came, an answer that
+    /// is ready waiting behind a delayed one (a server that works through a connection's
+    /// queries one at a time; RFC 7766 allows either). Without it each answer leaves as soon
+    /// as it is ready.
+    #[arg(long)]
+    pub in_order: bool,
 
     /// Hold at most N connections per listener (TCP, DoT, DoH, DoH/3, DoQ; over all threads):
     /// further TCP connections are closed right after accept, QUIC ones refused
@@ -334,6 +342,7 @@ fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
         idle_timeout,
         max_streams: args.max_streams,
         max_queries_per_conn: args.max_queries_per_conn,
+        in_order: args.in_order,
         max_conns: args.max_conns,
         request_timeout,
         max_handshakes: Some(args.max_handshakes),

@@ -189,6 +189,12 @@ impl Server {
         Server::start_command(cmd, args)
     }
 
+    /// Starts `CMD serve -p 0 ARGS...`, where CMD runs volley (`ip netns exec NS volley`,
+    /// `taskset -c 1 volley`), as [`Server::start_with`] says.
+    pub fn start_via(cmd: Command, args: &[&str]) -> Server {
+        Server::start_command(cmd, args)
+    }
+
     /// Starts `CMD serve -p 0 ARGS...` (CMD runs volley) as [`Server::start_with`] says.
     fn start_command(mut cmd: Command, args: &[&str]) -> Server {
         let want_udp = !args.contains(&"--no-udp");

@@ -1,10 +1,16 @@
-//! From a captured frame to addresses, ports and payload: link layer (Ethernet with VLAN tags,
-//! Linux cooked v1/v2, raw IP, BSD/OpenBSD loopback), IPv4 (with options) and IPv6 (hop-by-hop,
-//! routing and destination options skipped; fragments refused), then UDP or TCP.
+//! From a captured frame to addresses, ports and payload. The link layer is found from the
+//! capture's link type: Ethernet (with VLAN tags) through etherparse; Linux cooked v1/v2, raw IP
+//! and BSD/OpenBSD loopback are a fixed-size header naming the protocol, read here (etherparse's
+//! Linux cooked parser refuses every hardware type but Ethernet and a few others, the loopback
+//! device `tcpdump -i any` captures on among them, and it has no v2). IPv4 (with options),
+//! IPv6 (with its extension headers), UDP and TCP are etherparse's slices.
 //!
 //! Every length is checked: any input gives a [`Decoded`] or a [`DropReason`], never a panic.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
+
+use etherparse::{ether_type, ip_number, EtherType, Ethernet2Slice, IpPayloadSlice, Ipv4Slice, Ipv6Slice};
+use etherparse::{SingleVlanSlice, TcpSlice, UdpSlice};
 
 use super::linktype;
 
@@ -15,8 +21,8 @@ pub enum DropReason {
     NotIp,
     /// IP, but neither UDP nor TCP (ICMP, ...).
     OtherProtocol,
-    /// An IP fragment (IPv4 MF/offset, IPv6 fragment header): DNS queries are not reassembled
-    /// from fragments.
+    /// An IP fragment (IPv4 MF/offset, an IPv6 fragment header with MF or an offset): DNS
+    /// queries are not reassembled from fragments.
     Fragment,
     /// A header is inconsistent or cut short (by the snap length or corruption).
     Malformed,
@@ -54,25 +60,26 @@ const MAX_VLAN_TAGS: usize = 8;
 pub fn decode(linktype: u32, frame: &[u8]) -> Result<Decoded<'_>, DropReason> {
     let (ethertype, ip) = match linktype {
         linktype::ETHERNET => {
-            let mut at = 12;
-            let mut et = be16(frame, at).ok_or(DropReason::Malformed)?;
+            let eth = Ethernet2Slice::from_slice_without_fcs(frame).map_err(|_| DropReason::Malformed)?;
+            let (mut et, mut payload) = (eth.ether_type(), eth.payload_slice());
             let mut tags = 0;
-            while matches!(et, 0x8100 | 0x88a8 | 0x9100) {
+            while matches!(
+                et,
+                ether_type::VLAN_TAGGED_FRAME | ether_type::PROVIDER_BRIDGING | ether_type::VLAN_DOUBLE_TAGGED_FRAME
+            ) {
                 tags += 1;
                 if tags > MAX_VLAN_TAGS {
                     return Err(DropReason::Malformed);
                 }
-                at += 4;
-                et = be16(frame, at).ok_or(DropReason::Malformed)?;
+                let vlan = SingleVlanSlice::from_slice(payload).map_err(|_| DropReason::Malformed)?;
+                (et, payload) = (vlan.ether_type(), vlan.payload_slice());
             }
-            (Some(et), frame.get(at + 2..).ok_or(DropReason::Malformed)?)
+            (Some(et), payload)
         }
-        linktype::LINUX_SLL => {
-            (Some(be16(frame, 14).ok_or(DropReason::Malformed)?), frame.get(16..).ok_or(DropReason::Malformed)?)
-        }
-        linktype::LINUX_SLL2 => {
-            (Some(be16(frame, 0).ok_or(DropReason::Malformed)?), frame.get(20..).ok_or(DropReason::Malformed)?)
-        }
+        // Linux cooked v1: packet type, ARPHRD type, address length, address (8); protocol.
+        linktype::LINUX_SLL => cooked(frame, 14, 16)?,
+        // Linux cooked v2: protocol first, then reserved, interface, ARPHRD type, ... (20 bytes).
+        linktype::LINUX_SLL2 => cooked(frame, 0, 20)?,
         linktype::RAW | linktype::RAW_BSD12 | linktype::RAW_BSD14 | linktype::IPV4 | linktype::IPV6 => (None, frame),
         linktype::NULL | linktype::LOOP => {
             let b = frame.get(..4).ok_or(DropReason::Malformed)?;
@@ -82,8 +89,8 @@ pub fn decode(linktype: u32, frame: &[u8]) -> Result<Decoded<'_>, DropReason> {
             // LOOP; small values tell which. 2: AF_INET; 10 (Linux), 24, 28, 30 (BSDs): AF_INET6.
             let af = if linktype == linktype::LOOP || be < 256 { be } else { le };
             let et = match af {
-                2 => 0x0800,
-                10 | 24 | 28 | 30 => 0x86DD,
+                2 => ether_type::IPV4,
+                10 | 24 | 28 | 30 => ether_type::IPV6,
                 _ => return Err(DropReason::NotIp),
             };
             (Some(et), &frame[4..])
@@ -91,112 +98,65 @@ pub fn decode(linktype: u32, frame: &[u8]) -> Result<Decoded<'_>, DropReason> {
         _ => return Err(DropReason::NotIp),
     };
     let version = ip.first().map(|b| b >> 4);
-    match (ethertype, version) {
-        (Some(0x0800), _) | (None, Some(4)) => ipv4(ip),
-        (Some(0x86DD), _) | (None, Some(6)) => ipv6(ip),
-        (None, None) => Err(DropReason::Malformed),
-        _ => Err(DropReason::NotIp),
-    }
+    let (src, dst, payload) = match (ethertype, version) {
+        (Some(ether_type::IPV4), _) | (None, Some(4)) => {
+            let p = Ipv4Slice::from_slice(ip).map_err(|_| DropReason::Malformed)?;
+            let h = p.header();
+            (IpAddr::V4(h.source_addr()), IpAddr::V4(h.destination_addr()), p.payload().clone())
+        }
+        (Some(ether_type::IPV6), _) | (None, Some(6)) => {
+            let p = Ipv6Slice::from_slice(ip).map_err(|_| DropReason::Malformed)?;
+            let h = p.header();
+            // A payload length of 0 is a jumbogram's (RFC 2675), which etherparse reads as the
+            // rest of the frame: no DNS message travels in one.
+            if h.payload_length() == 0 {
+                return Err(DropReason::Malformed);
+            }
+            (IpAddr::V6(h.source_addr()), IpAddr::V6(h.destination_addr()), p.payload().clone())
+        }
+        (None, None) => return Err(DropReason::Malformed),
+        _ => return Err(DropReason::NotIp),
+    };
+    transport(src, dst, payload)
 }
 
-fn be16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
+/// A cooked (Linux SLL) header: the protocol (an EtherType) at `proto_at`, the IP packet at `ip_at`.
+fn cooked(frame: &[u8], proto_at: usize, ip_at: usize) -> Result<(Option<EtherType>, &[u8]), DropReason> {
+    let p = frame.get(proto_at..proto_at + 2).ok_or(DropReason::Malformed)?;
+    let ip = frame.get(ip_at..).ok_or(DropReason::Malformed)?;
+    Ok((Some(EtherType(u16::from_be_bytes([p[0], p[1]]))), ip))
 }
 
-fn ipv4(p: &[u8]) -> Result<Decoded<'_>, DropReason> {
-    if p.len() < 20 || p[0] >> 4 != 4 {
-        return Err(DropReason::Malformed);
-    }
-    let ihl = (p[0] & 0x0f) as usize * 4;
-    let total = be16(p, 2).unwrap() as usize;
-    if ihl < 20 || total < ihl || p.len() < total {
-        return Err(DropReason::Malformed);
-    }
-    let frag = be16(p, 6).unwrap();
-    if frag & 0x2000 != 0 || frag & 0x1fff != 0 {
+fn transport(src: IpAddr, dst: IpAddr, ip: IpPayloadSlice<'_>) -> Result<Decoded<'_>, DropReason> {
+    if ip.fragmented {
         return Err(DropReason::Fragment);
     }
-    let src = IpAddr::V4(Ipv4Addr::new(p[12], p[13], p[14], p[15]));
-    let dst = IpAddr::V4(Ipv4Addr::new(p[16], p[17], p[18], p[19]));
-    // Ethernet pads short frames: the IP total length says where the packet really ends.
-    transport(p[9], src, dst, &p[ihl..total])
-}
-
-fn ipv6(p: &[u8]) -> Result<Decoded<'_>, DropReason> {
-    if p.len() < 40 || p[0] >> 4 != 6 {
-        return Err(DropReason::Malformed);
-    }
-    let plen = be16(p, 4).unwrap() as usize;
-    if p.len() < 40 + plen {
-        // plen 0 with a jumbo payload option is not something DNS uses.
-        return Err(DropReason::Malformed);
-    }
-    let mut src = [0u8; 16];
-    src.copy_from_slice(&p[8..24]);
-    let mut dst = [0u8; 16];
-    dst.copy_from_slice(&p[24..40]);
-    let (src, dst) = (IpAddr::V6(Ipv6Addr::from(src)), IpAddr::V6(Ipv6Addr::from(dst)));
-    let body = &p[40..40 + plen];
-    let mut next = p[6];
-    let mut at = 0;
-    // Bounded: each extension header is at least 8 bytes of a body of at most 64 KiB.
-    loop {
-        match next {
-            // Hop-by-hop, routing, destination options: length in 8-byte units, not counting the first 8.
-            0 | 43 | 60 => {
-                let h = body.get(at..at + 2).ok_or(DropReason::Malformed)?;
-                next = h[0];
-                at += 8 + h[1] as usize * 8;
-                if at > body.len() {
-                    return Err(DropReason::Malformed);
-                }
-            }
-            44 => return Err(DropReason::Fragment),
-            _ => return transport(next, src, dst, &body[at..]),
-        }
-    }
-}
-
-fn transport(proto: u8, src: IpAddr, dst: IpAddr, seg: &[u8]) -> Result<Decoded<'_>, DropReason> {
-    match proto {
-        17 => {
-            if seg.len() < 8 {
-                return Err(DropReason::Malformed);
-            }
-            let ulen = be16(seg, 4).unwrap() as usize;
-            if ulen < 8 || ulen > seg.len() {
+    match ip.ip_number {
+        ip_number::UDP => {
+            let u = UdpSlice::from_slice(ip.payload).map_err(|_| DropReason::Malformed)?;
+            // etherparse reads a length of 0 as a jumbogram's (RFC 2675: the rest of the IP
+            // payload); no packet of 64 KiB or less has it, and DNS has no jumbograms.
+            if u.length() == 0 {
                 return Err(DropReason::Malformed);
             }
             Ok(Decoded {
                 src,
                 dst,
-                sport: be16(seg, 0).unwrap(),
-                dport: be16(seg, 2).unwrap(),
+                sport: u.source_port(),
+                dport: u.destination_port(),
                 transport: Transport::Udp,
-                payload: &seg[8..ulen],
+                payload: u.payload(),
             })
         }
-        6 => {
-            if seg.len() < 20 {
-                return Err(DropReason::Malformed);
-            }
-            let off = (seg[12] >> 4) as usize * 4;
-            if off < 20 || off > seg.len() {
-                return Err(DropReason::Malformed);
-            }
-            let flags = seg[13];
+        ip_number::TCP => {
+            let t = TcpSlice::from_slice(ip.payload).map_err(|_| DropReason::Malformed)?;
             Ok(Decoded {
                 src,
                 dst,
-                sport: be16(seg, 0).unwrap(),
-                dport: be16(seg, 2).unwrap(),
-                transport: Transport::Tcp {
-                    seq: u32::from_be_bytes([seg[4], seg[5], seg[6], seg[7]]),
-                    syn: flags & 0x02 != 0,
-                    fin: flags & 0x01 != 0,
-                    rst: flags & 0x04 != 0,
-                },
-                payload: &seg[off..],
+                sport: t.source_port(),
+                dport: t.destination_port(),
+                transport: Transport::Tcp { seq: t.sequence_number(), syn: t.syn(), fin: t.fin(), rst: t.rst() },
+                payload: t.payload(),
             })
         }
         _ => Err(DropReason::OtherProtocol),
@@ -241,6 +201,16 @@ mod tests {
         sll2.extend_from_slice(&[0; 18]);
         sll2.extend_from_slice(&ip);
         assert_eq!(decode(linktype::LINUX_SLL2, &sll2).unwrap().payload, b"hello");
+        // Linux cooked v1 of the loopback device (ARPHRD_LOOPBACK, 772), which etherparse's
+        // own cooked parser refuses.
+        let mut sll = vec![0, 0, 0x03, 0x04, 0, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0x08, 0x00];
+        sll.extend_from_slice(&ip);
+        assert_eq!(decode(linktype::LINUX_SLL, &sll).unwrap().payload, b"hello");
+        assert!(etherparse::LinuxSllSlice::from_slice(&sll).is_err());
+        // A UDP length of 0 (a jumbogram's) is malformed.
+        let mut zero = ip.clone();
+        zero[24..26].copy_from_slice(&[0, 0]);
+        assert_eq!(decode(linktype::RAW, &zero), Err(DropReason::Malformed));
         // fragment
         let mut frag = ip.clone();
         frag[6] = 0x20;

@@ -18,6 +18,8 @@ use h3::error::Code;
 use h3::quic::{self, ConnectionErrorIncoming, StreamErrorIncoming, StreamId, WriteBuf};
 use quinn::{ConnectionError, ReadError, VarInt, WriteError};
 
+use volley_transport::qlog::{StreamState, Trace};
+
 use crate::quic::Unacked;
 
 type Accept = Pin<Box<dyn Future<Output = Result<(quinn::SendStream, quinn::RecvStream), ConnectionError>>>>;
@@ -61,13 +63,24 @@ pub(crate) struct Conn {
     /// Counts each request stream until its response is acknowledged (when the connection
     /// may be closed gracefully).
     unacked: Option<Rc<Unacked>>,
+    /// Where the request streams' events go (`--qlog`).
+    trace: Option<Trace>,
 }
 
 impl Conn {
     pub(crate) fn new(quic: quinn::Connection, shared: Rc<Shared>, unacked: Option<Rc<Unacked>>) -> Conn {
         let inner = h3_quinn::Connection::new(quic.clone());
-        Conn { quic, inner, accepting: None, shared, unacked }
+        let trace = volley_transport::qlog::of(&quic);
+        Conn { quic, inner, accepting: None, shared, unacked, trace }
     }
+}
+
+/// A traced request stream's half: where its events go, and the bytes moved so far.
+#[derive(Clone)]
+struct Traced {
+    trace: Trace,
+    id: u64,
+    offset: u64,
 }
 
 impl<B: Buf> quic::Connection<B> for Conn {
@@ -96,7 +109,12 @@ impl<B: Buf> quic::Connection<B> for Conn {
                         u.track(&send);
                     }
                     self.shared.stopped.borrow_mut().insert(sid, Box::pin(send.stopped()));
-                    let (send, recv) = (Send { stream: send, writing: None, id: sid }, Recv { stream: recv, id: sid });
+                    if let Some(t) = &self.trace {
+                        t.stream_state(id, None, StreamState::Open);
+                    }
+                    let traced = self.trace.clone().map(|trace| Traced { trace, id, offset: 0 });
+                    let send = Send { stream: send, writing: None, id: sid, traced: traced.clone() };
+                    let recv = Recv { stream: recv, id: sid, traced };
                     return Poll::Ready(Ok(Bidi { send, recv }));
                 }
                 _ => {
@@ -212,6 +230,7 @@ impl<B: Buf> quic::SendStream<B> for Bidi<B> {
 pub(crate) struct Recv {
     stream: quinn::RecvStream,
     id: StreamId,
+    traced: Option<Traced>,
 }
 
 impl quic::RecvStream for Recv {
@@ -220,6 +239,13 @@ impl quic::RecvStream for Recv {
     fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, StreamErrorIncoming>> {
         // quinn's read is cancel-safe: a read polled once and dropped loses nothing.
         let r = ready!(pin!(self.stream.read_chunk(usize::MAX, true)).poll(cx));
+        if let Some(t) = &self.traced {
+            match &r {
+                Ok(Some(c)) => t.trace.data_moved(t.id, c.offset, c.bytes.len() as u64, false),
+                Ok(None) => t.trace.stream_state(t.id, Some(StreamState::Open), StreamState::HalfClosedRemote),
+                Err(_) => {}
+            }
+        }
         Poll::Ready(r.map(|c| c.map(|c| c.bytes)).map_err(read_error))
     }
 
@@ -237,6 +263,7 @@ pub(crate) struct Send<B: Buf> {
     stream: quinn::SendStream,
     writing: Option<WriteBuf<B>>,
     id: StreamId,
+    traced: Option<Traced>,
 }
 
 impl<B: Buf> quic::SendStream<B> for Send<B> {
@@ -245,6 +272,10 @@ impl<B: Buf> quic::SendStream<B> for Send<B> {
             while data.has_remaining() {
                 let n = ready!(Pin::new(&mut self.stream).poll_write(cx, data.chunk())).map_err(write_error)?;
                 data.advance(n);
+                if let Some(t) = &mut self.traced {
+                    t.trace.data_moved(t.id, t.offset, n as u64, true);
+                    t.offset += n as u64;
+                }
             }
         }
         self.writing = None;
@@ -260,6 +291,9 @@ impl<B: Buf> quic::SendStream<B> for Send<B> {
     }
 
     fn poll_finish(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
+        if let Some(t) = &self.traced {
+            t.trace.stream_state(t.id, None, StreamState::Closed);
+        }
         Poll::Ready(self.stream.finish().map_err(|e| StreamErrorIncoming::Unknown(Box::new(e))))
     }
 

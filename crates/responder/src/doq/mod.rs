@@ -9,6 +9,7 @@
 use std::rc::Rc;
 
 use quinn::{Connection, ConnectionError, RecvStream, SendStream, ZeroRttAccepted};
+use volley_transport::qlog::{StreamState, Trace};
 
 use crate::answer::{Transport, Verdict};
 use crate::ctx::Ctx;
@@ -33,6 +34,7 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
     add(&ctx.counters.doq_connections, 1);
     let unacked = ctx.max_queries.is_some().then(|| Rc::new(Unacked::default()));
     let mut accepted = 0u64;
+    let trace = volley_transport::qlog::of(&conn);
     loop {
         match conn.accept_bi().await {
             Ok((send, recv)) => {
@@ -41,7 +43,7 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
                 if let Some(u) = &unacked {
                     u.track(&send);
                 }
-                tokio::task::spawn_local(stream(send, recv, ctx.clone()));
+                tokio::task::spawn_local(stream(send, recv, ctx.clone(), trace.clone()));
                 if let (Some(u), true) = (&unacked, ctx.max_queries.is_some_and(|m| accepted >= m)) {
                     let _ = tokio::time::timeout(ctx.idle_timeout, u.settled()).await;
                     if conn.close_reason().is_none() {
@@ -60,12 +62,22 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
     }
 }
 
-/// One query stream.
-async fn stream(mut send: SendStream, mut recv: RecvStream, ctx: Rc<Ctx>) {
+/// One query stream; its events go to `trace` (`--qlog`).
+async fn stream(mut send: SendStream, mut recv: RecvStream, ctx: Rc<Ctx>, trace: Option<Trace>) {
+    let id = u64::from(send.id());
+    if let Some(t) = &trace {
+        t.stream_state(id, None, StreamState::Open);
+    }
     // --request-timeout (and the idle timeout): a query that does not come whole in time.
     let limit = ctx.idle_timeout.min(ctx.request_timeout);
     let msg = match tokio::time::timeout(limit, recv.read_to_end(2 + 65_535)).await {
-        Ok(Ok(m)) => m,
+        Ok(Ok(m)) => {
+            if let Some(t) = &trace {
+                t.data_moved(id, 0, m.len() as u64, false);
+                t.stream_state(id, Some(StreamState::Open), StreamState::HalfClosedRemote);
+            }
+            m
+        }
         Ok(Err(_)) => {
             let _ = send.reset(DOQ_PROTOCOL_ERROR.into());
             return;
@@ -125,6 +137,10 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, ctx: Rc<Ctx>) {
     if send.write_all(&frame).await.is_ok() {
         ctx.counters.sent(&out);
         let _ = send.finish();
+        if let Some(t) = &trace {
+            t.data_moved(id, 0, frame.len() as u64, true);
+            t.stream_state(id, Some(StreamState::HalfClosedRemote), StreamState::Closed);
+        }
     }
 }
 

@@ -41,15 +41,17 @@ struct Params {
 impl Config {
     /// The server configuration of one connection from `peer` when it is traced (`--qlog`):
     /// the listener's, with a transport config of its own that writes the trace.
-    fn traced(&self, peer: std::net::SocketAddr) -> Option<Arc<quinn::ServerConfig>> {
+    /// The trace's handle for the streams' events comes with it.
+    fn traced(&self, peer: std::net::SocketAddr) -> Option<(Arc<quinn::ServerConfig>, volley_transport::qlog::Trace)> {
         let dir = self.qlog.as_deref()?;
         let what = if self.params.h3 { "DoH/3" } else { "DoQ" };
-        let stream = volley_transport::qlog::stream(dir, "server", format!("volley serve {what}, client {peer}"))?;
+        let (stream, trace) =
+            volley_transport::qlog::stream(dir, "server", format!("volley serve {what}, client {peer}"))?;
         let mut t = transport(self.params);
         t.qlog_stream(Some(stream));
         let mut sc = self.server.clone();
         sc.transport_config(Arc::new(t));
-        Some(Arc::new(sc))
+        Some((Arc::new(sc), trace))
     }
 }
 
@@ -197,9 +199,14 @@ pub(crate) async fn accept_loop<F, Fut>(
             incoming.refuse();
             continue;
         };
-        let accepted = match cfg.traced(incoming.remote_address()) {
-            Some(traced) => incoming.accept_with(traced),
-            None => incoming.accept(),
+        let (accepted, trace) = match cfg.traced(incoming.remote_address()) {
+            Some((traced, trace)) => (incoming.accept_with(traced), Some(trace)),
+            None => (incoming.accept(), None),
+        };
+        let traced = move |conn: &quinn::Connection| {
+            if let Some(t) = &trace {
+                volley_transport::qlog::register(conn, t);
+            }
         };
         let Ok(connecting) = accepted else { continue };
         let ctx = ctx.clone();
@@ -212,15 +219,18 @@ pub(crate) async fn accept_loop<F, Fut>(
                 match connecting.into_0rtt() {
                     Ok((conn, accepted)) => {
                         drop(handshaking);
+                        traced(&conn);
                         serve(conn, Some(accepted), ctx).await
                     }
                     Err(connecting) => {
                         if let Some(conn) = handshake(connecting, &ctx, handshaking).await {
+                            traced(&conn);
                             serve(conn, None, ctx).await
                         }
                     }
                 }
             } else if let Some(conn) = handshake(connecting, &ctx, handshaking).await {
+                traced(&conn);
                 serve(conn, None, ctx).await
             }
         });

@@ -1,6 +1,6 @@
 //! DNS over TCP (RFC 7766), and the same code for DoT (RFC 7858) over a TLS stream: 2-byte
 //! length prefix, many queries in flight per connection, answers sent as soon as each is
-//! ready (so out of order when some are delayed), idle timeout, TCP_NODELAY, and the answers
+//! ready (so out of order when some are delayed; in order with `in_order`), idle timeout, TCP_NODELAY, and the answers
 //! to one read coalesced into one write.
 //!
 //! One tokio current-thread runtime per I/O thread, one SO_REUSEPORT listener per thread and
@@ -148,6 +148,9 @@ struct Conn {
     /// Delayed answers, already framed.
     timers: BinaryHeap<Reverse<Delayed<Vec<u8>, Instant>>>,
     seq: u64,
+    /// In-order answers (`Ctx::in_order`): when the last answer held back is due; an answer
+    /// made while one is held waits until then.
+    tail: Instant,
     /// Queries taken on this connection (for `tcp-reset-after`).
     queries: u64,
     /// The reset fault fired: reset once the answers before it are written.
@@ -189,6 +192,7 @@ impl Conn {
             out: Vec::with_capacity(512),
             timers: BinaryHeap::new(),
             seq: 0,
+            tail: Instant::now(),
             queries: 0,
             reset: false,
             spent: false,
@@ -230,19 +234,27 @@ impl Conn {
             }
             match ctx.answerer.answer(query, transport, &mut self.out) {
                 Verdict::Drop | Verdict::Invalid => add(&ctx.counters.dropped, 1),
-                Verdict::Reply { delay: None } => {
+                Verdict::Reply { delay: None } if !ctx.in_order || self.timers.is_empty() => {
                     ctx.counters.sent(&self.out);
                     self.wbuf.extend_from_slice(&(self.out.len() as u16).to_be_bytes());
                     self.wbuf.extend_from_slice(&self.out);
                 }
-                Verdict::Reply { delay: Some(d) } => {
-                    add(&ctx.counters.delayed, 1);
+                Verdict::Reply { delay } => {
+                    let mut due = now + delay.unwrap_or_default();
+                    if delay.is_some() {
+                        add(&ctx.counters.delayed, 1);
+                    }
+                    if ctx.in_order {
+                        // Behind every answer still held (`seq` keeps equal times in order).
+                        due = due.max(self.tail);
+                        self.tail = due;
+                    }
                     let mut frame = Vec::with_capacity(self.out.len() + 2);
                     frame.extend_from_slice(&(self.out.len() as u16).to_be_bytes());
                     frame.extend_from_slice(&self.out);
                     self.seq += 1;
                     self.held += frame.len();
-                    self.timers.push(Reverse(Delayed { due: now + d, seq: self.seq, item: frame }));
+                    self.timers.push(Reverse(Delayed { due, seq: self.seq, item: frame }));
                 }
             }
         }

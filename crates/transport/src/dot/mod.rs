@@ -68,7 +68,7 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
         let rx = tls.get_ref().0.stamp();
         let served = {
             let (rd, wr) = tokio::io::split(&mut tls);
-            stream::serve(rd, wr, &lane, &*x, &mut ids, &mut bufs, tls::io_error_kind, &rx).await
+            stream::serve(rd, wr, &lane, &*x, &mut ids, &mut bufs, tls::io_error_kind, &rx, opts.query_timeout).await
         };
         match served {
             Served::Turn(how) if ids.any_live(&*x) => {

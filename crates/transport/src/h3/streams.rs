@@ -15,6 +15,8 @@ use h3::error::Code;
 use h3::quic::{self, ConnectionErrorIncoming, StreamErrorIncoming, StreamId, WriteBuf};
 use quinn::{ConnectionError, ReadError, VarInt, WriteError};
 
+use crate::qlog::{StreamState, Trace};
+
 /// H3_REQUEST_CANCELLED (RFC 9114 section 8.1): the client no longer wants the response.
 pub(crate) const H3_REQUEST_CANCELLED: u64 = 0x10c;
 
@@ -54,7 +56,8 @@ impl quic::Connection<Bytes> for Conn {
         self.accepting = None;
         let (send, recv) = r.map_err(connection_error)?;
         Poll::Ready(
-            bidi(send, recv).map_err(|_| ConnectionErrorIncoming::Undefined(Arc::new(ConnectionError::LocallyClosed))),
+            bidi(send, recv, None)
+                .map_err(|_| ConnectionErrorIncoming::Undefined(Arc::new(ConnectionError::LocallyClosed))),
         )
     }
 
@@ -106,7 +109,7 @@ impl quic::OpenStreams<Bytes> for Opener {
         self.opening = None;
         let (send, recv) =
             r.map_err(|e| StreamErrorIncoming::ConnectionErrorIncoming { connection_error: connection_error(e) })?;
-        Poll::Ready(bidi(send, recv))
+        Poll::Ready(bidi(send, recv, crate::qlog::of(&self.quic)))
     }
 
     fn poll_open_send(&mut self, cx: &mut Context<'_>) -> Poll<Result<Self::SendStream, StreamErrorIncoming>> {
@@ -118,12 +121,24 @@ impl quic::OpenStreams<Bytes> for Opener {
     }
 }
 
-/// A request stream of quinn's streams.
-fn bidi(send: quinn::SendStream, recv: quinn::RecvStream) -> Result<Bidi, StreamErrorIncoming> {
-    let id = StreamId::try_from(u64::from(send.id()))
-        .map_err(|e| StreamErrorIncoming::Unknown(format!("stream ID: {e}").into()))?;
-    let send = Send { stream: send, writing: None, id, finished: false };
-    Ok(Bidi { send, recv: Recv { stream: recv, id, done: false } })
+/// A request stream of quinn's streams; its events go to `trace` (`--qlog`).
+fn bidi(send: quinn::SendStream, recv: quinn::RecvStream, trace: Option<Trace>) -> Result<Bidi, StreamErrorIncoming> {
+    let quic_id = u64::from(send.id());
+    let id = StreamId::try_from(quic_id).map_err(|e| StreamErrorIncoming::Unknown(format!("stream ID: {e}").into()))?;
+    if let Some(t) = &trace {
+        t.stream_state(quic_id, None, StreamState::Open);
+    }
+    let traced = trace.map(|trace| Traced { trace, id: quic_id, offset: 0 });
+    let send = Send { stream: send, writing: None, id, finished: false, traced: traced.clone() };
+    Ok(Bidi { send, recv: Recv { stream: recv, id, done: false, traced } })
+}
+
+/// A traced stream's half: where its events go, and the bytes sent so far.
+#[derive(Clone)]
+struct Traced {
+    trace: Trace,
+    id: u64,
+    offset: u64,
 }
 
 /// A request stream.
@@ -186,6 +201,7 @@ pub(crate) struct Recv {
     id: StreamId,
     /// Read to its end, or ended by an error: nothing to stop.
     done: bool,
+    traced: Option<Traced>,
 }
 
 impl quic::RecvStream for Recv {
@@ -195,6 +211,13 @@ impl quic::RecvStream for Recv {
         // quinn's read is cancel-safe: a read polled once and dropped loses nothing.
         let r = ready!(pin!(self.stream.read_chunk(usize::MAX, true)).poll(cx));
         self.done = !matches!(r, Ok(Some(_)));
+        if let Some(t) = &self.traced {
+            match &r {
+                Ok(Some(c)) => t.trace.data_moved(t.id, c.offset, c.bytes.len() as u64, false),
+                Ok(None) => t.trace.stream_state(t.id, None, StreamState::Closed),
+                Err(_) => {}
+            }
+        }
         Poll::Ready(r.map(|c| c.map(|c| c.bytes)).map_err(read_error))
     }
 
@@ -224,6 +247,7 @@ pub(crate) struct Send {
     id: StreamId,
     /// Finished or reset: nothing to cancel.
     finished: bool,
+    traced: Option<Traced>,
 }
 
 impl quic::SendStream<Bytes> for Send {
@@ -232,6 +256,10 @@ impl quic::SendStream<Bytes> for Send {
             while data.has_remaining() {
                 let n = ready!(Pin::new(&mut self.stream).poll_write(cx, data.chunk())).map_err(write_error)?;
                 data.advance(n);
+                if let Some(t) = &mut self.traced {
+                    t.trace.data_moved(t.id, t.offset, n as u64, true);
+                    t.offset += n as u64;
+                }
             }
         }
         self.writing = None;
@@ -248,6 +276,9 @@ impl quic::SendStream<Bytes> for Send {
 
     fn poll_finish(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
         self.finished = true;
+        if let Some(t) = &self.traced {
+            t.trace.stream_state(t.id, Some(StreamState::Open), StreamState::HalfClosedLocal);
+        }
         Poll::Ready(self.stream.finish().map_err(|e| StreamErrorIncoming::Unknown(Box::new(e))))
     }
 

@@ -301,7 +301,7 @@ pub(super) async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>,
         let rx = tls.stamp();
         let served = {
             let (rd, wr) = tokio::io::split(&mut tls);
-            stream::serve(rd, wr, &lane, &*x, &mut f, &mut bufs, tls::io_error_kind, &rx).await
+            stream::serve(rd, wr, &lane, &*x, &mut f, &mut bufs, tls::io_error_kind, &rx, opts.query_timeout).await
         };
         let failed = match served {
             Served::Turn(how) if f.any_live(&*x) && hs.get() == super::Hs::Open => {

@@ -168,6 +168,20 @@ fn head_kind(status: StatusCode, headers: &HeaderMap) -> Result<(), ErrorKind> {
     }
 }
 
+/// The prefix of the event that counts the server's HTTP/2 GOAWAYs by their error code:
+/// `server_goaway_NO_ERROR`, `server_goaway_ENHANCE_YOUR_CALM`.
+pub const SERVER_GOAWAY_EVENT: &str = "server_goaway_";
+
+/// The event of a GOAWAY with `reason` (its RFC 9113 name, or its code in hex).
+fn goaway_event(reason: Option<h2::Reason>) -> String {
+    let name = match reason.map(|r| format!("{r:?}")) {
+        Some(n) if !n.starts_with("Reason") => n,
+        Some(_) => format!("0x{:x}", u32::from(reason.unwrap_or(h2::Reason::NO_ERROR))),
+        None => "unknown".into(),
+    };
+    format!("{SERVER_GOAWAY_EVENT}{name}")
+}
+
 /// The error kind of an HTTP/2 error.
 pub(crate) fn h2_kind(e: &h2::Error) -> ErrorKind {
     if e.is_go_away() {
@@ -760,10 +774,13 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         }
         // A GOAWAY from the server stays as the connection's error in h2 (new streams are
         // refused with it) even when the connection then ends cleanly (Ok).
-        let goaway = matches!(
-            poll_fn(|cx| Poll::Ready(send.poll_ready(cx))).await,
-            Poll::Ready(Err(e)) if e.is_go_away() && e.is_remote()
-        );
+        let goaway = match poll_fn(|cx| Poll::Ready(send.poll_ready(cx))).await {
+            Poll::Ready(Err(e)) if e.is_go_away() && e.is_remote() => {
+                x.event(&goaway_event(e.reason()));
+                true
+            }
+            _ => false,
+        };
         // The connection task ends (and reports) once its streams are done or dead.
         drop(send);
         if goaway && end.ended().is_none() && on.count() > 0 {
@@ -1013,6 +1030,14 @@ fn hyper_kind(e: &hyper::Error) -> ErrorKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn goaway_events_name_the_code() {
+        assert_eq!(goaway_event(Some(h2::Reason::NO_ERROR)), "server_goaway_NO_ERROR");
+        assert_eq!(goaway_event(Some(h2::Reason::ENHANCE_YOUR_CALM)), "server_goaway_ENHANCE_YOUR_CALM");
+        assert_eq!(goaway_event(Some(h2::Reason::from(0x77))), "server_goaway_0x77");
+        assert_eq!(goaway_event(None), "server_goaway_unknown");
+    }
 
     #[test]
     fn base64url_no_padding() {

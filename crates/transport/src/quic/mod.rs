@@ -17,6 +17,7 @@ use volley_metrics::{Close, EarlyData, ErrorKind, Handshake, Wait};
 
 use crate::https::ConnEnd;
 use crate::meter;
+use crate::qlog::StreamState;
 use crate::stamp::{RxStamp, StampedUdp};
 use crate::stream;
 use crate::tls::{self, SeenVerify};
@@ -209,10 +210,19 @@ pub(crate) async fn connect<X: Exchange + 'static>(
     x: &Rc<X>,
     h3: bool,
 ) -> Result<quinn::Connection, (ErrorKind, String)> {
-    let qlog = opts.qlog.as_deref().and_then(|dir| {
-        let what = if h3 { "DoH/3" } else { "DoQ" };
-        crate::qlog::stream(dir, "client", format!("volley {what} client to {target}"))
-    });
+    let (qlog, trace) = opts
+        .qlog
+        .as_deref()
+        .and_then(|dir| {
+            let what = if h3 { "DoH/3" } else { "DoQ" };
+            crate::qlog::stream(dir, "client", format!("volley {what} client to {target}"))
+        })
+        .unzip();
+    let traced = |conn: &quinn::Connection| {
+        if let Some(t) = &trace {
+            crate::qlog::register(conn, t);
+        }
+    };
     let (cc, seen) =
         connection_config(cfg, h3, idle_timeout(opts), opts.udp_gso, qlog).map_err(|e| (ErrorKind::Tls, e))?;
     let name = opts.tls.sni.as_deref().unwrap_or(&target.host);
@@ -252,6 +262,7 @@ pub(crate) async fn connect<X: Exchange + 'static>(
     if cfg.enable_early_data {
         match connecting.into_0rtt() {
             Ok((conn, accepted)) => {
+                traced(&conn);
                 let (x2, c2) = (x.clone(), conn.clone());
                 tokio::task::spawn_local(async move {
                     let ok = accepted.await;
@@ -268,6 +279,7 @@ pub(crate) async fn connect<X: Exchange + 'static>(
                     Ok(r) => r.map_err(failed)?,
                     Err(_) => return Err((ErrorKind::Connect, format!("QUIC handshake with {target} timed out"))),
                 };
+                traced(&conn);
                 report(x, &conn, EarlyData::NotOffered, !seen.load(Ordering::Relaxed), x.now());
                 return Ok(conn);
             }
@@ -277,6 +289,7 @@ pub(crate) async fn connect<X: Exchange + 'static>(
         Ok(r) => r.map_err(failed)?,
         Err(_) => return Err((ErrorKind::Connect, format!("QUIC handshake with {target} timed out"))),
     };
+    traced(&conn);
     report(x, &conn, EarlyData::NotOffered, !seen.load(Ordering::Relaxed), x.now());
     Ok(conn)
 }
@@ -571,8 +584,13 @@ async fn query<X: Exchange>(
         let (x, conn) = (&x, &conn);
         async move {
             let (send, recv) = stream_credit(&**x, t, conn.open_bi()).await.map_err(|e| Fail::Kind(conn_kind(&e)))?;
+            let trace = crate::qlog::of(conn).map(|trace| (trace, u64::from(send.id())));
+            if let Some((trace, id)) = &trace {
+                trace.stream_state(*id, None, StreamState::Open);
+            }
             let mut s = Cancelling { send, recv, done: false };
             let len = framed.len() - 2;
+            let moved = framed.len() as u64;
             if let Err(e) = s.send.write_chunk(framed).await {
                 s.done = true;
                 return Err(match e {
@@ -582,8 +600,16 @@ async fn query<X: Exchange>(
             }
             let _ = s.send.finish();
             x.sent(t, len, x.now());
+            if let Some((trace, id)) = &trace {
+                trace.data_moved(*id, 0, moved, true);
+                trace.stream_state(*id, Some(StreamState::Open), StreamState::HalfClosedLocal);
+            }
             let r = s.recv.read_to_end(2 + 65_535).await;
             s.done = true;
+            if let (Some((trace, id)), Ok(data)) = (&trace, &r) {
+                trace.data_moved(*id, 0, data.len() as u64, false);
+                trace.stream_state(*id, Some(StreamState::HalfClosedLocal), StreamState::Closed);
+            }
             let data = r.map_err(|e| match e {
                 ReadToEndError::Read(ReadError::ZeroRttRejected) => Fail::ZeroRttRejected,
                 ReadToEndError::Read(e) => Fail::Kind(read_kind(&e)),

@@ -98,7 +98,8 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
         let h = Handshake { tcp_ns: Some(x.now() - began), rtt_ns: rtt_ns(&s), ..Handshake::default() };
         x.conn_opened(&h, x.now());
         let s = StampedTcp::new(s, opts.tx_stamps);
-        let served = stream::serve(&s, &s, &lane, &*x, &mut ids, &mut bufs, error_kind, &s.stamp()).await;
+        let served =
+            stream::serve(&s, &s, &lane, &*x, &mut ids, &mut bufs, error_kind, &s.stamp(), opts.query_timeout).await;
         match served {
             Served::Turn(how) if ids.any_live(&*x) => {
                 // Queries are still outstanding: the connection drains them in the background

@@ -1,6 +1,7 @@
 //! DNS over UDP: a connected socket per lane, queries and answers in batches of datagrams.
 
 mod mmsg;
+pub mod xdp;
 
 use std::io;
 use std::net::SocketAddr;

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# UDP generators over a veth pair into a network namespace (needs root and `ip`): kxdpgun
+# (AF_XDP), dnsperf (sockets), `volley run` (sockets) and `volley run --xdp` (AF_XDP), one after
+# the other against the same `volley serve -T 1` in the namespace (pinned to $SERVER_CORE), each
+# pinned to $CLIENT_CORE, at each rate of RATES: CPU per answer (the whole process, user + sys)
+# and answers per core-second, RUNS runs each (mean, min-max).
+# volley runs with CONNECTIONS (4) sockets (source ports) and a TIMEOUT (1s): a lane has 65,536
+# DNS IDs, which a server answering less than the rate fills within a second at 200k qps.
+# Env: RATES ("50000 100000 200000"), RUNS (3), DURATION (5 s), TOOLS ("kxdpgun dnsperf volley
+# volley-xdp"), CLIENT_CORE (0), SERVER_CORE (1), VOLLEY (a prebuilt binary), OUT_DIR (bench/out).
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+RATES="${RATES:-50000 100000 200000}"
+RUNS="${RUNS:-3}"
+DURATION="${DURATION:-5}"
+CONNECTIONS="${CONNECTIONS:-4}"
+TIMEOUT="${TIMEOUT:-1s}"
+TOOLS="${TOOLS:-kxdpgun dnsperf volley volley-xdp}"
+KXDPGUN="${KXDPGUN:-$(command -v kxdpgun || echo /usr/sbin/kxdpgun)}"
+[ "$(id -u)" = 0 ] || die "needs root (a namespace, a veth pair, XDP)"
+need ip jq taskset dnsperf
+[ -x "$KXDPGUN" ] || die "kxdpgun not installed (knot-dnsutils): run scripts/install-deps.sh"
+check_cores
+VOLLEY_BIN="$(volley_bin)"
+
+NS="volley-xdp-bench-$$"
+HOST="vxb$(($$ % 100000))h"
+PEER="vxb$(($$ % 100000))n"
+NET="10.$((100 + $$ % 100)).250"
+SERVER_IP="$NET.2"
+teardown() {
+    ip netns del "$NS" 2>/dev/null || true
+    ip link del "$HOST" 2>/dev/null || true
+}
+trap 'teardown; cleanup' EXIT
+ip netns add "$NS"
+ip link add "$HOST" type veth peer name "$PEER"
+ip link set "$PEER" netns "$NS"
+ip addr add "$NET.1/24" dev "$HOST"
+ip link set "$HOST" up
+ip netns exec "$NS" ip addr add "$SERVER_IP/24" dev "$PEER"
+ip netns exec "$NS" ip link set "$PEER" up
+ip netns exec "$NS" ip link set lo up
+
+PORT=5353
+ip netns exec "$NS" taskset -c "$SERVER_CORE" "$VOLLEY_BIN" serve -l "$SERVER_IP" -p "$PORT" -T 1 --no-tcp \
+    >"$WORK/serve.out" 2>"$WORK/serve.err" &
+PIDS+=("$!")
+for _ in $(seq 1 100); do
+    grep -q '^listening udp' "$WORK/serve.out" 2>/dev/null && break
+    sleep 0.1
+done
+grep -q '^listening udp' "$WORK/serve.out" || die "volley serve did not start: $(cat "$WORK/serve.err")"
+# The responder is `ip netns exec`'s child: its own PID for the CPU it spends.
+SERVE_PID="$(pgrep -n -P "${PIDS[-1]}" || echo "${PIDS[-1]}")"
+QUERIES="$WORK/queries.txt"
+printf 'www.example.test A\n' >"$QUERIES"
+
+# One run: prints "answered cpu_s server_cpu_s".
+one() {
+    local tool="$1" rate="$2" label="$WORK/$1-$2" answered
+    case "$tool" in
+        kxdpgun)
+            measure "$tool-$rate" "$KXDPGUN" -t "$DURATION" -Q "$rate" -F "$CLIENT_CORE" -i "$QUERIES" -I "$HOST" \
+                -p "$PORT" "$SERVER_IP"
+            answered="$(awk '/^total replies:/ { print $3 }' "$label.out")"
+            # kxdpgun leaves its XDP program on the interface.
+            ip link set dev "$HOST" xdp off 2>/dev/null || true
+            ;;
+        dnsperf)
+            measure "$tool-$rate" dnsperf -s "$SERVER_IP" -p "$PORT" -d "$QUERIES" -Q "$rate" -l "$DURATION" -c 1 -q 10000
+            answered="$(dnsperf_stats "$label.out" | cut -f1 -d' ')"
+            ;;
+        volley | volley-xdp)
+            local xdp=()
+            [ "$tool" = volley-xdp ] && xdp=(--xdp "$HOST")
+            measure "$tool-$rate" "$VOLLEY_BIN" run "udp://$SERVER_IP:$PORT" "${xdp[@]}" -T 1 -d "$QUERIES" -Q "$rate" \
+                --connections "$CONNECTIONS" -l "${DURATION}s" -t "$TIMEOUT" --progress never -o "$label.json"
+            answered="$(jq -r .totals.answered "$label.json")"
+            ;;
+    esac
+    echo "${answered:-0} $(cat "$WORK/$tool-$rate.cpu") $(cat "$WORK/$tool-$rate.srv")"
+}
+
+# "mean (min-max)" of a column of numbers, with a printf format.
+summary() {
+    awk -v f="$1" '{ s += $1; if (NR == 1 || $1 < lo) lo = $1; if (NR == 1 || $1 > hi) hi = $1 }
+        END { printf f " (" f "-" f ")\n", s / NR, lo, hi }'
+}
+
+{
+    echo "UDP generators over a veth pair into a namespace, \`volley serve -T 1\` on core $SERVER_CORE in the"
+    echo "namespace, each generator on core $CLIENT_CORE; $DURATION s per run, $RUNS runs each: mean (min-max);"
+    echo "volley with --connections $CONNECTIONS -t $TIMEOUT. Load average before: $(cut -d' ' -f1-3 /proc/loadavg)."
+    echo "CPU: the generator process's user + sys time. $(machine_line)."
+    echo
+    echo "| rate | generator | answered/s | CPU per answer (µs) | answers per core-second | server CPU per answer (µs) |"
+    echo "| ---: | --- | ---: | ---: | ---: | ---: |"
+} >"$WORK/table.md"
+for rate in $RATES; do
+    for tool in $TOOLS; do
+        : >"$WORK/rows"
+        for run in $(seq 1 "$RUNS"); do
+            read -r answered cpu srv < <(one "$tool" "$rate")
+            log "$tool at $rate qps, run $run: $answered answered, CPU $cpu s, server $srv s"
+            echo "$answered $cpu $srv" >>"$WORK/rows"
+        done
+        qps="$(awk -v d="$DURATION" '{ print $1 / d }' "$WORK/rows" | summary '%.0f')"
+        per="$(awk '{ print ($1 > 0 ? $2 * 1e6 / $1 : 0) }' "$WORK/rows" | summary '%.2f')"
+        core="$(awk '{ print ($2 > 0 ? $1 / $2 : 0) }' "$WORK/rows" | summary '%.0f')"
+        srv="$(awk '{ print ($1 > 0 ? $3 * 1e6 / $1 : 0) }' "$WORK/rows" | summary '%.2f')"
+        echo "| $rate | $tool | $qps | $per | $core | $srv |" >>"$WORK/table.md"
+    done
+done
+if grep -q '"xdp_' "$WORK"/volley-xdp-*.json 2>/dev/null; then
+    echo >>"$WORK/table.md"
+    echo "volley --xdp path: $(jq -r '.events | keys[] | select(startswith("xdp_"))' "$(ls "$WORK"/volley-xdp-*.json | head -1)")." >>"$WORK/table.md"
+fi
+write_fragment xdp <"$WORK/table.md"

@@ -1,0 +1,259 @@
+//! `volley experiment`: every built-in experiment runs with --quick against the embedded
+//! responder and fills its table (every row, every column, the study's figures beside them);
+//! head-of-line finds the blocking where the study did; verdicts are computed; a mistake in an
+//! experiment file names FILE:LINE with exit code 2.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+/// Runs `volley experiment ARGS`.
+fn experiment(args: &[&str]) -> Output {
+    let mut cmd = Command::new(volley());
+    cmd.arg("experiment").args(args);
+    run_cmd(&mut cmd, RUN_WAIT)
+}
+
+/// Runs a built-in experiment with --quick, checks that its table has every row and column
+/// measured, the study's figures shown, and returns the JSON document and the text.
+fn quick(name: &str) -> (Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("exp.json");
+    let out = experiment(&["run", name, "--quick", "--progress", "never", "-o", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{name}: {}\n{}", out.stdout, out.stderr);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(doc["schema"], "volley.experiment/1");
+    assert_eq!(doc["spec"]["name"], name);
+    assert_eq!(doc["quick"], true);
+    let columns: Vec<String> =
+        doc["spec"]["columns"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_string()).collect();
+    let rows = doc["table"]["rows"].as_array().unwrap();
+    assert!(!rows.is_empty(), "{name}: no rows");
+    let steps = doc["steps"].as_array().unwrap();
+    for r in rows {
+        let row = r["name"].as_str().unwrap();
+        for c in &columns {
+            let cell = &r["cells"][c];
+            assert!(cell["measured"].is_number(), "{name}: row {row}, column {c} not measured: {cell}\n{}", out.stdout);
+            if let Some(study) = cell["study"].as_f64() {
+                // The study's figure is beside the measured one in the text.
+                let label = format!("{}  ", r["label"].as_str().unwrap());
+                let line = out.stdout.lines().find(|l| l.starts_with(&label)).unwrap();
+                let shown = if study.fract() == 0.0 { format!("({study:.0}") } else { format!("({study}") };
+                assert!(line.contains(&shown[..shown.len().min(4)]), "{name}: row {row}: {line}");
+            }
+        }
+        // Every run of the row is there in full, and its accounting balances.
+        let runs: Vec<&Value> = steps.iter().filter(|s| s["row"] == row).collect();
+        assert!(!runs.is_empty(), "{name}: row {row} has no runs");
+        for s in runs {
+            for res in s["results"].as_array().unwrap() {
+                assert_eq!(res["schema"], "volley.results/1");
+                check_accounting(res);
+            }
+        }
+    }
+    // A verdict per check, computed (holds or not), and each in the text.
+    for v in doc["table"]["verdicts"].as_array().unwrap() {
+        assert!(v["holds"].is_boolean());
+        assert!(out.stdout.contains(v["says"].as_str().unwrap()), "{name}: {v}");
+    }
+    (doc, out.stdout)
+}
+
+/// The measured value of a row's column.
+fn cell(doc: &Value, row: &str, column: &str) -> f64 {
+    let r = doc["table"]["rows"].as_array().unwrap().iter().find(|r| r["name"] == row).unwrap();
+    r["cells"][column]["measured"].as_f64().unwrap()
+}
+
+/// seeds/003: 100 queries, 1 in 25 delayed by 1 s. The server delays exactly 4 on every
+/// transport; DoT (answered in order, as the study's servers did) and pipelined DoH/1.1 hold
+/// up queries behind them, UDP and DoH/2 hold up none; DoT answered out of order holds up none.
+#[test]
+fn head_of_line_blocks_dot_and_doh1_not_udp_and_doh2() {
+    let (doc, text) = quick("head-of-line");
+    for row in ["udp", "dot", "doh1", "doh2", "doh3", "doq", "dot-ooo"] {
+        assert_eq!(cell(&doc, row, "delayed"), 4.0, "{row}\n{text}");
+    }
+    assert!(cell(&doc, "dot", "held_up") >= 1.0, "{text}");
+    assert!(cell(&doc, "doh1", "held_up") >= 1.0, "{text}");
+    assert_eq!(cell(&doc, "udp", "held_up"), 0.0, "{text}");
+    assert_eq!(cell(&doc, "doh2", "held_up"), 0.0, "{text}");
+    assert_eq!(cell(&doc, "dot-ooo", "held_up"), 0.0, "{text}");
+    assert_eq!(doc["holds"], true, "{text}");
+}
+
+#[test]
+fn overhead_quick() {
+    let (doc, _) = quick("overhead");
+    // UDP is its own baseline.
+    assert_eq!(cell(&doc, "udp", "bytes_x"), 1.0);
+}
+
+#[test]
+fn transport_cost_quick() {
+    quick("transport-cost");
+}
+
+#[test]
+fn clients_served_quick() {
+    quick("clients-served");
+}
+
+#[test]
+fn handshakes_quick() {
+    let (doc, text) = quick("handshakes");
+    // The link's RTT is seen: a TCP handshake is one round trip, TLS over TCP two.
+    assert!((0.8..1.5).contains(&cell(&doc, "tcp", "rtts")), "{text}");
+    assert!(cell(&doc, "dot-fresh", "rtts") > 1.6, "{text}");
+}
+
+#[test]
+fn network_profiles_quick() {
+    quick("network-profiles");
+}
+
+/// `list` names exactly the built-in experiments; `show` prints one's file.
+#[test]
+fn list_and_show() {
+    let out = experiment(&["list"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let names: Vec<&str> =
+        out.stdout.lines().filter(|l| !l.starts_with(' ')).filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(
+        names,
+        ["head-of-line", "overhead", "transport-cost", "clients-served", "handshakes", "network-profiles"],
+        "{}",
+        out.stdout
+    );
+    let out = experiment(&["show", "head-of-line"]);
+    assert!(out.status.success());
+    assert!(out.stdout.contains("name = \"head-of-line\""), "{}", out.stdout);
+    let out = experiment(&["show", "nonesuch"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stderr.contains("no experiment 'nonesuch'"), "{}", out.stderr);
+}
+
+/// A mistake in a user's experiment file: one line naming FILE:LINE, exit code 2, nothing run.
+#[test]
+fn a_bad_file_names_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&str, usize, &str)] = &[
+        // A transport that does not exist, on line 5.
+        ("name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\ntransport = [\"udp\", \"dtt\"]\n[[columns]]\nname = \"q\"\nfigure = \"qps\"\n", 5, "unknown transport 'dtt'"),
+        // A number where text belongs, on line 6.
+        ("name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n\n[[runs]]\ncount = \"many\"\n[[columns]]\nname = \"q\"\nfigure = \"qps\"\n", 6, ""),
+        // A figure that does not exist, on line 8.
+        ("name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\ncount = 1\n[[columns]]\nname = \"q\"\nfigure = \"qqs\"\n", 8, "unknown figure 'qqs'"),
+        // Not TOML at all, line 2.
+        ("name = \"x\"\ntitle = \n", 2, ""),
+    ];
+    for (i, (text, line, what)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad{i}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let out = experiment(&["run", path.to_str().unwrap(), "--quick"]);
+        assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+        let want = format!("volley: error: {}:{line}: ", path.display());
+        assert!(out.stderr.starts_with(&want), "wanted {want}, got {}", out.stderr);
+        assert!(out.stderr.contains(what), "{}", out.stderr);
+        assert_eq!(out.stderr.trim_end().lines().count(), 1, "{}", out.stderr);
+        assert!(out.stdout.is_empty());
+    }
+}
+
+/// A user's experiment whose check says the opposite of what is measured: the verdict,
+/// computed from the run, is "differs" (and by how much).
+#[test]
+fn a_check_that_does_not_hold_says_differs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mine.toml");
+    std::fs::write(
+        &path,
+        r#"name = "mine"
+title = "UDP held up?"
+source = "none"
+[[runs]]
+transport = ["udp"]
+queries = "random"
+count = 50
+concurrency = 50
+server = { delay = "600ms:1/25" }
+[[columns]]
+name = "held_up"
+figure = "held_up"
+[[columns]]
+name = "delayed"
+figure = "delayed"
+[[checks]]
+says = "UDP holds up at least 5"
+column = "held_up"
+row = "udp"
+min = 5
+"#,
+    )
+    .unwrap();
+    let out = experiment(&["run", path.to_str().unwrap(), "--progress", "never"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("DIFFERS UDP holds up at least 5: held_up of udp 0, study at least 5"),
+        "{}",
+        out.stdout
+    );
+    let udp = out.stdout.lines().find(|l| l.starts_with("udp")).unwrap();
+    assert!(udp.ends_with("differs"), "{udp}");
+    let cells: Vec<&str> = udp.split_whitespace().collect();
+    assert_eq!(cells, ["udp", "0", "2", "differs"], "two of 50 delayed, none held up: {udp}");
+}
+
+/// `--server unbound`: volley writes unbound's configuration, starts it on one core and
+/// measures it over the transports it serves; the others are said not to be measured. The
+/// server's CPU per query comes from its process.
+#[test]
+fn an_experiment_against_unbound_started_by_volley() {
+    require("unbound");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("exp.json");
+    let out = experiment(&[
+        "run",
+        "overhead",
+        "--quick",
+        "--server",
+        "unbound",
+        "--server-cpu",
+        "0",
+        "--progress",
+        "never",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("unbound started on core 0"), "{}", out.stderr);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    for row in ["udp", "tcp-1q", "tcp-persistent", "dot-1q", "dot-persistent", "doh2-1q", "doh2-persistent"] {
+        assert!(cell(&doc, row, "bytes") > 0.0, "{row}\n{}", out.stdout);
+    }
+    for s in doc["steps"].as_array().unwrap() {
+        let row = s["row"].as_str().unwrap();
+        if ["doh1", "doh3", "doq"].iter().any(|t| row.starts_with(t)) {
+            assert!(s["results"].as_array().unwrap().is_empty(), "{row}");
+            assert!(s["warnings"][0].as_str().unwrap().contains("unbound does not serve"), "{s}");
+        } else {
+            let res = &s["results"][0];
+            check_accounting(res);
+            assert!(res["target_cpu"]["cpu_s"].as_f64().unwrap() > 0.0, "{row}: unbound's CPU: {res}");
+            assert!(
+                s["target"].as_str().unwrap().contains("127.0.0.1")
+                    || s["target"].as_str().unwrap().contains("localhost")
+            );
+        }
+    }
+    let doh3 = out.stdout.lines().find(|l| l.starts_with("DoH/3 fresh")).unwrap();
+    assert!(doh3.ends_with("not measured"), "{doh3}");
+    // Nothing of unbound is left running.
+    let pid: u32 = out.stderr.split("(pid ").nth(1).unwrap().split(')').next().unwrap().parse().unwrap();
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "unbound {pid} still running");
+}

@@ -1,0 +1,305 @@
+//! `volley run --xdp`: UDP through AF_XDP over a veth pair into a network namespace each test
+//! makes (addresses of its own), against `volley serve` and unbound in the namespace; and the
+//! one-line refusals (loopback, no such interface, no permission).
+
+mod common;
+
+use std::fs;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// A veth pair: `host` in this namespace, its peer in namespace `ns`, with an IPv4 /24 and an
+/// IPv6 /64 of their own. Deleted (namespace and pair) when dropped.
+struct Veth {
+    ns: String,
+    host: String,
+    v4: (String, String),
+    v6: (String, String),
+}
+
+fn ip(args: &[&str]) {
+    let out = run_cmd(Command::new(require("ip")).args(args), Duration::from_secs(20));
+    assert!(out.status.success(), "ip {}: {}", args.join(" "), out.stderr);
+}
+
+impl Veth {
+    fn new(tag: u8) -> Veth {
+        let pid = std::process::id();
+        let ns = format!("volley-xdp-{pid}-{tag}");
+        let host = format!("vx{}{tag}h", pid % 100_000);
+        let peer = format!("vx{}{tag}n", pid % 100_000);
+        // A subnet per process and test, so that tests running at once never share a route.
+        let net = 100 + pid % 100;
+        let v4 = (format!("10.{net}.{tag}.1"), format!("10.{net}.{tag}.2"));
+        let v6 = (format!("fd00:{net}:{tag}::1"), format!("fd00:{net}:{tag}::2"));
+        ip(&["netns", "add", &ns]);
+        let v = Veth { ns, host, v4, v6 };
+        ip(&["link", "add", &v.host, "type", "veth", "peer", "name", &peer]);
+        ip(&["link", "set", &peer, "netns", &v.ns]);
+        ip(&["addr", "add", &format!("{}/24", v.v4.0), "dev", &v.host]);
+        ip(&["-6", "addr", "add", &format!("{}/64", v.v6.0), "dev", &v.host, "nodad"]);
+        ip(&["link", "set", &v.host, "up"]);
+        let inside = |args: &[&str]| {
+            let mut a = vec!["netns", "exec", &v.ns, "ip"];
+            a.extend_from_slice(args);
+            ip(&a);
+        };
+        inside(&["addr", "add", &format!("{}/24", v.v4.1), "dev", &peer]);
+        inside(&["-6", "addr", "add", &format!("{}/64", v.v6.1), "dev", &peer, "nodad"]);
+        inside(&["link", "set", &peer, "up"]);
+        inside(&["link", "set", "lo", "up"]);
+        v
+    }
+
+    /// `ip netns exec NS volley`: volley run in the namespace.
+    fn volley_inside(&self) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns]).arg(volley());
+        cmd
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+        let _ = Command::new("ip").args(["link", "del", &self.host]).stderr(Stdio::null()).status();
+    }
+}
+
+/// `volley serve` in the namespace on `addr` (UDP only, one thread).
+fn serve(v: &Veth, addr: &str) -> Server {
+    Server::start_via(v.volley_inside(), &["--listen", addr, "--no-tcp", "-T", "1"])
+}
+
+fn event(v: &Value, name: &str) -> u64 {
+    v["events"][name].as_u64().unwrap_or(0)
+}
+
+/// Every query answered NOERROR, nothing else: the books balance, no timeout, no stray answer,
+/// one latency sample per answer, and the path named in the events (native XDP on veth).
+fn check_all_answered(r: &RunResult, what: &str) -> u64 {
+    let v = r.ok();
+    check_accounting(v);
+    let issued = total(v, "issued");
+    let answered = total(v, "answered");
+    assert!(answered > 0, "{what}: nothing answered:\n{v:#}\n{}", r.stderr);
+    assert_eq!(answered, issued, "{what}: every query answered over the veth:\n{:#}\n{}", v["totals"], r.stderr);
+    assert_eq!(rcode(v, "NOERROR"), answered, "{what}: {:#}", v["totals"]);
+    assert_eq!(total(v, "timed_out"), 0, "{what}");
+    assert_eq!(total(v, "failed"), 0, "{what}: {:#}", v["totals"]);
+    assert_eq!(map_sum(&v["totals"]["unexpected"]), 0, "{what}: {:#}", v["totals"]);
+    assert_eq!(v["latency"]["count"].as_u64(), Some(answered), "{what}");
+    assert_eq!(event(v, "xdp_native_copy"), 1, "{what}: the path in the events: {:#}", v["events"]);
+    assert!(r.stderr.contains("native XDP, copy mode"), "{what}: {}", r.stderr);
+    answered
+}
+
+fn map_sum(m: &Value) -> u64 {
+    m.as_object().map_or(0, |o| o.values().filter_map(Value::as_u64).sum())
+}
+
+/// Bytes of DNS per answer: the same over AF_XDP as over a kernel socket when the answers are
+/// the same (their content went through whole).
+fn bytes_per_answer(v: &Value) -> f64 {
+    total(v, "bytes_in") as f64 / total(v, "answered") as f64
+}
+
+fn closed_and_open_loop(v: &Veth, server: &str, url: &str) {
+    let s = serve(v, server);
+    let port = s.udp_addr().port();
+    let url = format!("udp://{url}:{port}");
+    let closed = run_volley(&[&url, "--xdp", &v.host, "--name", "www.example.test", "-c", "16", "-n", "20000"]);
+    assert_eq!(check_all_answered(&closed, "closed loop"), 20_000);
+    let open = run_volley(&[&url, "--xdp", &v.host, "--name", "www.example.test", "-Q", "2000", "-l", "2s"]);
+    let answered = check_all_answered(&open, "open loop");
+    assert!(answered >= 3_900, "2 s at 2000 qps: {answered}");
+    // The same queries over kernel sockets: answers of the same size.
+    let plain = run_volley(&[&url, "--name", "www.example.test", "-c", "4", "-n", "200"]);
+    let p = plain.ok();
+    assert_eq!(total(p, "answered"), 200, "{:#}", p["totals"]);
+    assert_eq!(bytes_per_answer(closed.ok()), bytes_per_answer(p), "answers' bytes over AF_XDP and over a socket");
+    assert_eq!(event(p, "xdp_native_copy"), 0, "the socket path stays the default");
+}
+
+#[test]
+fn ipv4_closed_and_open_loop_against_volley_serve() {
+    let v = Veth::new(1);
+    closed_and_open_loop(&v, &v.v4.1, &v.v4.1);
+}
+
+#[test]
+fn ipv6_closed_and_open_loop_against_volley_serve() {
+    let v = Veth::new(2);
+    closed_and_open_loop(&v, &v.v6.1, &format!("[{}]", v.v6.1));
+}
+
+/// Simulated clients: a lane (and source port) each, all on the one AF_XDP socket of the
+/// worker; every answer reaches its own lane.
+#[test]
+fn clients_share_the_socket_by_source_port() {
+    let v = Veth::new(3);
+    let s = serve(&v, &v.v4.1);
+    let url = format!("udp://{}:{}", v.v4.1, s.udp_addr().port());
+    let r = run_volley(&[&url, "--xdp", &v.host, "--clients", "50", "--client-rate", "20", "-l", "2s"]);
+    let answered = check_all_answered(&r, "clients");
+    assert!(answered >= 1_500, "50 clients at 20 qps for 2 s: {answered}");
+}
+
+/// unbound in the namespace, answering local data, over IPv4 and IPv6.
+struct NsUnbound {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for NsUnbound {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn unbound_in(v: &Veth) -> NsUnbound {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = format!(
+        "server:\n  username: \"\"\n  chroot: \"\"\n  directory: \"{d}\"\n  pidfile: \"\"\n  use-syslog: no\n  \
+         logfile: \"\"\n  num-threads: 1\n  interface: {a}@53\n  interface: {b}@53\n  \
+         access-control: 0.0.0.0/0 allow\n  access-control: ::/0 allow\n  module-config: \"iterator\"\n  \
+         local-zone: \"example.test.\" static\n  local-data: 'www.example.test. 300 IN A 192.0.2.1'\n",
+        d = dir.path().display(),
+        a = v.v4.1,
+        b = v.v6.1
+    );
+    let path = dir.path().join("unbound.conf");
+    fs::write(&path, conf).unwrap();
+    let child = Command::new("ip")
+        .args(["netns", "exec", &v.ns])
+        .arg(require("unbound"))
+        .arg("-d")
+        .arg("-c")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start unbound in the namespace");
+    let ub = NsUnbound { child, _dir: dir };
+    // Ready once it answers over the veth (kernel sockets).
+    let start = Instant::now();
+    let addr: std::net::SocketAddr = format!("{}:53", v.v4.1).parse().unwrap();
+    let query = build_query(0x5151, "www.example.test", 1, None);
+    let ask = || {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        s.set_read_timeout(Some(Duration::from_millis(200)))?;
+        s.send_to(&query, addr)?;
+        s.recv(&mut [0u8; 512])
+    };
+    while ask().is_err() {
+        assert!(start.elapsed() < STARTUP_WAIT, "unbound did not answer in the namespace");
+        thread::sleep(Duration::from_millis(50));
+    }
+    ub
+}
+
+#[test]
+fn against_unbound_over_ipv4_and_ipv6() {
+    let v = Veth::new(4);
+    let _ub = unbound_in(&v);
+    for url in [format!("udp://{}:53", v.v4.1), format!("udp://[{}]:53", v.v6.1)] {
+        let r = run_volley(&[&url, "--xdp", &v.host, "--name", "www.example.test", "-c", "8", "-n", "5000"]);
+        assert_eq!(check_all_answered(&r, &url), 5_000);
+    }
+}
+
+fn refused(args: &[&str], wrap: &[&str], says: &str) {
+    let mut cmd = match wrap.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(volley());
+            c
+        }
+        None => Command::new(volley()),
+    };
+    cmd.arg("run").args(args);
+    let out = run_cmd(&mut cmd, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(2), "{args:?}: exit 2\n{}\n{}", out.stdout, out.stderr);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{args:?}: one line:\n{}", out.stderr);
+    assert!(lines[0].contains(says), "{args:?}: {}", lines[0]);
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let v = Veth::new(5);
+    let url = format!("udp://{}:53", v.v4.1);
+    refused(&["udp://127.0.0.1:53", "--xdp", "-n", "1"], &[], "loopback");
+    refused(&["udp://127.0.0.1:53", "--xdp", "lo", "-n", "1"], &[], "loopback");
+    refused(&[&url, "--xdp", "volleynosuch0", "-n", "1"], &[], "does not exist");
+    refused(&[&url, "--xdp", "lo", "-n", "1"], &[], "loopback");
+    refused(&[&format!("tcp://{}:53", v.v4.1), "--xdp", "-n", "1"], &[], "only UDP");
+    refused(&[&url, "--xdp", "-T", "2", "-n", "1"], &[], "one worker thread");
+    // Root without its capabilities.
+    refused(
+        &[&url, "--xdp", &v.host, "-n", "1"],
+        &[&require("setpriv").to_string_lossy(), "--bounding-set=-all", "--inh-caps=-all"],
+        "needs root",
+    );
+
+    // One program per interface: a second run while the first holds it.
+    let s = serve(&v, &v.v4.1);
+    let url = format!("udp://{}:{}", v.v4.1, s.udp_addr().port());
+    let dir = tempfile::tempdir().unwrap();
+    let err = dir.path().join("first.err");
+    let mut first = Command::new(volley())
+        .args(["run", &url, "--xdp", &v.host, "-Q", "100", "-l", "3s", "--progress", "never", "-o"])
+        .arg(dir.path().join("first.json"))
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !fs::read_to_string(&err).unwrap_or_default().contains("--xdp:") {
+        assert!(start.elapsed() < STARTUP_WAIT, "the first run did not start");
+        thread::sleep(Duration::from_millis(20));
+    }
+    refused(&[&url, "--xdp", &v.host, "-n", "1"], &[], "already has an XDP program");
+    assert_eq!(wait_bounded(&mut first, RUN_WAIT).and_then(|s| s.code()), Some(0));
+    let v1 = read_results(&dir.path().join("first.json")).unwrap();
+    check_accounting(&v1);
+    assert_eq!(total(&v1, "answered"), total(&v1, "issued"), "the first run undisturbed");
+}
+
+/// A replay over AF_XDP: clients captured on loopback (three sources, five queries each),
+/// turned into a clients file, replayed at the server behind the veth.
+#[test]
+fn replay_over_xdp() {
+    let v = Veth::new(6);
+    let s = serve(&v, &v.v4.1);
+    let url = format!("udp://{}:{}", v.v4.1, s.udp_addr().port());
+    let local = Server::start_with(&["-T", "1", "--no-tcp"]);
+    let port = local.udp_addr().port();
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("clients.pcap");
+    let cap = Capture::start(&pcap, port);
+    for c in 0..3u16 {
+        let sock = std::net::UdpSocket::bind(format!("127.0.0.{}:0", c + 2)).unwrap();
+        for q in 0..5u16 {
+            sock.send_to(&build_query(c * 10 + q, &format!("q{q}.c{c}.example.test"), 1, None), ("127.0.0.1", port))
+                .unwrap();
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let _ = cap.stop();
+    let clients = dir.path().join("clients.json");
+    let r = run_cmd(
+        Command::new(volley()).arg("pcap").arg(&pcap).arg("-o").arg(&clients).args(["--port", &port.to_string()]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.status.code(), Some(0), "volley pcap: {}", r.stderr);
+    let r = run_volley(&[&url, "--xdp", &v.host, "--replay", clients.to_str().unwrap()]);
+    assert_eq!(r.ok()["load"]["model"], "replay");
+    assert_eq!(check_all_answered(&r, "replay"), 15);
+}

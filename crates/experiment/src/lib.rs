@@ -1,0 +1,152 @@
+//! volley's experiments (docs/experiments.md): each study's experiment as data, a TOML file
+//! naming its runs (a matrix over transport, connection lifetime, key type, link, connections,
+//! TLS resumption, repetitions), the figure each column shows, the study's own figures and the
+//! checks of its finding. One runner measures them all with the engine and the embedded
+//! responder (or targets the user names); the verdicts are computed from the measured figures.
+
+pub mod check;
+pub mod figures;
+pub mod output;
+pub mod runner;
+pub mod servers;
+pub mod spec;
+
+pub use check::{evaluate, Evaluation, Verdict};
+pub use runner::{run, Options, Outcome, Progress};
+pub use spec::{parse, Spec};
+
+/// The built-in experiments: (name, file text), in the order `list` shows them.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("head-of-line", include_str!("../experiments/head-of-line.toml")),
+    ("overhead", include_str!("../experiments/overhead.toml")),
+    ("transport-cost", include_str!("../experiments/transport-cost.toml")),
+    ("clients-served", include_str!("../experiments/clients-served.toml")),
+    ("handshakes", include_str!("../experiments/handshakes.toml")),
+    ("network-profiles", include_str!("../experiments/network-profiles.toml")),
+];
+
+/// A built-in experiment by name, or a file (`NAME.toml` or a path); its text and the name
+/// errors use for it.
+pub fn load(name_or_path: &str) -> Result<(String, String), ExperimentError> {
+    if let Some((n, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
+        return Ok((format!("{n}.toml (built in)"), text.to_string()));
+    }
+    if name_or_path.ends_with(".toml") || name_or_path.contains('/') {
+        let text = std::fs::read_to_string(name_or_path)
+            .map_err(|e| ExperimentError::Usage(format!("{name_or_path}: {e}")))?;
+        return Ok((name_or_path.to_string(), text));
+    }
+    let known: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
+    Err(ExperimentError::Usage(format!(
+        "no experiment '{name_or_path}' (built in: {}; or a FILE.toml)",
+        known.join(", ")
+    )))
+}
+
+/// Errors of the experiment layer.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// A mistake in an experiment file.
+    #[error("{file}:{line}: {message}")]
+    Spec { file: String, line: usize, message: String },
+    /// Bad input otherwise (a name, a flag's value).
+    #[error("{0}")]
+    Usage(String),
+    /// Setting a step up failed (the responder, a link, a target).
+    #[error("{0}")]
+    Setup(String),
+    /// A run failed.
+    #[error("{0}")]
+    Run(String),
+    #[error("{0}")]
+    Io(String),
+}
+
+impl ExperimentError {
+    /// Whether it is the user's input that is wrong (exit code 2).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, ExperimentError::Spec { .. } | ExperimentError::Usage(_) | ExperimentError::Setup(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every built-in experiment reads, and names only known figures, columns and rows.
+    #[test]
+    fn builtins_parse() {
+        for (name, text) in BUILTIN {
+            let spec = parse(name, text).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(spec.name, *name);
+            assert!(!runner::steps(&spec, true).is_empty());
+            // Every row a check names is made by the runs (with --quick some checks may name
+            // rows not made: they say "n/a"), every baseline row with --quick too.
+            for quick in [false, true] {
+                let rows: Vec<String> = runner::steps(&spec, quick).into_iter().map(|s| s.row).collect();
+                for c in spec.checks.iter().filter(|_| !quick) {
+                    for r in c.row.iter().chain(&c.to).chain(c.higher.iter().flatten()).chain(c.lower.iter().flatten())
+                    {
+                        assert!(rows.contains(r), "{name}: check '{}' names row '{r}' not made", c.says);
+                    }
+                }
+                for c in &spec.columns {
+                    for r in c.ratio_to.iter().chain(&c.factor_of) {
+                        assert!(rows.contains(r), "{name}: column '{}' baseline '{r}' not made", c.name);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A mistake names the file and its line.
+    #[test]
+    fn errors_name_the_line() {
+        let text = "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\ntransport = [\"udp\", \"dtt\"]\n[[columns]]\nname = \"q\"\nfigure = \"qps\"\n";
+        let e = parse("x.toml", text).unwrap_err().to_string();
+        assert!(e.starts_with("x.toml:5: unknown transport 'dtt'"), "{e}");
+        let text = "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\ncount = \"many\"\n";
+        let e = parse("x.toml", text).unwrap_err().to_string();
+        assert!(e.starts_with("x.toml:5: "), "{e}");
+        let text = "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\nbogus = 1\n";
+        let e = parse("x.toml", text).unwrap_err().to_string();
+        assert!(e.starts_with("x.toml:4: "), "{e}");
+    }
+
+    /// Verdicts come from the figures: head-of-line's with DoT not blocking and UDP blocking
+    /// say "differs", and the real shape "holds".
+    #[test]
+    fn verdicts_are_computed() {
+        let (_, text) = load("head-of-line").unwrap();
+        let spec = parse("head-of-line", &text).unwrap();
+        let fig = |held: f64| {
+            let mut m = std::collections::BTreeMap::new();
+            m.insert("held_up".to_string(), vec![held]);
+            m.insert("delayed".to_string(), vec![4.0]);
+            m.insert("slow".to_string(), vec![held + 4.0]);
+            m.insert("p50_ms".to_string(), vec![1.0]);
+            m.insert("max_ms".to_string(), vec![1000.0]);
+            m
+        };
+        let shape = |udp: f64, dot: f64| -> check::Measured {
+            vec![
+                ("udp".into(), fig(udp)),
+                ("dot".into(), fig(dot)),
+                ("doh1".into(), fig(dot)),
+                ("doh2".into(), fig(0.0)),
+                ("doh3".into(), fig(0.0)),
+                ("doq".into(), fig(0.0)),
+            ]
+        };
+        let good = evaluate(&spec, &shape(0.0, 70.0));
+        assert!(good.holds(), "{:?}", good.verdicts);
+        let bad = evaluate(&spec, &shape(30.0, 0.0));
+        assert!(!bad.holds());
+        let udp = bad.rows.iter().find(|r| r.name == "udp").unwrap();
+        assert_eq!(udp.verdict, "differs");
+        let mut text = Vec::new();
+        output::write_text(&spec, &bad, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("differs"), "{text}");
+    }
+}
