@@ -129,9 +129,7 @@ addTLSLocal('127.0.0.1:$DOT_PORT', '$CERT', '$KEY', {provider='openssl'})
 addDOHLocal('127.0.0.1:$DOH_PORT', '$CERT', '$KEY', '/dns-query')
 addAction(AllRule(), SpoofAction({'192.0.2.1', '2001:db8::1'}))
 CONF
-    taskset -c "$SERVER_CORE" dnsdist --supervised --disable-syslog -C "$WORK/dnsdist.conf" >"$WORK/dnsdist.log" 2>&1 &
-    SRV_PID=$!
-    PIDS+=("$SRV_PID")
+    start_dnsdist_conf "$WORK/dnsdist.conf"
 }
 
 start_unbound() {

@@ -112,6 +112,14 @@ start_responder() {
     die "volley serve printed no listening lines in 20 s: $(cat "$WORK/serve.err")"
 }
 
+# Starts dnsdist with the configuration file $1 on $SERVER_CORE (its log in $WORK/dnsdist.log):
+# SRV_PID, stopped by cleanup.
+start_dnsdist_conf() {
+    taskset -c "$SERVER_CORE" dnsdist --supervised --disable-syslog -C "$1" >"$WORK/dnsdist.log" 2>&1 &
+    SRV_PID=$!
+    PIDS+=("$SRV_PID")
+}
+
 stop_pid() {
     local pid="$1"
     kill "$pid" 2>/dev/null || true

@@ -37,9 +37,7 @@ setLocal('127.0.0.1:$SRV_PORT')
 setSecurityPollSuffix('')
 addAction(AllRule(), SpoofAction({'192.0.2.1', '2001:db8::1'}))
 CONF
-    taskset -c "$SERVER_CORE" dnsdist --supervised --disable-syslog -C "$conf" >"$WORK/dnsdist.log" 2>&1 &
-    SRV_PID=$!
-    PIDS+=("$SRV_PID")
+    start_dnsdist_conf "$conf"
 }
 
 start_unbound() {
