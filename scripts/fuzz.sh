@@ -13,7 +13,9 @@
 #
 # Needs the nightly toolchain; installs cargo-fuzz if it is missing. FUZZ_SANITIZER: none
 # (default: safe Rust, faster) or address. FUZZ_JOBS: parallel fuzzing processes per target
-# (default 1). FUZZ_NICE: the nice level (default 10).
+# (default 1). FUZZ_NICE: the nice level (default 10). FUZZ_RUNS: stop a target once it has run
+# this many inputs, before its time is up (the goal of docs/reliability.md: `FUZZ_RUNS=10000000
+# scripts/fuzz.sh 3600`, ten million executions or an hour).
 set -euo pipefail
 
 cd "$(dirname "$0")/../fuzz"
@@ -43,6 +45,7 @@ dict_for() {
         http1_responses | doh_request) echo dict/http.dict ;;
         client_profile | link_profile | link_spec) echo dict/toml.dict ;;
         target_url) echo dict/url.dict ;;
+        zone_file) echo dict/zone.dict ;;
         *) echo "" ;;
     esac
 }
@@ -57,6 +60,7 @@ for t in "${targets[@]}"; do
     dict=$(dict_for "$t")
     args=(-max_total_time="$secs" -rss_limit_mb="$rss" -timeout="$timeout" -print_final_stats=1)
     [ "$jobs" -gt 1 ] && args+=(-jobs="$jobs" -workers="$jobs")
+    [ -n "${FUZZ_RUNS:-}" ] && args+=(-runs="$FUZZ_RUNS")
     [ -n "$dict" ] && args+=(-dict="$dict")
     before=$(ls "artifacts/$t" | wc -l)
     rc=0

@@ -109,3 +109,53 @@ pub fn duration(data: &[u8]) {
     let Ok(s) = std::str::from_utf8(data) else { return };
     let _ = crate::parse_duration(s);
 }
+
+/// A zone file as `volley serve --zone` reads it (text a user wrote), then queries answered
+/// from what it loaded. The loader turns any text into zones or a one-line error that names
+/// the file and line; the zones it loads answer their apex, names below it and every owner they
+/// hold, for each common type, over UDP and TCP, without panicking. `$INCLUDE` is left out
+/// (it would read other files of the machine).
+pub fn zone_file(data: &[u8]) {
+    use volley_wire::{Name, QType, QueryOptions, QueryTemplate};
+
+    if data.windows(8).any(|w| w.eq_ignore_ascii_case(b"$include")) {
+        return;
+    }
+    thread_local! {
+        static FILE: std::path::PathBuf =
+            std::env::temp_dir().join(format!("volley-fuzz-{}.zone", std::process::id()));
+    }
+    let path = FILE.with(Clone::clone);
+    std::fs::write(&path, data).expect("the fuzzer writes its zone file");
+    let zones = match crate::zone::load(std::slice::from_ref(&path)) {
+        Ok(zones) => zones,
+        Err(e) => {
+            let line = e.to_string();
+            assert!(!line.contains('\n'), "a zone error is one line: {line:?}");
+            assert!(line.starts_with(&*path.to_string_lossy()), "a zone error names the file: {line:?}");
+            return;
+        }
+    };
+    let mut names: Vec<Vec<u8>> = Vec::new();
+    for zone in zones.zones() {
+        names.push(zone.apex.to_vec());
+        names.extend(zone.nodes.keys().take(16).map(|k| k.to_vec()));
+        let mut below = vec![1, b'x'];
+        below.extend_from_slice(&zone.apex);
+        names.push(below);
+    }
+    let answerer = Answerer::new(AnswerConfig { zones: Some(Arc::new(zones)), ..AnswerConfig::default() });
+    let mut out = Vec::new();
+    let mut query = Vec::new();
+    for wire in names {
+        let Ok(name) = Name::from_wire(&wire) else { continue };
+        for qtype in [1, 2, 5, 6, 15, 16, 28, 255, 65280] {
+            let t = QueryTemplate::new(&name, QType(qtype), QueryOptions::default());
+            query.clear();
+            t.write(0x1234, &mut query);
+            for transport in [Transport::Udp, Transport::Tcp] {
+                answer_one(&answerer, &query, transport, &mut out);
+            }
+        }
+    }
+}
