@@ -19,6 +19,7 @@ const TARGETS: &[(&str, Entry)] = &[
     ("doh_request", volley_responder::fuzzing::doh_request),
     ("duration", volley_responder::fuzzing::duration),
     ("zone_file", volley_responder::fuzzing::zone_file),
+    ("responder_stream", volley_responder::fuzzing::stream),
     ("capture", volley_replay::fuzzing::capture),
     ("clients_file", volley_replay::fuzzing::clients),
     ("client_profile", volley_engine::fuzzing::profile),

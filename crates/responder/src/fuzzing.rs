@@ -159,3 +159,18 @@ pub fn zone_file(data: &[u8]) {
         }
     }
 }
+
+/// Queries on a TCP or DoT connection as the responder reads them (RFC 7766 length prefixes,
+/// any split into reads), with and without delayed and dropped answers, in order or not, with
+/// a query limit or not: see `tcp::fuzz_stream` for what is checked.
+pub fn stream(data: &[u8]) {
+    let mut ctx = ctx();
+    if data.get(1).is_some_and(|mode| mode & 4 != 0) {
+        ctx.answerer = Arc::new(Answerer::new(AnswerConfig {
+            delays: vec![crate::DelayRule { ratio: Ratio { n: 1, m: 3 }, delay: Duration::from_millis(5) }],
+            drop: Some(Ratio { n: 1, m: 5 }),
+            ..AnswerConfig::default()
+        }));
+    }
+    crate::tcp::fuzz_stream(&mut ctx, data);
+}

@@ -504,3 +504,47 @@ async fn linger<S: Stream>(stream: &mut S) {
 
 /// The longest a connection closed by a server policy waits for the client's close.
 const LINGER: Duration = Duration::from_secs(1);
+
+/// The fuzz target `responder_stream` ([`crate::fuzzing::stream`]): `data` arrives on one
+/// connection in pieces (sizes from its first byte), read through the connection's own
+/// framing ([`Conn::feed`]) with delayed answers, in-order answers and a query limit chosen by
+/// its second byte. What the connection writes and holds must be whole length-prefixed DNS
+/// responses, every query read has one fate (answered now, held, dropped or turned away), and
+/// the read buffer holds at most one partial frame.
+pub(crate) fn fuzz_stream(ctx: &mut Ctx, data: &[u8]) {
+    let [step, mode, data @ ..] = data else { return };
+    ctx.in_order = mode & 1 != 0;
+    ctx.max_queries = (mode & 2 != 0).then_some(u64::from(mode >> 4) + 1);
+    let step = usize::from(step % 128) + 1;
+    let mut c = Conn::new(Some(std::net::Ipv4Addr::LOCALHOST.into()));
+    let before = ctx.counters.snapshot();
+    for piece in data.chunks(step) {
+        c.feed(piece, ctx, Transport::Tcp);
+        assert!(c.rlen <= 2 + usize::from(u16::MAX), "read buffer holds {} bytes", c.rlen);
+    }
+    let mut frames = 0u64;
+    let mut check = |bytes: &[u8]| {
+        let mut at = 0;
+        while at < bytes.len() {
+            let len = usize::from(u16::from_be_bytes([bytes[at], bytes[at + 1]]));
+            let msg = &bytes[at + 2..at + 2 + len];
+            assert!(volley_wire::Header::parse(msg).is_ok_and(|h| h.is_response()), "an answer is a response");
+            at += 2 + len;
+            frames += 1;
+        }
+    };
+    check(&c.wbuf);
+    let mut held = 0;
+    for t in &c.timers {
+        check(&t.0.item);
+        held += t.0.item.len();
+    }
+    assert_eq!(held, c.held, "held bytes counted");
+    let after = ctx.counters.snapshot();
+    let queries = after.queries - before.queries;
+    let turned_away = (after.dropped - before.dropped) + (after.rate_limited - before.rate_limited);
+    assert_eq!(queries, frames + turned_away, "each query read has one fate");
+    if let Some(m) = ctx.max_queries {
+        assert!(c.queries <= m, "{} queries taken past the limit of {m}", c.queries);
+    }
+}
