@@ -559,9 +559,9 @@ impl RxStamp {
     /// query whose every byte is in the socket). Over QUIC its departure is the first datagram
     /// the endpoint sends from now on: quinn builds its packets from the streams' data after
     /// the stream was written, so that datagram carries the query's data, or the first of it
-    /// (when the connection's congestion or flow control holds the data back, a datagram
-    /// without it, an acknowledgement, may come first: the departure is then early, never
-    /// late). Over a stream socket: as [`RxStamp::left`].
+    /// (when the connection's congestion or flow control holds the data back, the datagram
+    /// taken may be another, an acknowledgement say: the departure is then off by that
+    /// wait). Over a stream socket: as [`RxStamp::left`].
     pub(crate) fn left_one(&self, t: crate::Token) {
         let Some(tx) = &self.0.tx else { return };
         match &tx.dgram {
@@ -595,13 +595,17 @@ impl RxStamp {
         }
         tx.unread.set(0);
         let mut p = tx.pending.borrow_mut();
-        let mut shift = None;
+        // The clocks once per read, after it: every stamp read is at or before that now.
+        let mut clocks = None;
         // A datagram's stamp is its own (the ones before it lost theirs); a stream's last byte
         // stamps every byte before it.
         let cumulative = tx.dgram.is_none();
         let each = |id: u32, at: u64| {
-            let s = *shift.get_or_insert_with(|| self.shift_at(x.now(), &|| x.now()));
-            let at = at.saturating_sub(s);
+            let &mut (now, s) = clocks.get_or_insert_with(|| {
+                let now = x.now();
+                (now, self.shift_at(now, &|| x.now()))
+            });
+            let at = at.saturating_sub(s).min(now);
             p.stamp(id, cumulative, |t| x.stamped(t, at));
         };
         match &tx.dgram {
