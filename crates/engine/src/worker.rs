@@ -549,9 +549,10 @@ impl Worker {
         if !e.left || e.wire_at != 0 {
             return;
         }
-        // Within the query's life (the clocks' conversion errs by a few ns). A stream
-        // transport's stamp comes after `sent`, which it reports as it frames the query.
-        let at = at.min(now_ns()).max(e.scheduled);
+        // Within the query's life (the clocks' conversion errs by a few ns; the caller keeps
+        // it at or before now). A stream transport's stamp comes after `sent`, which it
+        // reports as it frames the query.
+        let at = at.max(e.scheduled);
         e.wire_at = at;
         if !std::mem::replace(&mut e.timed, true) {
             let delay = at - e.scheduled;

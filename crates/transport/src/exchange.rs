@@ -15,8 +15,9 @@ pub trait Exchange {
     fn sent(&self, token: Token, bytes: usize, now: u64);
     /// The kernel's time (on the clock of [`Exchange::now`]) when query `token`'s latest
     /// transmission left the socket (a transmit stamp from the error queue, see
-    /// `stamp.rs`). Called after [`Exchange::sent`], at most once per transmission, and not
-    /// at all where the kernel gives none: the engine then takes the time of `sent`.
+    /// `stamp.rs`), never later than now (the caller clamps the clocks' conversion error).
+    /// Called after [`Exchange::sent`], at most once per transmission, and not at all where
+    /// the kernel gives none: the engine then takes the time of `sent`.
     fn stamped(&self, token: Token, at: u64) {
         let _ = (token, at);
     }

@@ -322,6 +322,120 @@ struct Rx {
 struct TxState {
     written: Cell<u64>,
     pending: std::cell::RefCell<TxPending>,
+    /// A QUIC endpoint's socket ([`StampedUdp`]): its datagrams are counted and stamped one by
+    /// one, and each query takes the stamp of the first datagram sent after its stream was
+    /// written and finished (see [`RxStamp::left_one`]).
+    dgram: Option<Arc<DgramTx>>,
+    /// Writes since the error queue was last read: their stamps wait there, queries or not.
+    unread: Cell<u32>,
+    /// HTTP over TLS on this socket: where each request's last byte is ([`HttpTrack`]).
+    http: std::cell::RefCell<HttpTrack>,
+}
+
+/// Where the requests of an HTTP library (hyper, h2) end in what it writes, so that each takes
+/// the stamp of the write that carried its last byte: the library writes its requests itself,
+/// through the TLS stream (see `https::Tls`), which tells what it accepted ([`RxStamp::plain`])
+/// and when all of it is in the socket, as TLS records ([`RxStamp::drained`]).
+#[derive(Default)]
+pub(crate) struct HttpTrack {
+    /// HTTP/2: the frames written are parsed (from the client's preface on).
+    h2: bool,
+    /// Bytes of the client's preface passed.
+    preface: u8,
+    /// The frame header being read, and its bytes so far.
+    hdr: [u8; 9],
+    have: u8,
+    /// Payload bytes of the current frame still to pass.
+    skip: u32,
+    /// The request the current frame ends (its stream's END_STREAM), once the frame is passed.
+    ending: Option<crate::Token>,
+    /// A request whose END_STREAM came on a HEADERS frame that CONTINUATION frames follow.
+    continued: Option<(u32, crate::Token)>,
+    /// HTTP/2 streams whose request is not all written yet: stream ID and query.
+    streams: std::collections::VecDeque<(u32, crate::Token)>,
+    /// Requests all written by the library, not all in the socket yet.
+    whole: Vec<crate::Token>,
+    /// HTTP/1.1 (one request at a time): the request, whether the library wrote since it was
+    /// handed over, and the last byte of the socket when what it wrote was all in the socket.
+    h1: Option<(crate::Token, bool, Option<u64>)>,
+}
+
+/// The client connection preface of HTTP/2 (RFC 9113 section 3.4), its length.
+const H2_PREFACE: u8 = 24;
+/// Most HTTP/2 requests a socket tracks whose last frame is not written yet.
+const H2_STREAMS_MAX: usize = 4096;
+
+impl HttpTrack {
+    /// The library wrote `buf` (accepted by the TLS stream, in order).
+    fn parse(&mut self, mut buf: &[u8]) {
+        if let Some(h1) = &mut self.h1 {
+            h1.1 |= !buf.is_empty();
+        }
+        if !self.h2 {
+            return;
+        }
+        while !buf.is_empty() {
+            if self.preface < H2_PREFACE {
+                let n = buf.len().min(usize::from(H2_PREFACE - self.preface));
+                self.preface += n as u8;
+                buf = &buf[n..];
+            } else if self.skip > 0 {
+                let n = buf.len().min(self.skip as usize);
+                self.skip -= n as u32;
+                buf = &buf[n..];
+                if self.skip == 0 {
+                    self.frame_passed();
+                }
+            } else {
+                let have = usize::from(self.have);
+                let n = buf.len().min(9 - have);
+                self.hdr[have..have + n].copy_from_slice(&buf[..n]);
+                self.have += n as u8;
+                buf = &buf[n..];
+                if self.have == 9 {
+                    self.have = 0;
+                    self.header();
+                }
+            }
+        }
+    }
+
+    /// A frame's header was read (RFC 9113 section 4.1).
+    fn header(&mut self) {
+        let h = self.hdr;
+        let len = u32::from_be_bytes([0, h[0], h[1], h[2]]);
+        let (kind, flags) = (h[3], h[4]);
+        let id = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+        const END_STREAM: u8 = 0x1;
+        const END_HEADERS: u8 = 0x4;
+        let take = |streams: &mut std::collections::VecDeque<(u32, crate::Token)>| {
+            let i = streams.iter().position(|s| s.0 == id)?;
+            streams.remove(i).map(|s| s.1)
+        };
+        match kind {
+            // DATA, or HEADERS that end the stream and their header block.
+            0x0 if flags & END_STREAM != 0 => self.ending = take(&mut self.streams),
+            0x1 if flags & END_STREAM != 0 => match take(&mut self.streams) {
+                Some(t) if flags & END_HEADERS == 0 => self.continued = Some((id, t)),
+                t => self.ending = t,
+            },
+            // CONTINUATION that ends a header block.
+            0x9 if flags & END_HEADERS != 0 && self.continued.is_some_and(|c| c.0 == id) => {
+                self.ending = self.continued.take().map(|c| c.1);
+            }
+            _ => {}
+        }
+        self.skip = len;
+        if len == 0 {
+            self.frame_passed();
+        }
+    }
+
+    fn frame_passed(&mut self) {
+        if let Some(t) = self.ending.take() {
+            self.whole.push(t);
+        }
+    }
 }
 
 /// How often the shift between the kernel's clock and the run's is measured again: a clock
@@ -344,7 +458,13 @@ impl RxStamp {
             ooo: Cell::new(0),
             checked: Cell::new(0),
             shift: Cell::new((0, 0)),
-            tx: tx.then(|| TxState { written: Cell::new(0), pending: Default::default() }),
+            tx: tx.then(|| TxState {
+                written: Cell::new(0),
+                pending: Default::default(),
+                dgram: None,
+                unread: Cell::new(0),
+                http: Default::default(),
+            }),
         }))
     }
 
@@ -363,6 +483,60 @@ impl RxStamp {
     fn wrote(&self, n: usize) {
         if let Some(tx) = &self.0.tx {
             tx.written.set(tx.written.get() + n as u64);
+            tx.unread.set(tx.unread.get().saturating_add(1));
+        }
+    }
+
+    /// The socket carries HTTP/2 (with transmit stamps on): the frames written from now on
+    /// are parsed for the ends of the requests ([`RxStamp::h2_request`]).
+    pub(crate) fn http2(&self) {
+        if let Some(tx) = &self.0.tx {
+            tx.http.borrow_mut().h2 = true;
+        }
+    }
+
+    /// HTTP/2 request `t` goes on stream `id`, not written yet: its departure is the stamp of
+    /// the write that carries the last byte of its stream's END_STREAM frame.
+    pub(crate) fn h2_request(&self, id: u32, t: crate::Token) {
+        if let Some(tx) = &self.0.tx {
+            let mut h = tx.http.borrow_mut();
+            if h.streams.len() >= H2_STREAMS_MAX {
+                h.streams.pop_front();
+            }
+            h.streams.push_back((id, t));
+        }
+    }
+
+    /// HTTP/1.1 request `t` (one at a time) was handed to the library, not written yet: its
+    /// departure is the stamp of the last byte of what the library wrote before its answer
+    /// came (see [`RxStamp::read_sent`]).
+    pub(crate) fn h1_request(&self, t: crate::Token) {
+        if let Some(tx) = &self.0.tx {
+            tx.http.borrow_mut().h1 = Some((t, false, None));
+        }
+    }
+
+    /// The HTTP library's bytes `buf` were accepted by the TLS stream (in order).
+    pub(crate) fn plain(&self, buf: &[u8]) {
+        if let Some(tx) = &self.0.tx {
+            tx.http.borrow_mut().parse(buf);
+        }
+    }
+
+    /// Everything the HTTP library wrote so far is in the socket (TLS holds none of it): the
+    /// requests it completed take the last byte written as their departure.
+    pub(crate) fn drained(&self) {
+        let Some(tx) = &self.0.tx else { return };
+        let mut h = tx.http.borrow_mut();
+        let last = tx.written.get().saturating_sub(1);
+        if !h.whole.is_empty() {
+            let mut p = tx.pending.borrow_mut();
+            for t in h.whole.drain(..) {
+                p.push(last, t);
+            }
+        }
+        if let Some((_, true, at)) = &mut h.h1 {
+            *at = Some(last);
         }
     }
 
@@ -381,6 +555,21 @@ impl RxStamp {
         }
     }
 
+    /// Query `t` was written out whole (a QUIC stream written and finished; a stream socket's
+    /// query whose every byte is in the socket). Over QUIC its departure is the first datagram
+    /// the endpoint sends from now on: quinn builds its packets from the streams' data after
+    /// the stream was written, so that datagram carries the query's data, or the first of it
+    /// (when the connection's congestion or flow control holds the data back, the datagram
+    /// taken may be another, an acknowledgement say: the departure is then off by that
+    /// wait). Over a stream socket: as [`RxStamp::left`].
+    pub(crate) fn left_one(&self, t: crate::Token) {
+        let Some(tx) = &self.0.tx else { return };
+        match &tx.dgram {
+            Some(d) => tx.pending.borrow_mut().push(d.sent.load(Relaxed), t),
+            None => self.left(&mut vec![t]),
+        }
+    }
+
     /// Whether enough queries wait for their stamps that they should be read now, answers or
     /// not (the error queue takes room in the socket's receive buffer).
     pub(crate) fn many_sent(&self) -> bool {
@@ -390,17 +579,43 @@ impl RxStamp {
     /// Reads the transmit stamps waiting on the socket's error queue and hands the engine the
     /// departures of the queries they cover (before their answers, which need them).
     pub(crate) fn read_sent<X: Exchange + ?Sized>(&self, x: &X) {
-        let (Some(tx), fd) = (&self.0.tx, self.0.fd.get()) else { return };
-        if fd < 0 || tx.pending.borrow().is_empty() {
-            return;
+        let Some(tx) = &self.0.tx else { return };
+        let fd = self.0.fd.get();
+        // An HTTP/1.1 request answered: it left with the last write before its answer.
+        if let Some((t, _, Some(at))) = tx.http.borrow_mut().h1.take() {
+            tx.pending.borrow_mut().push(at, t);
         }
+        let idle = tx.pending.borrow().is_empty();
+        // Read anyway now and then: the socket's other writes (handshakes, acknowledgements,
+        // HTTP/2's own frames) are stamped too.
+        match &tx.dgram {
+            Some(d) if idle && d.unread() < TX_BATCH as u64 => return,
+            None if fd < 0 || (idle && tx.unread.get() < TX_BATCH as u32) => return,
+            _ => {}
+        }
+        tx.unread.set(0);
         let mut p = tx.pending.borrow_mut();
-        let mut shift = None;
-        read_tx(fd, |id, at| {
-            let s = *shift.get_or_insert_with(|| self.shift_at(x.now(), &|| x.now()));
-            let at = at.saturating_sub(s);
-            p.stamp(id, true, |t| x.stamped(t, at));
-        });
+        // The clocks once per read, after it: every stamp read is at or before that now.
+        let mut clocks = None;
+        // A datagram's stamp is its own (the ones before it lost theirs); a stream's last byte
+        // stamps every byte before it.
+        let cumulative = tx.dgram.is_none();
+        let each = |id: u32, at: u64| {
+            let &mut (now, s) = clocks.get_or_insert_with(|| {
+                let now = x.now();
+                (now, self.shift_at(now, &|| x.now()))
+            });
+            let at = at.saturating_sub(s).min(now);
+            p.stamp(id, cumulative, |t| x.stamped(t, at));
+        };
+        match &tx.dgram {
+            Some(d) => {
+                d.read(each);
+            }
+            None => {
+                read_tx(fd, each);
+            }
+        }
     }
 
     /// When what the newest read returned had arrived, on the run's clock: the kernel's stamp
@@ -597,26 +812,81 @@ fn last_datagram(fd: RawFd) -> u64 {
 }
 
 /// A QUIC endpoint's UDP socket (quinn's own, wrapped) that notes the receive time of the
-/// newest datagram after each batch quinn reads (see the module's text).
+/// newest datagram after each batch quinn reads (see the module's text), and with transmit
+/// stamps on counts the datagrams it sends ([`DgramTx`]).
 #[derive(Debug)]
 pub(crate) struct StampedUdp {
     inner: Arc<dyn quinn::AsyncUdpSocket>,
     fd: RawFd,
     last: Arc<AtomicU64>,
+    tx: Option<Arc<DgramTx>>,
+}
+
+/// SO_TIMESTAMPING's flags on a QUIC endpoint's socket: transmit stamps with their datagram's
+/// number, without the packet, and not reported (no SOF_TIMESTAMPING_SOFTWARE) but while the
+/// error queue is read ([`DgramTx::read`]). Reported, they would also come with every datagram
+/// received, in a control message that quinn's receive buffer for its own (ECN, GRO segment
+/// size, destination address) has no room for, and the kernel would no longer note the last
+/// datagram's receive time for SIOCGSTAMPNS, which the receive times come from.
+const DGRAM_TX_FLAGS: libc::c_uint =
+    libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_OPT_ID | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+
+/// The transmit stamps of a QUIC endpoint's socket, shared by the socket (quinn's endpoint
+/// driver sends through it) and the lane's queries (which read the stamps). The kernel numbers
+/// the datagrams from 0 (OPT_ID), one number per `sendmsg` (a GSO train is one).
+#[derive(Debug)]
+pub(crate) struct DgramTx {
+    fd: RawFd,
+    /// Datagrams (sends) that left so far: the next one's number.
+    sent: AtomicU64,
+    /// `sent` when the error queue was last read.
+    read_at: AtomicU64,
+}
+
+/// Datagrams sent without their stamps read (no query waiting, or no answer coming) after
+/// which the socket reads and drops the stamps itself: unread, they take the room of the
+/// socket's receive buffer, where answers would then be dropped.
+const DGRAM_UNREAD_MAX: u64 = 256;
+
+impl DgramTx {
+    /// Datagrams sent since the error queue was last read.
+    fn unread(&self) -> u64 {
+        self.sent.load(Relaxed).saturating_sub(self.read_at.load(Relaxed))
+    }
+
+    /// Reads the stamps waiting, each handed to `each` (datagram number, CLOCK_REALTIME ns),
+    /// with their report turned on for the read. One thread drives the socket and its queries.
+    fn read(&self, each: impl FnMut(u32, u64)) -> usize {
+        self.read_at.store(self.sent.load(Relaxed), Relaxed);
+        if set_timestamping(self.fd, DGRAM_TX_FLAGS | libc::SOF_TIMESTAMPING_SOFTWARE).is_err() {
+            return 0;
+        }
+        let n = read_tx(self.fd, each);
+        let _ = set_timestamping(self.fd, DGRAM_TX_FLAGS);
+        n
+    }
 }
 
 impl StampedUdp {
-    /// Wraps `socket` for quinn's `runtime`; the stamp is for the lane to read.
+    /// Wraps `socket` for quinn's `runtime`; the stamp is for the lane to read. `tx`: the
+    /// datagrams sent are stamped too, when the kernel allows it.
     pub(crate) fn wrap(
         socket: std::net::UdpSocket,
         runtime: &Arc<dyn quinn::Runtime>,
+        tx: bool,
     ) -> io::Result<(Arc<dyn quinn::AsyncUdpSocket>, RxStamp)> {
         let fd = socket.as_raw_fd();
+        // Before anything is sent: the kernel numbers the datagrams from here.
+        let tx = (tx && set_timestamping(fd, DGRAM_TX_FLAGS).is_ok())
+            .then(|| Arc::new(DgramTx { fd, sent: AtomicU64::new(0), read_at: AtomicU64::new(0) }));
         last_datagram(fd);
         let last = Arc::new(AtomicU64::new(0));
         let inner = runtime.wrap_udp_socket(socket)?;
-        let stamp = RxStamp::new(-1, last.clone(), false, false);
-        Ok((Arc::new(StampedUdp { inner, fd, last }), stamp))
+        let mut stamp = RxStamp::new(-1, last.clone(), false, tx.is_some());
+        if let Some(state) = Rc::get_mut(&mut stamp.0).and_then(|r| r.tx.as_mut()) {
+            state.dgram = tx.clone();
+        }
+        Ok((Arc::new(StampedUdp { inner, fd, last, tx }), stamp))
     }
 }
 
@@ -626,7 +896,16 @@ impl quinn::AsyncUdpSocket for StampedUdp {
     }
 
     fn try_send(&self, transmit: &quinn::udp::Transmit) -> io::Result<()> {
-        self.inner.try_send(transmit)
+        let r = self.inner.try_send(transmit);
+        if let (Some(tx), Ok(())) = (&self.tx, &r) {
+            // quinn-udp reports only WouldBlock (the kernel numbers no datagram then); the
+            // errors it drops (EMSGSIZE of a path MTU probe) would move the numbering by one.
+            tx.sent.fetch_add(1, Relaxed);
+            if tx.unread() >= DGRAM_UNREAD_MAX {
+                tx.read(|_, _| {});
+            }
+        }
+        r
     }
 
     fn poll_recv(
@@ -831,6 +1110,96 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert_eq!(ids, [9, 14], "the offset of each write's last byte");
+    }
+
+    /// HTTP/2 frames written in pieces: each request ends where its stream's END_STREAM
+    /// frame does (DATA after a POST's HEADERS; a GET's HEADERS, or the CONTINUATION that ends
+    /// their block); other streams' frames and unknown streams end nothing.
+    #[test]
+    fn http2_requests_end_with_their_end_stream_frame() {
+        fn frame(kind: u8, flags: u8, id: u32, len: usize) -> Vec<u8> {
+            let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+            f.extend_from_slice(&id.to_be_bytes());
+            f.extend(std::iter::repeat_n(0xaa, len));
+            f
+        }
+        let mut h = HttpTrack { h2: true, ..Default::default() };
+        h.streams.extend([(1, 10), (3, 11), (5, 12)]);
+        let mut w = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        w.extend(frame(0x4, 0, 0, 6)); // SETTINGS
+        w.extend(frame(0x1, 0x4, 1, 30)); // HEADERS of a POST
+        w.extend(frame(0x1, 0x5, 3, 20)); // HEADERS of a GET, ending its stream
+                                          // Written a byte at a time: nothing ends before its frame's last byte.
+        for b in &w {
+            h.parse(std::slice::from_ref(b));
+        }
+        assert_eq!(h.whole, [11]);
+        let data = frame(0x0, 0x1, 1, 40); // the POST's DATA, ending it
+        h.parse(&data[..data.len() - 1]);
+        assert_eq!(h.whole, [11]);
+        h.parse(&data[data.len() - 1..]);
+        assert_eq!(h.whole, [11, 10]);
+        // A header block continued: the request ends with the CONTINUATION that ends it.
+        let mut w = frame(0x1, 0x1, 5, 10);
+        w.extend(frame(0x8, 0, 0, 4)); // WINDOW_UPDATE between (on stream 0)
+        h.parse(&w);
+        assert_eq!(h.whole, [11, 10]);
+        h.parse(&frame(0x9, 0x4, 5, 3));
+        assert_eq!(h.whole, [11, 10, 12]);
+        // A stream no query waits on ends nothing.
+        h.parse(&frame(0x0, 0x1, 7, 0));
+        assert_eq!(h.whole, [11, 10, 12]);
+    }
+
+    /// A QUIC endpoint's socket: its datagrams' stamps are read with their numbers, while the
+    /// kernel goes on noting the last datagram's receive time (SIOCGSTAMPNS), and received
+    /// datagrams carry no stamp of their own (no room for it in quinn's control buffer).
+    #[test]
+    fn a_quic_socket_reads_its_datagram_stamps_and_keeps_its_receive_times() {
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        set_timestamping(a.as_raw_fd(), DGRAM_TX_FLAGS).unwrap();
+        let tx = DgramTx { fd: a.as_raw_fd(), sent: AtomicU64::new(0), read_at: AtomicU64::new(0) };
+        last_datagram(a.as_raw_fd());
+        let mut ids = Vec::new();
+        for round in 0..200 {
+            a.send_to(b"query", b.local_addr().unwrap()).unwrap();
+            tx.sent.fetch_add(1, Relaxed);
+            b.send_to(b"answer", a.local_addr().unwrap()).unwrap();
+            let mut buf = [0u8; 16];
+            assert_eq!(a.recv(&mut buf).unwrap(), 6);
+            tx.read(|id, _| ids.push(id));
+            // Stamping comes on a moment after the first socket asks (see the TCP test).
+            if !ids.is_empty() && last_datagram(a.as_raw_fd()) != 0 {
+                assert_eq!(*ids.last().unwrap(), round, "{ids:?}");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!ids.is_empty(), "no transmit stamps");
+        assert_eq!(tx.unread(), 0);
+        let before = realtime_ns();
+        b.send_to(b"answer", a.local_addr().unwrap()).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let mut buf = [0u8; 16];
+        let mut control = [0u64; CONTROL / 8];
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        // SAFETY: as in `StampedTcp::recv`.
+        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+        h.msg_iov = &mut iov;
+        h.msg_iovlen = 1;
+        h.msg_control = control.as_mut_ptr().cast();
+        h.msg_controllen = CONTROL as _;
+        assert_eq!(unsafe { libc::recvmsg(a.as_raw_fd(), &mut h, 0) }, 6);
+        assert_eq!(h.msg_controllen, 0, "a received datagram carries no stamp");
+        let at = last_datagram(a.as_raw_fd());
+        assert!(at >= before && at + 10_000_000 <= realtime_ns(), "{before} {at}");
+        // Numbering goes on after the reads.
+        a.send_to(b"again", b.local_addr().unwrap()).unwrap();
+        let n = ids.len() as u32;
+        let mut more = Vec::new();
+        tx.read(|id, _| more.push(id));
+        assert_eq!(more, [*ids.last().unwrap() + 1], "{n}");
     }
 
     #[test]

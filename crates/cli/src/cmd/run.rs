@@ -174,9 +174,9 @@ pub struct RunArgs {
 
     /// Time each query's departure by the kernel's transmit stamp (SO_TIMESTAMPING, read from
     /// the socket's error queue) [on], or by volley's clock after the send returned [off].
-    /// Stamps are taken over UDP, TCP, DoT and pipelined DoH/1.1; the other transports use
-    /// volley's clock either way (the results' send_stamps count both). Off only to measure
-    /// what the stamps cost.
+    /// Stamps are taken over every transport (DoQ and DoH/3: the first datagram sent after
+    /// the query's stream was written); a query the kernel gave none takes volley's clock
+    /// (the results' send_stamps count both). Off only to measure what the stamps cost.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = crate::args::parse_on_off, action = clap::ArgAction::Set, help_heading = "Output")]
     pub tx_stamps: bool,
 

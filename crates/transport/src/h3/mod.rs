@@ -201,6 +201,10 @@ async fn request<X: Exchange>(
         }
         s.finish().await.map_err(|e| stream_kind(&e))?;
         x.sent(t, len, x.now());
+        rx.left_one(t);
+        if rx.many_sent() {
+            rx.read_sent(&*x);
+        }
         let resp = s.recv_response().await.map_err(|e| stream_kind(&e))?;
         check_head(&*x, resp.status(), resp.headers())?;
         let mut out: Option<BytesMut> = None;
@@ -239,6 +243,8 @@ async fn request<X: Exchange>(
         })
     })
     .await;
+    // The departures first: the answer's time needs them.
+    rx.read_sent(&*x);
     let now = rx.arrival(&*x);
     match r {
         Ok(Ok(msg)) => {

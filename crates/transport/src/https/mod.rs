@@ -271,6 +271,9 @@ struct Tls {
     cork: Rc<Cork>,
     /// What was written while corked, not yet handed to TLS.
     held: Vec<u8>,
+    /// The socket's stamps: what HTTP writes is told to it, to time each request by the
+    /// write that carried its last byte (see `stamp::HttpTrack`).
+    rx: RxStamp,
 }
 
 /// Holds what HTTP/2 writes during a burst of POSTs, so that the burst leaves in one write
@@ -298,7 +301,8 @@ const CORK_MAX: usize = 64 * 1024;
 
 impl Tls {
     fn new(s: TlsStream<StampedTcp>, done: Option<OnHandshake>) -> Tls {
-        Tls { s: ManuallyDrop::new(s), back: None, done, cork: Rc::default(), held: Vec::new() }
+        let rx = s.get_ref().0.stamp();
+        Tls { s: ManuallyDrop::new(s), back: None, done, cork: Rc::default(), held: Vec::new(), rx }
     }
 
     /// Lends the socket to `meter` (its duplicate descriptor closes): the socket goes back to
@@ -311,7 +315,28 @@ impl Tls {
 
     /// The receive time of the socket's newest read.
     fn stamp(&self) -> RxStamp {
-        self.s.get_ref().0.stamp()
+        self.rx.clone()
+    }
+
+    /// After a write or flush: when nothing HTTP wrote is held here or in TLS, it is all in
+    /// the socket, and the requests it completed have their last byte's offset.
+    #[inline]
+    fn note_out(&self) {
+        if self.held.is_empty() && !self.s.get_ref().1.wants_write() {
+            self.rx.drained();
+        }
+    }
+
+    /// HTTP's bytes `bufs` were accepted, `n` of them.
+    fn accepted(&self, bufs: &[io::IoSlice<'_>], mut n: usize) {
+        for b in bufs {
+            if n == 0 {
+                break;
+            }
+            let k = b.len().min(n);
+            self.rx.plain(&b[..k]);
+            n -= k;
+        }
     }
 
     #[inline]
@@ -357,6 +382,7 @@ impl Tls {
             if let Poll::Ready(Err(e)) = self.release(cx) {
                 return Poll::Ready(Err(e));
             }
+            self.note_out();
         }
         Poll::Ready(Ok(len))
     }
@@ -398,10 +424,15 @@ impl AsyncWrite for Tls {
         let this = self.get_mut();
         if this.holds(cx, buf.len()) || this.joins(buf.len()) {
             this.held.extend_from_slice(buf);
+            this.rx.plain(buf);
             return this.flush_held(cx, buf.len());
         }
         ready!(this.release(cx))?;
         let r = Pin::new(&mut *this.s).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = r {
+            this.rx.plain(&buf[..n]);
+            this.note_out();
+        }
         this.seen(r)
     }
 
@@ -416,10 +447,15 @@ impl AsyncWrite for Tls {
             for b in bufs {
                 this.held.extend_from_slice(b);
             }
+            this.accepted(bufs, len);
             return this.flush_held(cx, len);
         }
         ready!(this.release(cx))?;
         let r = Pin::new(&mut *this.s).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = r {
+            this.accepted(bufs, n);
+            this.note_out();
+        }
         this.seen(r)
     }
 
@@ -434,6 +470,9 @@ impl AsyncWrite for Tls {
         }
         ready!(this.release(cx))?;
         let r = Pin::new(&mut *this.s).poll_flush(cx);
+        if let Poll::Ready(Ok(())) = r {
+            this.note_out();
+        }
         this.seen(r)
     }
 
@@ -463,9 +502,9 @@ async fn connect<X: Exchange + 'static>(
     alpn: &'static [u8],
     meter: &mut Option<TcpMeter>,
 ) -> Result<(Tls, Rc<Cell<Hs>>), (ErrorKind, String)> {
-    // Transmit stamps only on the stream loop (pipelined HTTP/1.1), which reads them: hyper
-    // and h2 write their requests themselves, and would leave them unread.
-    let tx = opts.tx_stamps && alpn == b"http/1.1" && opts.h1_pipeline > 1;
+    // Transmit stamps: hyper and h2 write their requests themselves, through `Tls`, which
+    // finds where each request ends; the stream loop (pipelined HTTP/1.1) times its own.
+    let tx = opts.tx_stamps;
     if !cfg.enable_early_data {
         let (mut ids, mut bufs) = (IdTable::with_capacity(1), Buffers::default());
         let opts = &LaneOptions { tx_stamps: tx, ..opts.clone() };
@@ -614,6 +653,7 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         let meter = Metered(meter);
         let cork = tls.cork.clone();
         let rx = tls.stamp();
+        rx.http2();
         let on = Rc::new(stream::Outstanding::default());
         let mut b = h2::client::Builder::new();
         // Until the server's SETTINGS arrive, open one stream: the server's limit
@@ -714,6 +754,7 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                 }
                 match send.send_request(req, body.is_none()) {
                     Ok((resp, mut out)) => {
+                        rx.h2_request(resp.stream_id().into(), t);
                         if let Some(body) = body {
                             let _ = out.send_data(body, true);
                             posted = true;
@@ -941,6 +982,7 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             let req = Request::from_parts(parts, Full::new(body.unwrap_or_default()));
             let fut = send.send_request(req);
             x.sent(t, msg.len(), x.now());
+            rx.h1_request(t);
             // One request at a time: the queries behind it wait for its answer.
             lane.note_wait(Some(Wait::Http1Slot));
             let r = tokio::time::timeout(opts.query_timeout, async {
@@ -951,6 +993,8 @@ pub async fn drive_h1<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
             })
             .await;
             lane.end_wait(Wait::Http1Slot);
+            // The departure first: the answer's time needs it.
+            rx.read_sent(&*x);
             let now = rx.arrival(&*x);
             match r {
                 Ok(Ok(body)) => x.response(t, &body, now),

@@ -229,6 +229,8 @@ impl Responses {
                 inn.free.push(s);
                 inn.open -= 1;
                 self.freed.notify_one();
+                // The departures first: the answer's time needs them.
+                w.rx.read_sent(&*x);
                 let now = w.rx.arrival(&*x);
                 // The engine is called with no borrow held: it may issue more queries.
                 drop(inn);

@@ -31,8 +31,13 @@ const DOQ_NO_ERROR: u32 = 0;
 const DOQ_REQUEST_CANCELLED: u32 = 3;
 
 /// A client endpoint (its own UDP socket) for connections to `to`, from `local` (any address
-/// when `None`), and the receive time of the newest datagram it read.
-pub(crate) fn endpoint(to: SocketAddr, local: Option<std::net::IpAddr>) -> std::io::Result<(quinn::Endpoint, RxStamp)> {
+/// when `None`), and the receive time of the newest datagram it read (and with `tx`, the
+/// kernel's transmit stamps of the datagrams it sends).
+pub(crate) fn endpoint(
+    to: SocketAddr,
+    local: Option<std::net::IpAddr>,
+    tx: bool,
+) -> std::io::Result<(quinn::Endpoint, RxStamp)> {
     let any: std::net::IpAddr =
         if to.is_ipv6() { std::net::Ipv6Addr::UNSPECIFIED.into() } else { std::net::Ipv4Addr::UNSPECIFIED.into() };
     let ip = local.unwrap_or(any);
@@ -52,7 +57,7 @@ pub(crate) fn endpoint(to: SocketAddr, local: Option<std::net::IpAddr>) -> std::
         })?
         .into();
     let runtime = quinn::default_runtime().ok_or_else(|| std::io::Error::other("no async runtime"))?;
-    let (socket, rx) = StampedUdp::wrap(socket, &runtime)?;
+    let (socket, rx) = StampedUdp::wrap(socket, &runtime, tx)?;
     let ep = quinn::Endpoint::new_with_abstract_socket(quinn::EndpointConfig::default(), None, socket, runtime)?;
     Ok((ep, rx))
 }
@@ -405,7 +410,7 @@ pub(crate) async fn lane_setup<X: Exchange>(
             return None;
         }
     };
-    match endpoint(target.addr, opts.local) {
+    match endpoint(target.addr, opts.local, opts.tx_stamps) {
         Ok((ep, rx)) => Some((cfg, ep, rx)),
         Err(e) => {
             x.conn_failed_why(ErrorKind::Io, &format!("QUIC socket: {e}"), x.now());
@@ -581,7 +586,7 @@ async fn query<X: Exchange>(
     mut on: stream::OnConn,
 ) {
     let once = |framed: Bytes| {
-        let (x, conn) = (&x, &conn);
+        let (x, conn, rx) = (&x, &conn, &rx);
         async move {
             let (send, recv) = stream_credit(&**x, t, conn.open_bi()).await.map_err(|e| Fail::Kind(conn_kind(&e)))?;
             let trace = crate::qlog::of(conn).map(|trace| (trace, u64::from(send.id())));
@@ -600,6 +605,10 @@ async fn query<X: Exchange>(
             }
             let _ = s.send.finish();
             x.sent(t, len, x.now());
+            rx.left_one(t);
+            if rx.many_sent() {
+                rx.read_sent(&**x);
+            }
             if let Some((trace, id)) = &trace {
                 trace.data_moved(*id, 0, moved, true);
                 trace.stream_state(*id, Some(StreamState::Open), StreamState::HalfClosedLocal);
@@ -633,6 +642,8 @@ async fn query<X: Exchange>(
         }
     })
     .await;
+    // The departures first: the answer's time needs them.
+    rx.read_sent(&*x);
     let now = rx.arrival(&*x);
     match r {
         Ok(Ok(data)) => match unframe(&data) {

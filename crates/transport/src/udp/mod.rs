@@ -196,10 +196,11 @@ fn read_stamps<X: Exchange>(fd: i32, pending: &mut TxPending, x: &X) {
     if pending.is_empty() {
         return;
     }
-    let mut shift = None;
+    // The clocks once per read, after it: every stamp read is at or before that now.
+    let mut clocks = None;
     crate::stamp::read_tx(fd, |id, at| {
-        let s = *shift.get_or_insert_with(|| crate::stamp::realtime_shift(&|| x.now()));
-        let at = at.saturating_sub(s);
+        let &mut (now, s) = clocks.get_or_insert_with(|| (x.now(), crate::stamp::realtime_shift(&|| x.now())));
+        let at = at.saturating_sub(s).min(now);
         pending.stamp(id, false, |t| x.stamped(t, at));
     });
 }
