@@ -209,12 +209,12 @@ min = 5
     assert_eq!(cells, ["udp", "0", "2", "differs"], "two of 50 delayed, none held up: {udp}");
 }
 
-/// `--server unbound`: volley writes unbound's configuration, starts it on one core and
-/// measures it over the transports it serves; the others are said not to be measured. The
-/// server's CPU per query comes from its process.
-#[test]
-fn an_experiment_against_unbound_started_by_volley() {
-    require("unbound");
+/// `--server NAME`: volley writes the server's configuration, starts it on one core and
+/// measures it over the transports it serves (`served`); the others are said not to be
+/// measured. The server's CPU per query comes from its process, and the document names the
+/// server (name, version, core, pid, the configuration written).
+fn against_server(name: &str, served: &[&str]) {
+    require(name);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("exp.json");
     let out = experiment(&[
@@ -222,7 +222,7 @@ fn an_experiment_against_unbound_started_by_volley() {
         "overhead",
         "--quick",
         "--server",
-        "unbound",
+        name,
         "--server-cpu",
         "0",
         "--progress",
@@ -231,29 +231,58 @@ fn an_experiment_against_unbound_started_by_volley() {
         path.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
-    assert!(out.stderr.contains("unbound started on core 0"), "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("{name} started on core 0")), "{}", out.stderr);
     let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    for row in ["udp", "tcp-1q", "tcp-persistent", "dot-1q", "dot-persistent", "doh2-1q", "doh2-persistent"] {
-        assert!(cell(&doc, row, "bytes") > 0.0, "{row}\n{}", out.stdout);
-    }
+    let server = &doc["server"];
+    assert_eq!(server["name"], name, "{server}");
+    assert_eq!(server["cpu"], 0, "{server}");
+    assert!(!server["version"].as_str().unwrap().is_empty(), "{server}");
+    assert!(server["config"].as_str().unwrap().contains("example.test"), "{server}");
+    let pid = server["pid"].as_u64().unwrap();
+    let mut measured = 0;
     for s in doc["steps"].as_array().unwrap() {
         let row = s["row"].as_str().unwrap();
-        if ["doh1", "doh3", "doq"].iter().any(|t| row.starts_with(t)) {
+        let transport = row.split('-').next().unwrap();
+        if !served.contains(&transport) {
             assert!(s["results"].as_array().unwrap().is_empty(), "{row}");
-            assert!(s["warnings"][0].as_str().unwrap().contains("unbound does not serve"), "{s}");
+            assert!(s["warnings"][0].as_str().unwrap().contains(&format!("{name} does not serve")), "{s}");
         } else {
+            measured += 1;
+            assert!(cell(&doc, row, "bytes") > 0.0, "{row}\n{}", out.stdout);
             let res = &s["results"][0];
             check_accounting(res);
-            assert!(res["target_cpu"]["cpu_s"].as_f64().unwrap() > 0.0, "{row}: unbound's CPU: {res}");
-            assert!(
-                s["target"].as_str().unwrap().contains("127.0.0.1")
-                    || s["target"].as_str().unwrap().contains("localhost")
-            );
+            assert!(res["totals"]["answered"].as_u64().unwrap() > 0, "{row}: {res}");
+            assert!(res["target_cpu"]["cpu_s"].as_f64().unwrap() > 0.0, "{row}: {name}'s CPU: {res}");
+            let target = s["target"].as_str().unwrap();
+            assert!(target.contains("127.0.0.1") || target.contains("localhost"), "{target}");
         }
     }
+    // udp, and a fresh and a persistent row per connected transport served.
+    assert_eq!(measured, 1 + 2 * (served.len() - 1), "{}", out.stdout);
     let doh3 = out.stdout.lines().find(|l| l.starts_with("DoH/3 fresh")).unwrap();
     assert!(doh3.ends_with("not measured"), "{doh3}");
-    // Nothing of unbound is left running.
-    let pid: u32 = out.stderr.split("(pid ").nth(1).unwrap().split(')').next().unwrap().parse().unwrap();
-    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "unbound {pid} still running");
+    // Nothing of the server is left running.
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "{name} {pid} still running");
+}
+
+#[test]
+fn an_experiment_against_unbound_started_by_volley() {
+    against_server("unbound", &["udp", "tcp", "dot", "doh2"]);
+}
+
+#[test]
+fn an_experiment_against_kresd_started_by_volley() {
+    against_server("kresd", &["udp", "tcp", "dot", "doh2"]);
+}
+
+/// dnsdist answers itself (SpoofAction, no backend).
+#[test]
+fn an_experiment_against_dnsdist_started_by_volley() {
+    against_server("dnsdist", &["udp", "tcp", "dot", "doh2"]);
+}
+
+/// named (BIND 9) authoritative for a wildcard zone.
+#[test]
+fn an_experiment_against_named_started_by_volley() {
+    against_server("named", &["udp", "tcp", "dot", "doh2"]);
 }
