@@ -110,6 +110,19 @@ fn handshakes_quick() {
     // The link's RTT is seen: a TCP handshake is one round trip, TLS over TCP two.
     assert!((0.8..1.5).contains(&cell(&doc, "tcp", "rtts")), "{text}");
     assert!(cell(&doc, "dot-fresh", "rtts") > 1.6, "{text}");
+    // Anti-amplification (seeds/002): with its small chain the DoQ server's first flight fits
+    // in three times the client's Initial (1 RTT); with a 6,000-byte chain it waits for the
+    // client's acknowledgement (2 RTTs), on every fresh connection. Resumed, the server sends
+    // no certificate: only the first connection (of 4) takes 2.
+    assert!(cell(&doc, "doq-fresh", "rtts") < 1.4, "{text}");
+    assert_eq!(cell(&doc, "doq-fresh", "two_rtt"), 0.0, "{text}");
+    assert!((1.6..2.5).contains(&cell(&doc, "doq-bigchain-fresh", "rtts")), "{text}");
+    assert_eq!(cell(&doc, "doq-bigchain-fresh", "two_rtt"), 1.0, "{text}");
+    assert!(cell(&doc, "doh3-bigchain-fresh", "rtts") > 1.6, "{text}");
+    assert!(cell(&doc, "doq-bigchain-resumed", "two_rtt") < 0.5, "{text}");
+    let v = doc["table"]["verdicts"].as_array().unwrap();
+    let amp = v.iter().find(|v| v["says"].as_str().unwrap().contains("anti-amplification)")).unwrap();
+    assert_eq!(amp["holds"], true, "{amp}");
 }
 
 #[test]

@@ -249,12 +249,16 @@ impl Pool {
             threads: server.threads.unwrap_or(1),
             in_order: server.in_order.unwrap_or(false),
             tls: TlsConfig {
-                cert: CertSource::Generate(key_type),
+                cert: match server.cert_chain_bytes {
+                    Some(bytes) => CertSource::GenerateChain { key: key_type, bytes },
+                    None => CertSource::Generate(key_type),
+                },
                 ca_out: None,
                 tickets: server.tickets.unwrap_or(true),
                 zero_rtt: server.zero_rtt.unwrap_or(false),
             },
             answer,
+            retry: server.retry.unwrap_or(false),
             ..ResponderConfig::default()
         };
         let responder =
