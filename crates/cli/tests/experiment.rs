@@ -299,3 +299,62 @@ fn an_experiment_against_dnsdist_started_by_volley() {
 fn an_experiment_against_named_started_by_volley() {
     against_server("named", &["udp", "tcp", "dot", "doh2"]);
 }
+
+/// `volley report --experiment`: the page of experiment documents holds each study's table
+/// (every row), every check with its verdict, and the study's charts (each row's response time
+/// or handshake-to-RTT CDF, a bar chart per column); a file of another schema is exit 2.
+#[test]
+fn report_of_experiments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["report".to_string()];
+    let mut docs = Vec::new();
+    for name in ["head-of-line", "handshakes"] {
+        let path = dir.path().join(format!("{name}.json"));
+        let out = experiment(&["run", name, "--quick", "--progress", "never", "-o", path.to_str().unwrap()]);
+        assert!(out.status.success(), "{name}: {}\n{}", out.stdout, out.stderr);
+        docs.push(serde_json::from_slice::<Value>(&std::fs::read(&path).unwrap()).unwrap());
+        args.extend(["--experiment".to_string(), path.to_str().unwrap().to_string()]);
+    }
+    let page = dir.path().join("page.html");
+    args.extend(["-o".to_string(), page.to_str().unwrap().to_string()]);
+    let out = run_cmd(Command::new(volley()).args(&args), RUN_WAIT);
+    assert!(out.status.success(), "{}", out.stderr);
+    let html = std::fs::read_to_string(&page).unwrap();
+    let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('\'', "&#39;");
+    for doc in &docs {
+        let name = doc["spec"]["name"].as_str().unwrap();
+        assert!(html.contains(&esc(doc["spec"]["source"].as_str().unwrap())), "{name}: the study");
+        for r in doc["table"]["rows"].as_array().unwrap() {
+            assert!(html.contains(&format!("<td>{}</td>", esc(r["label"].as_str().unwrap()))), "{name}: row {r}");
+        }
+        let checks = doc["table"]["verdicts"].as_array().unwrap();
+        for v in checks {
+            let word = if v["holds"] == true { "holds" } else { "DIFFERS" };
+            let line =
+                format!("{word}</b> {}: {}", esc(v["says"].as_str().unwrap()), esc(v["detail"].as_str().unwrap()));
+            assert!(html.contains(&line), "{name}: check {line}");
+        }
+        for c in doc["spec"]["columns"].as_array().unwrap() {
+            let id = format!("data-chart=\"{name}_{}_bars\"", c["name"].as_str().unwrap());
+            assert!(html.contains(&id), "{name}: {id}");
+        }
+    }
+    assert_eq!(
+        html.matches("<li data-check>").count(),
+        docs.iter().map(|d| d["table"]["verdicts"].as_array().unwrap().len()).sum::<usize>()
+    );
+    // The studies' distributions: 003's response times, 002's handshakes in RTTs.
+    for id in ["head-of-line_response_cdf", "handshakes_handshake_rtts"] {
+        let at = html.find(&format!("data-chart=\"{id}\"")).unwrap_or_else(|| panic!("no chart {id}"));
+        assert!(html[at..].split("</figure>").next().unwrap().contains("<polyline"), "{id} draws nothing");
+    }
+    // A results file is not an experiment: exit 2, naming it.
+    let bogus = dir.path().join("bogus.json");
+    std::fs::write(&bogus, r#"{"schema": "volley.results/1"}"#).unwrap();
+    let out = run_cmd(
+        Command::new(volley()).args(["report", "--experiment", bogus.to_str().unwrap(), "-o", page.to_str().unwrap()]),
+        RUN_WAIT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("bogus.json") && out.stderr.contains("volley.experiment/1"), "{}", out.stderr);
+}
