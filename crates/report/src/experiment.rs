@@ -246,11 +246,13 @@ pub fn charts(id: &str, doc: &Value) -> Vec<ChartData> {
     // Against connections (seeds/000's figure 2): rows of one transport and lifetime whose
     // points have several connection counts; the median over repetitions.
     if let Some(fig) = figures.first().copied() {
-        let mut by: BTreeMap<(String, String), BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
+        // Per block: another block's point at the same count ran under its own settings.
+        let mut by: BTreeMap<(u64, String, String), BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
         for st in &steps {
             let p = &st["point"];
             let (Some(n), Some(v)) = (p["connections"].as_u64(), st["figures"][fig].as_f64()) else { continue };
-            by.entry((s(p, "transport").to_string(), s(p, "lifetime").to_string()))
+            let block = st["block"].as_u64().unwrap_or(0);
+            by.entry((block, s(p, "transport").to_string(), s(p, "lifetime").to_string()))
                 .or_default()
                 .entry(n)
                 .or_default()
@@ -264,7 +266,7 @@ pub fn charts(id: &str, doc: &Value) -> Vec<ChartData> {
                 Axis::new("open connections", Scale::Log, Unit::Number),
                 Axis::new(fig, Scale::Linear, Unit::Number),
             );
-            for (i, ((transport, lifetime), pts)) in by.into_iter().enumerate() {
+            for (i, ((_, transport, lifetime), pts)) in by.into_iter().enumerate() {
                 let points = pts
                     .into_iter()
                     .filter_map(|(n, mut v)| {
