@@ -110,6 +110,19 @@ fn handshakes_quick() {
     // The link's RTT is seen: a TCP handshake is one round trip, TLS over TCP two.
     assert!((0.8..1.5).contains(&cell(&doc, "tcp", "rtts")), "{text}");
     assert!(cell(&doc, "dot-fresh", "rtts") > 1.6, "{text}");
+    // Anti-amplification (seeds/002): with its small chain the DoQ server's first flight fits
+    // in three times the client's Initial (1 RTT); with a 6,000-byte chain it waits for the
+    // client's acknowledgement (2 RTTs), on every fresh connection. Resumed, the server sends
+    // no certificate: only the first connection (of 4) takes 2.
+    assert!(cell(&doc, "doq-fresh", "rtts") < 1.4, "{text}");
+    assert_eq!(cell(&doc, "doq-fresh", "two_rtt"), 0.0, "{text}");
+    assert!((1.6..2.5).contains(&cell(&doc, "doq-bigchain-fresh", "rtts")), "{text}");
+    assert_eq!(cell(&doc, "doq-bigchain-fresh", "two_rtt"), 1.0, "{text}");
+    assert!(cell(&doc, "doh3-bigchain-fresh", "rtts") > 1.6, "{text}");
+    assert!(cell(&doc, "doq-bigchain-resumed", "two_rtt") < 0.5, "{text}");
+    let v = doc["table"]["verdicts"].as_array().unwrap();
+    let amp = v.iter().find(|v| v["says"].as_str().unwrap().contains("anti-amplification)")).unwrap();
+    assert_eq!(amp["holds"], true, "{amp}");
 }
 
 #[test]
@@ -209,12 +222,12 @@ min = 5
     assert_eq!(cells, ["udp", "0", "2", "differs"], "two of 50 delayed, none held up: {udp}");
 }
 
-/// `--server unbound`: volley writes unbound's configuration, starts it on one core and
-/// measures it over the transports it serves; the others are said not to be measured. The
-/// server's CPU per query comes from its process.
-#[test]
-fn an_experiment_against_unbound_started_by_volley() {
-    require("unbound");
+/// `--server NAME`: volley writes the server's configuration, starts it on one core and
+/// measures it over the transports it serves (`served`); the others are said not to be
+/// measured. The server's CPU per query comes from its process, and the document names the
+/// server (name, version, core, pid, the configuration written).
+fn against_server(name: &str, served: &[&str]) {
+    require(name);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("exp.json");
     let out = experiment(&[
@@ -222,7 +235,7 @@ fn an_experiment_against_unbound_started_by_volley() {
         "overhead",
         "--quick",
         "--server",
-        "unbound",
+        name,
         "--server-cpu",
         "0",
         "--progress",
@@ -231,29 +244,117 @@ fn an_experiment_against_unbound_started_by_volley() {
         path.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
-    assert!(out.stderr.contains("unbound started on core 0"), "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("{name} started on core 0")), "{}", out.stderr);
     let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    for row in ["udp", "tcp-1q", "tcp-persistent", "dot-1q", "dot-persistent", "doh2-1q", "doh2-persistent"] {
-        assert!(cell(&doc, row, "bytes") > 0.0, "{row}\n{}", out.stdout);
-    }
+    let server = &doc["server"];
+    assert_eq!(server["name"], name, "{server}");
+    assert_eq!(server["cpu"], 0, "{server}");
+    assert!(!server["version"].as_str().unwrap().is_empty(), "{server}");
+    assert!(server["config"].as_str().unwrap().contains("example.test"), "{server}");
+    let pid = server["pid"].as_u64().unwrap();
+    let mut measured = 0;
     for s in doc["steps"].as_array().unwrap() {
         let row = s["row"].as_str().unwrap();
-        if ["doh1", "doh3", "doq"].iter().any(|t| row.starts_with(t)) {
+        let transport = row.split('-').next().unwrap();
+        if !served.contains(&transport) {
             assert!(s["results"].as_array().unwrap().is_empty(), "{row}");
-            assert!(s["warnings"][0].as_str().unwrap().contains("unbound does not serve"), "{s}");
+            assert!(s["warnings"][0].as_str().unwrap().contains(&format!("{name} does not serve")), "{s}");
         } else {
+            measured += 1;
+            assert!(cell(&doc, row, "bytes") > 0.0, "{row}\n{}", out.stdout);
             let res = &s["results"][0];
             check_accounting(res);
-            assert!(res["target_cpu"]["cpu_s"].as_f64().unwrap() > 0.0, "{row}: unbound's CPU: {res}");
-            assert!(
-                s["target"].as_str().unwrap().contains("127.0.0.1")
-                    || s["target"].as_str().unwrap().contains("localhost")
-            );
+            assert!(res["totals"]["answered"].as_u64().unwrap() > 0, "{row}: {res}");
+            assert!(res["target_cpu"]["cpu_s"].as_f64().unwrap() > 0.0, "{row}: {name}'s CPU: {res}");
+            let target = s["target"].as_str().unwrap();
+            assert!(target.contains("127.0.0.1") || target.contains("localhost"), "{target}");
         }
     }
+    // udp, and a fresh and a persistent row per connected transport served.
+    assert_eq!(measured, 1 + 2 * (served.len() - 1), "{}", out.stdout);
     let doh3 = out.stdout.lines().find(|l| l.starts_with("DoH/3 fresh")).unwrap();
     assert!(doh3.ends_with("not measured"), "{doh3}");
-    // Nothing of unbound is left running.
-    let pid: u32 = out.stderr.split("(pid ").nth(1).unwrap().split(')').next().unwrap().parse().unwrap();
-    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "unbound {pid} still running");
+    // Nothing of the server is left running.
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "{name} {pid} still running");
+}
+
+#[test]
+fn an_experiment_against_unbound_started_by_volley() {
+    against_server("unbound", &["udp", "tcp", "dot", "doh2"]);
+}
+
+#[test]
+fn an_experiment_against_kresd_started_by_volley() {
+    against_server("kresd", &["udp", "tcp", "dot", "doh2"]);
+}
+
+/// dnsdist answers itself (SpoofAction, no backend).
+#[test]
+fn an_experiment_against_dnsdist_started_by_volley() {
+    against_server("dnsdist", &["udp", "tcp", "dot", "doh2"]);
+}
+
+/// named (BIND 9) authoritative for a wildcard zone.
+#[test]
+fn an_experiment_against_named_started_by_volley() {
+    against_server("named", &["udp", "tcp", "dot", "doh2"]);
+}
+
+/// `volley report --experiment`: the page of experiment documents holds each study's table
+/// (every row), every check with its verdict, and the study's charts (each row's response time
+/// or handshake-to-RTT CDF, a bar chart per column); a file of another schema is exit 2.
+#[test]
+fn report_of_experiments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["report".to_string()];
+    let mut docs = Vec::new();
+    for name in ["head-of-line", "handshakes"] {
+        let path = dir.path().join(format!("{name}.json"));
+        let out = experiment(&["run", name, "--quick", "--progress", "never", "-o", path.to_str().unwrap()]);
+        assert!(out.status.success(), "{name}: {}\n{}", out.stdout, out.stderr);
+        docs.push(serde_json::from_slice::<Value>(&std::fs::read(&path).unwrap()).unwrap());
+        args.extend(["--experiment".to_string(), path.to_str().unwrap().to_string()]);
+    }
+    let page = dir.path().join("page.html");
+    args.extend(["-o".to_string(), page.to_str().unwrap().to_string()]);
+    let out = run_cmd(Command::new(volley()).args(&args), RUN_WAIT);
+    assert!(out.status.success(), "{}", out.stderr);
+    let html = std::fs::read_to_string(&page).unwrap();
+    let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('\'', "&#39;");
+    for doc in &docs {
+        let name = doc["spec"]["name"].as_str().unwrap();
+        assert!(html.contains(&esc(doc["spec"]["source"].as_str().unwrap())), "{name}: the study");
+        for r in doc["table"]["rows"].as_array().unwrap() {
+            assert!(html.contains(&format!("<td>{}</td>", esc(r["label"].as_str().unwrap()))), "{name}: row {r}");
+        }
+        let checks = doc["table"]["verdicts"].as_array().unwrap();
+        for v in checks {
+            let word = if v["holds"] == true { "holds" } else { "DIFFERS" };
+            let line =
+                format!("{word}</b> {}: {}", esc(v["says"].as_str().unwrap()), esc(v["detail"].as_str().unwrap()));
+            assert!(html.contains(&line), "{name}: check {line}");
+        }
+        for c in doc["spec"]["columns"].as_array().unwrap() {
+            let id = format!("data-chart=\"{name}_{}_bars\"", c["name"].as_str().unwrap());
+            assert!(html.contains(&id), "{name}: {id}");
+        }
+    }
+    assert_eq!(
+        html.matches("<li data-check>").count(),
+        docs.iter().map(|d| d["table"]["verdicts"].as_array().unwrap().len()).sum::<usize>()
+    );
+    // The studies' distributions: 003's response times, 002's handshakes in RTTs.
+    for id in ["head-of-line_response_cdf", "handshakes_handshake_rtts"] {
+        let at = html.find(&format!("data-chart=\"{id}\"")).unwrap_or_else(|| panic!("no chart {id}"));
+        assert!(html[at..].split("</figure>").next().unwrap().contains("<polyline"), "{id} draws nothing");
+    }
+    // A results file is not an experiment: exit 2, naming it.
+    let bogus = dir.path().join("bogus.json");
+    std::fs::write(&bogus, r#"{"schema": "volley.results/1"}"#).unwrap();
+    let out = run_cmd(
+        Command::new(volley()).args(["report", "--experiment", bogus.to_str().unwrap(), "-o", page.to_str().unwrap()]),
+        RUN_WAIT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("bogus.json") && out.stderr.contains("volley.experiment/1"), "{}", out.stderr);
 }

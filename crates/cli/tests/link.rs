@@ -375,6 +375,50 @@ fn ctrl_c_reaches_the_command_once_and_the_link_goes() {
     assert!(devices_of(pid).is_empty());
 }
 
+/// `volley serve --cert-chain-bytes N` (seeds/002's anti-amplification case): a DoQ handshake
+/// with the default chain (about 500 bytes) takes 1 round trip; with a 6,000-byte chain the
+/// server's first flight exceeds three times the client's 1,200-byte Initial and waits for the
+/// client's acknowledgement: 2 round trips. Over DoT (TCP has no such limit) the chain costs
+/// none.
+#[test]
+fn a_large_certificate_chain_costs_doq_a_round_trip() {
+    for (chain, doq_trips) in [(None, 1), (Some("6000"), 2)] {
+        let mut args = vec!["--listen", "0.0.0.0"];
+        if let Some(n) = chain {
+            args.extend(["--cert-chain-bytes", n]);
+        }
+        let server = Server::start_encrypted(&args);
+        for (url, trips) in [
+            (format!("quic://127.0.0.1:{}", server.listener("doq").port()), doq_trips),
+            (format!("tls://127.0.0.1:{}", server.listener("dot").port()), 2),
+        ] {
+            let r = run_volley(&[
+                &url,
+                "--link",
+                "delay=10ms",
+                "--link-seed",
+                "1",
+                "-Q",
+                "20",
+                "-n",
+                "4",
+                "--ca",
+                server.ca_str(),
+            ]);
+            let v = r.ok();
+            check_accounting(v);
+            assert_eq!(total(v, "answered"), 4, "{url}: {}", r.stderr);
+            let ratio = v["connections"]["handshake_rtt_ratio_milli"]["p50_ns"].as_u64().unwrap() as f64 / 1000.0;
+            assert_eq!(ratio.round() as i32, trips, "{url} chain {chain:?}: handshake {ratio} round trips");
+        }
+    }
+    // Too large a chain is bad input.
+    let out =
+        run_cmd(Command::new(volley()).args(["serve", "--doq-port", "0", "--cert-chain-bytes", "1000000"]), RUN_WAIT);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--cert-chain-bytes"), "{}", out.stderr);
+}
+
 /// `volley query --link`: the one query crosses the link both ways.
 #[test]
 fn query_behind_a_link() {

@@ -136,3 +136,37 @@ fn queries_without_stream_credit_are_unsent() {
     // The server saw the queries that left, and the probe.
     assert_eq!(serve_stat(&stats, "queries"), sent + 1, "{stats}\n{:#}", v["totals"]);
 }
+
+/// DoH/2: until the server's SETTINGS arrive, h2 opens one stream; when they raise the limit,
+/// the other queries leave at once, not when the first one is answered. Behind a link whose
+/// way up takes 150 ms the first request leaves before the SETTINGS come; the server holds
+/// every answer 1 s. Each query then takes the server's second and the link's trip, the first
+/// as the last: had the others waited for the first stream to end (as they once did, which
+/// made one query the server dropped early hold all of them until the client gave it up),
+/// the queries of the first second would have taken up to twice as long.
+#[test]
+fn doh2_queries_leave_when_the_settings_come_not_when_the_first_stream_ends() {
+    let server = Server::start_encrypted(&["--listen", "0.0.0.0", "--delay", "1s:1/1"]);
+    let url = format!("https://127.0.0.1:{}/dns-query", server.listener("doh").port());
+    let r = run_volley(&[
+        &url,
+        "--ca",
+        server.ca_str(),
+        "--link",
+        "up:delay=150ms",
+        "--link-seed",
+        "1",
+        "-Q",
+        "60",
+        "-l",
+        "1500ms",
+        "-t",
+        "5s",
+    ]);
+    let v = r.ok();
+    check_accounting(v);
+    assert_eq!(total(v, "answered"), total(v, "issued"), "{}", r.stderr);
+    let (min, max) = (v["latency"]["min_ns"].as_f64().unwrap(), v["latency"]["max_ns"].as_f64().unwrap());
+    assert!(min >= 1.15e9 * 0.99, "min {min}");
+    assert!(max < 1.4 * min, "the first stream held the others: latency {min} to {max} ns\n{:#}", v["totals"]);
+}

@@ -20,6 +20,7 @@ pub const FIGURES: &[(&str, &str)] = &[
     ("packets", "packets on the wire per answered query, both directions"),
     ("handshake_rtts", "median connection handshake time in round-trip times"),
     ("handshake_ms", "median connection handshake time, ms"),
+    ("handshake_2rtt", "share of handshakes that took 1.5 RTTs or more (2 RTTs where 1 was expected)"),
     ("resumed", "share of handshakes that resumed a TLS session"),
     ("connections", "connections opened"),
     ("server_cpu_us", "the target's CPU time per answered query, us"),
@@ -61,6 +62,10 @@ pub fn of_run(r: &RunResult, delayed: Option<u64>, slow_over: Duration) -> BTree
         put("connections", c.opened as f64);
         if let Some(h) = &c.handshake_rtt_ratio_milli {
             put("handshake_rtts", h.p50_ns as f64 / 1000.0);
+            if h.count > 0 {
+                let long: u64 = h.histogram.iter().filter(|&(v, _)| v >= 1500).map(|(_, n)| n).sum();
+                put("handshake_2rtt", long as f64 / h.count as f64);
+            }
         }
         if let Some(h) = &c.handshake_total {
             put("handshake_ms", ms(h.p50_ns));

@@ -73,6 +73,20 @@ impl ExperimentError {
 mod tests {
     use super::*;
 
+    /// A limit search's step fails on answers missing beyond chance: one drop among 70 queries
+    /// passes 99 %, 3 % missing of 1,500 does not, nor 10 % of 100.
+    #[test]
+    fn answered_beyond_chance() {
+        use runner::answered_bound;
+        assert!(answered_bound(69, 70) >= 0.99);
+        assert!(answered_bound(1492, 1500) >= 0.99);
+        assert!(answered_bound(1455, 1500) < 0.99);
+        assert!(answered_bound(90, 100) < 0.99);
+        assert_eq!(answered_bound(100, 100), 1.0);
+        assert_eq!(answered_bound(0, 0), 0.0);
+        assert!(answered_bound(0, 1000) < 0.01);
+    }
+
     /// Every built-in experiment reads, and names only known figures, columns and rows.
     #[test]
     fn builtins_parse() {

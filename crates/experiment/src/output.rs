@@ -118,6 +118,9 @@ pub struct Document<'a> {
     pub interrupted: bool,
     /// Every step: its point, figures and full results (`volley.results/1` each).
     pub steps: &'a [crate::runner::StepRecord],
+    /// The server volley started (`--server`): name, version, pid, core, targets, how it
+    /// answers, the configuration written; null against the embedded responder or targets.
+    pub server: Option<&'a crate::servers::ServerInfo>,
 }
 
 /// Writes the JSON document atomically.
@@ -136,6 +139,7 @@ pub fn document<'a>(
     version: &'a str,
     started_at: &'a str,
     quick: bool,
+    server: Option<&'a crate::servers::ServerInfo>,
 ) -> Document<'a> {
     Document {
         schema: "volley.experiment/1",
@@ -150,5 +154,6 @@ pub fn document<'a>(
         seconds: outcome.seconds,
         interrupted: outcome.interrupted,
         steps: &outcome.steps,
+        server,
     }
 }

@@ -13,7 +13,24 @@ use std::time::{Duration, Instant};
 use crate::ExperimentError;
 
 /// The servers volley can start.
-pub const SERVERS: &[&str] = &["unbound", "kresd"];
+pub const SERVERS: &[&str] = &["unbound", "kresd", "dnsdist", "named"];
+
+/// What the JSON document says of a server volley started (`server` of `volley.experiment/1`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ServerInfo {
+    pub name: String,
+    /// The first line of its `--version` (`-v` for named).
+    pub version: String,
+    pub pid: u32,
+    /// The core it was pinned to.
+    pub cpu: usize,
+    /// Transport name → URL.
+    pub targets: BTreeMap<String, String>,
+    /// How it answers (every name under example.test with an A record, and how).
+    pub answers: String,
+    /// The configuration volley wrote (for named, its zone file follows).
+    pub config: String,
+}
 
 /// A server volley started: its targets per transport, its CA, its process.
 pub struct Started {
@@ -23,6 +40,8 @@ pub struct Started {
     /// The certificate's file (self-signed: its own CA).
     pub ca: PathBuf,
     pub pid: u32,
+    /// What the document records of it.
+    pub info: ServerInfo,
     child: Child,
     dir: PathBuf,
 }
@@ -92,10 +111,30 @@ fn certificate(dir: &Path) -> Result<(PathBuf, PathBuf), ExperimentError> {
     Ok((cert, key))
 }
 
+/// The first line of a program's version output (`flag`: its version option).
+fn version(bin: &Path, flag: &str) -> String {
+    Command::new(bin)
+        .arg(flag)
+        .stdin(Stdio::null())
+        .output()
+        .map(|o| {
+            let text = if o.stdout.is_empty() { o.stderr } else { o.stdout };
+            String::from_utf8_lossy(&text).lines().next().unwrap_or("").trim().to_string()
+        })
+        .unwrap_or_default()
+}
+
+/// Writes `text` to `dir/name`.
+fn write(dir: &Path, name: &str, text: &str) -> Result<PathBuf, ExperimentError> {
+    let path = dir.join(name);
+    std::fs::write(&path, text).map_err(|e| ExperimentError::Io(format!("{}: {e}", path.display())))?;
+    Ok(path)
+}
+
 /// Starts `name` (one of [`SERVERS`]) on loopback, pinned to CPU `cpu`.
 pub fn start(name: &str, cpu: usize) -> Result<Started, ExperimentError> {
     let bin = match name {
-        "unbound" | "kresd" => {
+        "unbound" | "kresd" | "dnsdist" | "named" => {
             find(name).ok_or_else(|| ExperimentError::Setup(format!("--server {name}: {name} is not installed")))?
         }
         _ => {
@@ -115,9 +154,11 @@ pub fn start(name: &str, cpu: usize) -> Result<Started, ExperimentError> {
     let (cert, key) = certificate(&dir)?;
     let (dns, dot, doh) = (free_port()?, free_port()?, free_port()?);
     let mut cmd = Command::new(&bin);
+    // Each serves UDP and TCP on `dns`, DoT on `dot`, DoH/2 on `doh`.
+    let (config, answers, version_flag);
     match name {
         "unbound" => {
-            let conf = format!(
+            config = format!(
                 "server:\n  username: \"\"\n  chroot: \"\"\n  directory: \"{d}\"\n  pidfile: \"\"\n  use-syslog: no\n  \
                  logfile: \"\"\n  verbosity: 0\n  num-threads: 1\n  do-ip6: no\n  \
                  interface: 127.0.0.1@{dns}\n  interface: 127.0.0.1@{dot}\n  interface: 127.0.0.1@{doh}\n  \
@@ -130,12 +171,13 @@ pub fn start(name: &str, cpu: usize) -> Result<Started, ExperimentError> {
                 key = key.display(),
                 cert = cert.display(),
             );
-            let path = dir.join("unbound.conf");
-            std::fs::write(&path, conf).map_err(|e| ExperimentError::Io(format!("{}: {e}", path.display())))?;
+            let path = write(&dir, "unbound.conf", &config)?;
+            answers = "local data (local-zone redirect), one thread".into();
+            version_flag = "-V";
             cmd.arg("-d").arg("-c").arg(&path);
         }
-        _ => {
-            let conf = format!(
+        "kresd" => {
+            config = format!(
                 "net.listen('127.0.0.1', {dns}, {{kind='dns'}})\nnet.listen('127.0.0.1', {dot}, {{kind='tls'}})\n\
                  net.listen('127.0.0.1', {doh}, {{kind='doh2'}})\nnet.tls('{cert}', '{key}')\n\
                  policy.add(policy.suffix(policy.ANSWER({{[kres.type.A]={{rdata=kres.str2ip('192.0.2.1'), ttl=300}}}}), \
@@ -143,13 +185,64 @@ pub fn start(name: &str, cpu: usize) -> Result<Started, ExperimentError> {
                 cert = cert.display(),
                 key = key.display(),
             );
-            let path = dir.join("kresd.conf");
-            std::fs::write(&path, conf).map_err(|e| ExperimentError::Io(format!("{}: {e}", path.display())))?;
+            let path = write(&dir, "kresd.conf", &config)?;
+            answers = "policy.ANSWER (no resolution), one process".into();
+            version_flag = "--version";
             let run = dir.join("run");
             std::fs::create_dir_all(&run).map_err(|e| ExperimentError::Io(format!("{}: {e}", run.display())))?;
             cmd.arg("-n").arg("-q").arg("-c").arg(&path).arg(&run);
         }
+        "dnsdist" => {
+            // dnsdist answers itself (SpoofAction), with no backend: the figures are dnsdist's
+            // own work (receiving, matching its rules, building and sending the answer, TLS and
+            // HTTP), not a backend's. The study answered from dnsdist's cache filled
+            // beforehand; a spoofed answer skips the cache lookup and the backend alike.
+            // No security polling (it would send queries off the machine).
+            config = format!(
+                "setSecurityPollSuffix(\"\")\n\
+                 addLocal(\"127.0.0.1:{dns}\")\n\
+                 addTLSLocal(\"127.0.0.1:{dot}\", \"{cert}\", \"{key}\")\n\
+                 addDOHLocal(\"127.0.0.1:{doh}\", \"{cert}\", \"{key}\", \"/dns-query\")\n\
+                 addAction({{\"example.test.\"}}, SpoofAction(\"192.0.2.1\"))\n\
+                 addAction({{\"example.test.\"}}, RCodeAction(DNSRCode.NOERROR))\n\
+                 addAction(AllRule(), RCodeAction(DNSRCode.REFUSED))\n",
+                cert = cert.display(),
+                key = key.display(),
+            );
+            let path = write(&dir, "dnsdist.conf", &config)?;
+            answers = "its own answers (SpoofAction), no backend".into();
+            version_flag = "--version";
+            // Its DoH (h2o) offers only h2 in ALPN: DoH/1.1 clients that ask for http/1.1
+            // are refused, so DoH/1.1 rows are not measured.
+            cmd.arg("--supervised").arg("--disable-syslog").arg("-C").arg(&path);
+        }
+        _ => {
+            // named: authoritative for example.test with a wildcard, one worker thread (-n 1).
+            let zone = "$TTL 300\n@ IN SOA localhost. hostmaster.localhost. 1 3600 600 86400 300\n\
+                        @ IN NS localhost.\n@ IN A 192.0.2.1\n* IN A 192.0.2.1\n";
+            let zone_path = write(&dir, "example.test.zone", zone)?;
+            let conf = format!(
+                "options {{\n  directory \"{d}\";\n  pid-file none;\n  session-keyfile none;\n  \
+                 listen-on port {dns} {{ 127.0.0.1; }};\n  listen-on port {dot} tls local-tls {{ 127.0.0.1; }};\n  \
+                 listen-on port {doh} tls local-tls http local-http {{ 127.0.0.1; }};\n  listen-on-v6 {{ none; }};\n  \
+                 recursion no;\n  notify no;\n  dnssec-validation no;\n  tcp-clients 10000;\n}};\n\
+                 controls {{ }};\n\
+                 tls local-tls {{ cert-file \"{cert}\"; key-file \"{key}\"; }};\n\
+                 http local-http {{ endpoints {{ \"/dns-query\"; }}; listener-clients 10000; streams-per-connection 1000; }};\n\
+                 zone \"example.test\" {{ type primary; file \"{zone}\"; }};\n",
+                d = dir.display(),
+                cert = cert.display(),
+                key = key.display(),
+                zone = zone_path.display(),
+            );
+            let path = write(&dir, "named.conf", &conf)?;
+            config = format!("{conf}\n; {}\n{zone}", zone_path.display());
+            answers = "authoritative, a wildcard zone, one worker thread".into();
+            version_flag = "-v";
+            cmd.arg("-g").arg("-n").arg("1").arg("-c").arg(&path);
+        }
     }
+    let version = version(&bin, version_flag);
     let log = std::fs::File::create(dir.join("server.log")).map_err(|e| ExperimentError::Io(e.to_string()))?;
     cmd.stdin(Stdio::null()).stdout(log.try_clone().map_err(|e| ExperimentError::Io(e.to_string()))?).stderr(log);
     // SAFETY: sched_setaffinity on the child itself, between fork and exec; it allocates nothing.
@@ -170,7 +263,8 @@ pub fn start(name: &str, cpu: usize) -> Result<Started, ExperimentError> {
     targets.insert("tcp".to_string(), format!("tcp://127.0.0.1:{dns}"));
     targets.insert("dot".to_string(), format!("tls://localhost:{dot}"));
     targets.insert("doh2".to_string(), format!("https://localhost:{doh}/dns-query"));
-    let mut s = Started { name: name.to_string(), targets, ca: cert, pid, child, dir };
+    let info = ServerInfo { name: name.to_string(), version, pid, cpu, targets: targets.clone(), answers, config };
+    let mut s = Started { name: name.to_string(), targets, ca: cert, pid, info, child, dir };
     // Ready once it takes TCP connections on each port and answers over UDP.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

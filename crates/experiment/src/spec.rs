@@ -119,6 +119,11 @@ pub struct Server {
     pub threads: Option<usize>,
     /// At most this many answers per second (a known capacity).
     pub max_qps: Option<u64>,
+    /// The certificate chain served is at least this many bytes (DER; a leaf padded with names
+    /// and an intermediate, as `volley serve --cert-chain-bytes`): a large first flight.
+    pub cert_chain_bytes: Option<usize>,
+    /// QUIC address validation: a Retry for every new address (as `volley serve --retry`).
+    pub retry: Option<bool>,
 }
 
 /// The limit search of `measure = "limit"`: the load is simulated clients or a query rate.

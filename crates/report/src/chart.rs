@@ -50,11 +50,11 @@ pub struct Axis {
 }
 
 impl Axis {
-    fn new(label: &str, scale: Scale, unit: Unit) -> Axis {
+    pub(crate) fn new(label: &str, scale: Scale, unit: Unit) -> Axis {
         Axis { label: label.to_string(), scale, unit, range: None }
     }
 
-    fn with_range(mut self, lo: f64, hi: f64) -> Axis {
+    pub(crate) fn with_range(mut self, lo: f64, hi: f64) -> Axis {
         self.range = Some((lo, hi));
         self
     }
@@ -129,7 +129,7 @@ pub struct ChartData {
 }
 
 impl ChartData {
-    fn new(id: &str, title: &str, x: Axis, y: Axis) -> ChartData {
+    pub(crate) fn new(id: &str, title: &str, x: Axis, y: Axis) -> ChartData {
         ChartData {
             id: id.to_string(),
             title: title.to_string(),

@@ -18,7 +18,7 @@ use crate::render::{render_svg, CHART_SIZE};
 use crate::text::ordered_rcodes;
 use crate::units::{fmt_bytes, fmt_ns, fmt_pct, fmt_rate, fmt_secs};
 
-const CSS: &str = "
+pub(crate) const CSS: &str = "
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
 main{max-width:1040px;margin:0 auto;padding:16px 24px 48px}
 header{border-bottom:1px solid #ddd;margin-bottom:8px}
@@ -42,7 +42,7 @@ figcaption{font-size:13px;color:#555;padding:4px 6px}
 ";
 
 /// Escapes text for HTML content and attribute values.
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -90,7 +90,7 @@ fn inline_svg(svg: &str) -> String {
     s.replace("<?xml version=\"1.0\" encoding=\"UTF-8\"?>", "")
 }
 
-fn figure(out: &mut String, c: &ChartData) -> io::Result<()> {
+pub(crate) fn figure(out: &mut String, c: &ChartData) -> io::Result<()> {
     let svg = render_svg(c, CHART_SIZE).map_err(io::Error::other)?;
     let _ = writeln!(
         out,

@@ -23,6 +23,7 @@ mod bench;
 mod chart;
 mod compare;
 mod csv;
+mod experiment;
 mod html;
 mod input;
 mod json;
@@ -47,6 +48,7 @@ pub use compare::{
     NOISE_RULE,
 };
 pub use csv::write_csv_series;
+pub use experiment::{read_experiment, write_html_experiments, write_html_experiments_file, EXPERIMENT_SCHEMA};
 pub use html::{
     shell_quote, write_html_comparison, write_html_comparison_file, write_html_report, write_html_report_file,
     write_html_report_file_with_limits, write_html_report_with_limits,

@@ -43,5 +43,5 @@ pub use duration::parse_duration;
 pub use faults::{Fault, FAULT_NAMES};
 pub use server::{start, Responder, ResponderConfig, ResponderError};
 pub use stats::Stats;
-pub use tls::{CertSource, KeyType, TlsConfig};
+pub use tls::{CertSource, KeyType, TlsConfig, MAX_CHAIN_BYTES};
 pub use zone::{load as load_zones, Zone, ZoneError, Zones};

@@ -71,8 +71,9 @@ pub struct RunExperiment {
     pub target: Vec<String>,
 
     /// Measure a real server that volley configures and starts on loopback, pinned to one core
-    /// (the last, or --server-cpu): unbound or kresd (knot-resolver), over UDP, TCP, DoT and
-    /// DoH/2 (rows of other transports are not measured). The rows' server settings (delay
+    /// (the last, or --server-cpu): unbound, kresd (knot-resolver), dnsdist (answering itself,
+    /// no backend) or named (BIND 9, authoritative), over UDP, TCP, DoT and DoH/2 (rows of other
+    /// transports are not measured). The rows' server settings (delay
     /// rules, key types) apply to the embedded responder only.
     #[arg(long, value_name = "NAME", conflicts_with = "target")]
     pub server: Option<String>,
@@ -162,8 +163,9 @@ fn run_experiment(a: RunExperiment) -> CliResult {
             }
             let s = volley_experiment::servers::start(name, cpu).map_err(err)?;
             eprintln!(
-                "volley experiment: {name} started on core {cpu} (pid {}): {}",
+                "volley experiment: {name} started on core {cpu} (pid {}, {}): {}",
                 s.pid,
+                s.info.version,
                 s.targets.iter().map(|(t, u)| format!("{t} {u}")).collect::<Vec<_>>().join(", ")
             );
             targets = s.targets.clone();
@@ -203,6 +205,7 @@ fn run_experiment(a: RunExperiment) -> CliResult {
         }
     })
     .map_err(err);
+    let server_info = server.as_ref().map(|s| s.info.clone());
     if let Some(s) = server {
         s.stop();
     }
@@ -225,7 +228,7 @@ fn run_experiment(a: RunExperiment) -> CliResult {
     let _ = out.flush();
     if let Some(path) = &a.output {
         let version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("VOLLEY_BUILD"), ")");
-        let doc = output::document(&spec, &text, &table, &outcome, version, &started_at, a.quick);
+        let doc = output::document(&spec, &text, &table, &outcome, version, &started_at, a.quick, server_info.as_ref());
         output::write_json(path, &doc)
             .map_err(|e| CliError::failure(format!("cannot write {}: {e}", path.display())))?;
     }

@@ -27,6 +27,9 @@ Examples:
   A limit search's step curves with the limits marked (`volley limit -o limit.json`):
     volley report --limit limit.json -o limit.html --charts charts/
 
+  Experiments (`volley experiment run NAME -o NAME.json`): each study's table, checks and charts:
+    volley report --experiment handshakes.json --experiment overhead.json -o studies.html
+
 Charts: response_rate, latency_percentiles, latency_over_time, qps, connections (connection-based
 transports), handshake_cdf (when handshakes were measured), limit and limit_latency (--limit).
 See docs/report.md.
@@ -47,13 +50,19 @@ pub enum ChartFormat {
 #[command(after_long_help = EXAMPLES)]
 pub struct ReportArgs {
     /// Results files (volley.results/1): one run each, or merged runs.
-    #[arg(value_name = "RESULTS.json", required_unless_present = "limit")]
+    #[arg(value_name = "RESULTS.json", required_unless_present_any = ["limit", "experiment"])]
     pub files: Vec<PathBuf>,
 
     /// A `volley limit` results file (volley.limit/1): its searches' step curves, with the
     /// limits marked, in the report and the charts (repeatable).
     #[arg(long, value_name = "FILE")]
     pub limit: Vec<PathBuf>,
+
+    /// A `volley experiment run -o` file (volley.experiment/1): a page of each study's table,
+    /// checks and charts, the study's figures beside the measurement (repeatable; with -o,
+    /// without results files).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["limit", "charts", "csv", "openmetrics"])]
+    pub experiment: Vec<PathBuf>,
 
     /// Write the HTML report to FILE (atomically).
     #[arg(short = 'o', long, value_name = "FILE")]
@@ -138,6 +147,9 @@ fn read_limits(files: &[PathBuf]) -> CliResult<Vec<volley_report::LimitResult>> 
 }
 
 pub fn run(a: ReportArgs) -> CliResult {
+    if !a.experiment.is_empty() {
+        return experiments(&a);
+    }
     if a.output.is_none() && a.charts.is_none() && a.csv.is_none() && a.openmetrics.is_none() {
         return Err(CliError::usage(
             "nothing to write: give -o FILE (HTML report), --charts DIR, --csv FILE or --openmetrics FILE",
@@ -180,5 +192,27 @@ pub fn run(a: ReportArgs) -> CliResult {
         volley_report::write_openmetrics(&runs[0].result, &mut bytes).map_err(CliError::failure)?;
         write_out(path, &bytes)?;
     }
+    Ok(())
+}
+
+/// `--experiment FILE... -o PAGE`: the experiments' page.
+fn experiments(a: &ReportArgs) -> CliResult {
+    let Some(path) = &a.output else {
+        return Err(CliError::usage("--experiment needs -o FILE (the HTML page)"));
+    };
+    if !a.files.is_empty() {
+        return Err(CliError::usage("--experiment takes no results files: give them in a report of their own"));
+    }
+    let docs = a
+        .experiment
+        .iter()
+        .map(|f| {
+            let v = volley_report::read_experiment(f).map_err(CliError::usage)?;
+            let name = f.file_stem().map_or_else(|| f.display().to_string(), |s| s.to_string_lossy().into_owned());
+            Ok((name, v))
+        })
+        .collect::<CliResult<Vec<_>>>()?;
+    volley_report::write_html_experiments_file(&docs, path).map_err(CliError::failure)?;
+    eprintln!("volley: report written to {}", path.display());
     Ok(())
 }

@@ -246,6 +246,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "TYPE", default_value = "p256", conflicts_with = "cert")]
     pub key_type: String,
 
+    /// Generate a certificate chain of at least N bytes (DER): an intermediate CA and a leaf
+    /// padded with extra names, e.g. to make the first QUIC flight exceed three times the
+    /// client's Initial (anti-amplification, seeds/002) [default: the leaf alone, about 500].
+    #[arg(long, value_name = "N", conflicts_with = "cert")]
+    pub cert_chain_bytes: Option<usize>,
+
     /// Write the generated CA certificate (PEM) to FILE, for clients to trust.
     #[arg(long, value_name = "FILE", conflicts_with = "cert")]
     pub ca_out: Option<std::path::PathBuf>,
@@ -322,9 +328,20 @@ fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
     }
     let cert = match (&args.cert, &args.key) {
         (Some(cert), Some(key)) => CertSource::Files { cert: cert.clone(), key: key.clone() },
-        _ => CertSource::Generate(
-            args.key_type.parse::<KeyType>().map_err(|e| CliError::usage(format!("invalid --key-type {e}")))?,
-        ),
+        _ => {
+            let key =
+                args.key_type.parse::<KeyType>().map_err(|e| CliError::usage(format!("invalid --key-type {e}")))?;
+            match args.cert_chain_bytes {
+                Some(n) if n > volley_responder::MAX_CHAIN_BYTES => {
+                    return Err(CliError::usage(format!(
+                        "invalid --cert-chain-bytes {n}: at most {}",
+                        volley_responder::MAX_CHAIN_BYTES
+                    )))
+                }
+                Some(bytes) => CertSource::GenerateChain { key, bytes },
+                None => CertSource::Generate(key),
+            }
+        }
     };
     let mut faults = Vec::with_capacity(args.fault.len());
     for f in &args.fault {

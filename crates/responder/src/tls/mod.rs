@@ -69,6 +69,16 @@ impl FromStr for KeyType {
 pub enum CertSource {
     /// A CA and a leaf generated at start (in memory), keys of this type.
     Generate(KeyType),
+    /// A CA, an intermediate it signs and a leaf the intermediate signs, generated at start,
+    /// the leaf carrying extra names until the chain served (leaf and intermediate) is at least
+    /// `bytes` long (DER): a large chain, as the servers of seeds/002 had, whose first QUIC
+    /// flight exceeds three times the client's Initial (`--cert-chain-bytes`).
+    GenerateChain {
+        /// Key type of all three.
+        key: KeyType,
+        /// The least size of the chain served, DER bytes.
+        bytes: usize,
+    },
     /// PEM files: the certificate chain (leaf first) and its private key (PKCS#8, PKCS#1 or SEC1).
     Files {
         /// Certificate chain, PEM.
@@ -138,7 +148,8 @@ pub(crate) fn material(cfg: &TlsConfig, listen: IpAddr) -> Result<Material, Stri
             let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("--key {}: {e}", key.display()))?;
             Ok(Material { chain, key, ca_pem: None })
         }
-        CertSource::Generate(kt) => generate(*kt, listen),
+        CertSource::Generate(kt) => generate(*kt, listen, None),
+        CertSource::GenerateChain { key, bytes } => generate(*key, listen, Some(*bytes)),
     }
 }
 
@@ -159,9 +170,15 @@ fn key_pair(kt: KeyType) -> Result<rcgen::KeyPair, String> {
         .map_err(|e| format!("RSA key: {e}"))
 }
 
+/// The most a chain may be (a TLS handshake message is at most 16 MB, but rustls's clients
+/// take at most 64 KB).
+pub const MAX_CHAIN_BYTES: usize = 60_000;
+
 /// A CA (CA:TRUE) and a leaf it signs (CA:FALSE, serverAuth, SANs localhost, the listen
-/// address, 127.0.0.1, ::1), both with keys of type `kt`.
-fn generate(kt: KeyType, listen: IpAddr) -> Result<Material, String> {
+/// address, 127.0.0.1, ::1), both with keys of type `kt`. With `chain_bytes`, an intermediate
+/// CA between them, and the leaf padded with names (`pad-N-HEX.volley.invalid`, hex of a hash:
+/// not compressible) until leaf and intermediate together are at least that many bytes.
+fn generate(kt: KeyType, listen: IpAddr, chain_bytes: Option<usize>) -> Result<Material, String> {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyUsagePurpose, SanType,
     };
@@ -181,7 +198,25 @@ fn generate(kt: KeyType, listen: IpAddr) -> Result<Material, String> {
     ca.not_before = rcgen::date_time_ymd(2024, 1, 1);
     ca.not_after = rcgen::date_time_ymd(2099, 12, 31);
     let ca_cert = ca.self_signed(&ca_key).map_err(err)?;
-    let issuer = Issuer::new(ca, ca_key);
+    let root = Issuer::new(ca, ca_key);
+    let mut intermediate_der = None;
+    let issuer = match chain_bytes {
+        None => root,
+        Some(n) => {
+            if n > MAX_CHAIN_BYTES {
+                return Err(format!("a certificate chain of {n} bytes: at most {MAX_CHAIN_BYTES}"));
+            }
+            let key = key_pair(kt)?;
+            let mut p = CertificateParams::default();
+            p.distinguished_name.push(DnType::CommonName, format!("volley responder intermediate ({kt})"));
+            p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+            p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+            p.not_before = rcgen::date_time_ymd(2024, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2099, 12, 31);
+            intermediate_der = Some(p.signed_by(&key, &root).map_err(err)?.der().clone());
+            Issuer::new(p, key)
+        }
+    };
 
     let mut leaf = CertificateParams::new(vec!["localhost".to_string()]).map_err(err)?;
     leaf.distinguished_name.push(DnType::CommonName, "localhost");
@@ -197,9 +232,39 @@ fn generate(kt: KeyType, listen: IpAddr) -> Result<Material, String> {
     leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     leaf.not_before = rcgen::date_time_ymd(2024, 1, 1);
     leaf.not_after = rcgen::date_time_ymd(2099, 12, 31);
-    let leaf_cert = leaf.signed_by(&leaf_key, &issuer).map_err(err)?;
+    let mut leaf_cert = leaf.signed_by(&leaf_key, &issuer).map_err(err)?;
+    let mut chain = vec![leaf_cert.der().clone()];
+    if let (Some(n), Some(inter)) = (chain_bytes, intermediate_der) {
+        // Each name adds about its length and a few bytes of DER; add, sign, measure, again.
+        let mut pads = 0usize;
+        loop {
+            let size = leaf_cert.der().len() + inter.len();
+            if size >= n {
+                break;
+            }
+            pads += (n - size).div_ceil(60).max(1);
+            let mut p = leaf.clone();
+            p.subject_alt_names.extend((0..pads).map(|i| {
+                SanType::DnsName(
+                    format!("pad-{i}-{:016x}{:016x}.volley.invalid", pad_hash(i as u64), pad_hash(!(i as u64)))
+                        .try_into()
+                        .expect("a valid name"),
+                )
+            }));
+            leaf_cert = p.signed_by(&leaf_key, &issuer).map_err(err)?;
+        }
+        chain = vec![leaf_cert.der().clone(), inter];
+    }
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
-    Ok(Material { chain: vec![leaf_cert.der().clone()], key, ca_pem: Some(ca_cert.pem()) })
+    Ok(Material { chain, key, ca_pem: Some(ca_cert.pem()) })
+}
+
+/// A 64-bit mix (splitmix64) of `i`: the padding names' letters.
+fn pad_hash(i: u64) -> u64 {
+    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Counts successful ticket decryptions (resumed QUIC handshakes with stateless tickets).
@@ -298,6 +363,7 @@ pub(crate) fn server_config(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::client::danger::ServerCertVerifier;
 
     #[test]
     fn key_type_names() {
@@ -305,5 +371,42 @@ mod tests {
             assert_eq!(kt.as_str().parse::<KeyType>(), Ok(kt));
         }
         assert!("rsa1024".parse::<KeyType>().is_err());
+    }
+
+    /// A chain of a chosen size: leaf and intermediate, at least that long, and valid (a
+    /// rustls client that trusts the CA accepts it for localhost).
+    #[test]
+    fn a_chain_of_a_chosen_size_verifies() {
+        let small = material(&TlsConfig::default(), IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+        let small_len: usize = small.chain.iter().map(|c| c.len()).sum();
+        assert!(small_len < 1000, "{small_len}");
+        for bytes in [2000, 6000, 12_000] {
+            let cfg =
+                TlsConfig { cert: CertSource::GenerateChain { key: KeyType::P256, bytes }, ..TlsConfig::default() };
+            let m = material(&cfg, IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+            let len: usize = m.chain.iter().map(|c| c.len()).sum();
+            assert_eq!(m.chain.len(), 2);
+            assert!(len >= bytes && len < bytes + 200, "{len} for {bytes}");
+            let mut roots = rustls::RootCertStore::empty();
+            let ca = CertificateDer::from_pem_slice(m.ca_pem.as_ref().unwrap().as_bytes()).unwrap();
+            roots.add(ca).unwrap();
+            let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+                .build()
+                .unwrap();
+            verifier
+                .verify_server_cert(
+                    &m.chain[0],
+                    &m.chain[1..],
+                    &rustls::pki_types::ServerName::try_from("localhost").unwrap(),
+                    &[],
+                    rustls::pki_types::UnixTime::now(),
+                )
+                .unwrap_or_else(|e| panic!("{bytes}: {e}"));
+        }
+        let too_big = TlsConfig {
+            cert: CertSource::GenerateChain { key: KeyType::P256, bytes: MAX_CHAIN_BYTES + 1 },
+            ..TlsConfig::default()
+        };
+        assert!(material(&too_big, IpAddr::V4(Ipv4Addr::LOCALHOST)).is_err());
     }
 }

@@ -632,6 +632,10 @@ async fn setup<X: Exchange + ?Sized>(
     }
 }
 
+/// How often a connection still being set up looks whether the server's SETTINGS raised
+/// its stream limit (h2 says so only when asked).
+const SETTINGS_LOOK: Duration = Duration::from_millis(2);
+
 /// The driver of one DoH lane over HTTP/2.
 ///
 /// POST requests go out one per turn of the connection task, so that each one's HEADERS and
@@ -717,9 +721,15 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
                     cork.set(false);
                     lane.note_wait(Some(credit()));
                     waited = true;
+                    // Until the first answer the limit is h2's one stream: the server's SETTINGS
+                    // raise it without ending a stream, so look again now and then. Waiting for
+                    // a freed stream alone, a first query the server holds (drops, delays)
+                    // would hold every other one until it is answered or given up.
+                    let opening = lane.conn_answers() == 0;
                     tokio::select! {
                         () = responses.freed() => {}
                         _ = end.wait() => break 'conn,
+                        () = tokio::time::sleep(SETTINGS_LOOK), if opening => {}
                     }
                 }
                 let ready = tokio::select! {
