@@ -250,3 +250,17 @@ fn a_lost_length_prefix_ends_its_connection() {
     let lost = common::total(v, "timed_out") + common::total(v, "failed");
     assert!(lost * 4 < common::total(v, "issued"), "{lost} queries lost:\n{show}");
 }
+
+/// After an outage, the HTTP/2 requests sent into the silence reach the server together with
+/// the RST_STREAM (CANCEL) of each that timed out meanwhile. That is a client giving up
+/// requests, as RFC 9113 has it, not a rapid-reset attack: the responder must not end the
+/// connection with GOAWAY ENHANCE_YOUR_CALM for it (the requests it left would be resent or
+/// fail: a figure of the responder's defence, not of the path).
+#[test]
+fn an_outage_is_not_taken_for_a_rapid_reset_over_doh2() {
+    let c = run_cell("doh2", Fault::LinkDown, Plan::short(SEED));
+    let show = format!("{}\n{}\nstderr:\n{}", table_header(), c.row(), c.stderr);
+    assert!(c.violations.is_empty(), "doh2, link down: {:?}\n{show}", c.violations);
+    assert!(has(&c, "link dropped").is_ok(), "the outage happened\n{show}");
+    assert!(!c.named().contains("ENHANCE_YOUR_CALM"), "the responder took the outage for an attack\n{show}");
+}

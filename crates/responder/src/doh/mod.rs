@@ -380,6 +380,13 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     let idle = ctx.idle_timeout;
     let mut builder = h2::server::Builder::new();
     builder.max_concurrent_streams(ctx.max_streams).max_header_list_size(16 << 10).max_send_buffer_size(1 << 20);
+    // Streams the client reset before they were taken, waiting to be taken: h2 ends the
+    // connection with ENHANCE_YOUR_CALM beyond this (rapid reset, CVE-2023-44487). Its default
+    // (20) is below what an honest client resets at once after an outage: every request it
+    // sent into the silence (more than its open streams: it gave up the first ones and sent
+    // more) arrives with its CANCEL in one burst. Ten times the open streams a client may have
+    // lets an outage of a few seconds pass; a flood of resets still goes beyond it.
+    builder.max_pending_accept_reset_streams((10 * ctx.max_streams as usize).max(20));
     let Ok(Ok(mut conn)) = tokio::time::timeout(idle, builder.handshake::<_, Bytes>(io)).await else { return };
     // Dropped when the connection ends: releases held (dropped, delayed) streams.
     let (_closed_tx, closed) = watch::channel(());
