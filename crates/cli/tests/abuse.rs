@@ -228,3 +228,65 @@ fn queries_over_the_per_client_rate_are_not_answered_and_counted() {
     assert_eq!(stat(&stats, "answered") + limited, stat(&stats, "queries"), "{stats}");
     assert!(limited + answered >= issued, "{limited} limited + {answered} answered < {issued} issued");
 }
+
+#[test]
+fn queries_over_the_per_client_rate_over_doh_and_doq_are_turned_away_and_counted() {
+    // --max-qps-per-client 50 applies to DoH (HTTP/1.1, HTTP/2, HTTP/3) and DoQ as to UDP
+    // and TCP: one client at 200 queries per second for 3 s over each has about a quarter
+    // answered; the rest are turned away at once (HTTP 429, a DoQ stream reset with
+    // DOQ_EXCESSIVE_LOAD), fail at the client instead of timing out, and are counted by the
+    // server as rate_limited. Then a client under the limit (20 per second) over DoH/2 and
+    // DoQ has every query answered and none turned away.
+    let mut s = Server::start_encrypted(&["-T", "2", "--max-qps-per-client", "50"]);
+    let ca = s.ca_str().to_string();
+    let started = std::time::Instant::now();
+    let (mut over_issued, mut over_answered, mut over_failed) = (0, 0, 0);
+    for (url, http) in [(s.url("https"), "2"), (s.url("https"), "1.1"), (s.url("h3"), "3"), (s.url("quic"), "")] {
+        let mut args =
+            vec![url.as_str(), "--ca", &ca, "-Q", "200", "-l", "3s", "-t", "1s", "--name", "www.example.test"];
+        if !http.is_empty() {
+            args.extend(["--http", http]);
+        }
+        // A full bucket at each run's start (it refills within a second).
+        thread::sleep(Duration::from_millis(1100));
+        let v = run_volley(&args).ok().clone();
+        check_accounting(&v);
+        let (answered, failed) = (total(&v, "answered"), total(&v, "failed"));
+        eprintln!("{url} http {http}: {:#}", v["totals"]);
+        assert!(answered >= 100, "{url} {http}: the client's share was answered:\n{:#}", v["totals"]);
+        assert!(failed >= 100, "{url} {http}: the rest was turned away at once:\n{:#}", v["totals"]);
+        assert!(map_sum(&v["totals"]["errors"]) >= failed, "{url} {http}: failures have a kind:\n{:#}", v["totals"]);
+        if !http.is_empty() {
+            assert!(error_count(&v, "http_status") >= 100, "{url} {http}: 429:\n{:#}", v["totals"]);
+        }
+        over_issued += total(&v, "issued");
+        over_answered += answered;
+        over_failed += failed;
+    }
+    let secs = started.elapsed().as_secs() + 1;
+    assert!(over_answered <= 50 * secs + 4 * 50, "{over_answered} answered in {secs} s at 50 per second");
+    let mut under_issued = 0;
+    for url in [s.url("https"), s.url("quic")] {
+        thread::sleep(Duration::from_millis(1100));
+        let v = run_volley(&[&url, "--ca", &ca, "-Q", "20", "-l", "3s", "-t", "2s", "--name", "www.example.test"]);
+        let v = v.ok().clone();
+        check_accounting(&v);
+        let issued = total(&v, "issued");
+        assert!(issued >= 50, "{url}: the client under the limit asked ({issued})");
+        assert_eq!(total(&v, "answered"), issued, "{url}: under the limit, all answered:\n{:#}", v["totals"]);
+        under_issued += issued;
+    }
+    let stats = s.terminate();
+    assert!(!stats.contains("panicked"), "{stats}");
+    let limited = stat(&stats, "rate_limited");
+    // Every query the server took is answered or turned away.
+    assert_eq!(stat(&stats, "answered") + limited, stat(&stats, "queries"), "{stats}");
+    // Those turned away are the over-limit clients' failures (and no more: the under-limit
+    // clients lost none).
+    assert!(limited >= over_failed, "{limited} rate_limited < {over_failed} failed at the clients: {stats}");
+    assert!(
+        limited <= over_issued - over_answered,
+        "{limited} rate_limited > {over_issued} - {over_answered}: {stats}"
+    );
+    assert!(under_issued >= 100);
+}

@@ -43,6 +43,7 @@ pub(crate) async fn serve(
 
 async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, handshaking: Option<crate::policy::Slot>) {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+    let sock = Sock { fd, peer: stream.peer_addr().ok().map(|a| a.ip()) };
     let cork = Rc::new(Cork::default());
     let stream = Corked { inner: stream, buf: Vec::new(), at: 0, cork: cork.clone() };
     let Some(mut tls) = crate::dot::handshake(stream, &ctx, &acceptor, handshaking).await else { return };
@@ -50,10 +51,18 @@ async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, hand
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let io = Prefixed { early, at: 0, inner: tls };
     if h2 {
-        serve_h2(io, ctx, fd, cork).await;
+        serve_h2(io, ctx, sock, cork).await;
     } else {
-        serve_h1(io, ctx).await;
+        serve_h1(io, ctx, sock.peer).await;
     }
+}
+
+/// A DoH connection's TCP socket (open as long as the connection) and its client's address
+/// (`--max-qps-per-client`).
+#[derive(Clone, Copy)]
+struct Sock {
+    fd: std::os::fd::RawFd,
+    peer: Option<std::net::IpAddr>,
 }
 
 /// A stream that first yields bytes received before it (TLS early data).
@@ -298,7 +307,7 @@ fn h2_request(
     scratch: &mut Vec<u8>,
     out: &mut Vec<u8>,
     closed: &watch::Receiver<()>,
-    fd: std::os::fd::RawFd,
+    sock: Sock,
 ) {
     // The refuse-stream fault: refused before the request is read (not a query).
     if ctx.faults.refuse_stream.as_ref().is_some_and(|s| s.hit()) {
@@ -309,7 +318,7 @@ fn h2_request(
     match request::check(ctx, &parts.method, &parts.uri, &parts.headers, scratch) {
         Err(status) => h2_send(&mut respond, request::status_head(status), &[]),
         Ok(Kind::Get) => {
-            let outcome = request::answer(ctx, scratch, Transport::Doh, out);
+            let outcome = request::answer(ctx, sock.peer, scratch, Transport::Doh, out);
             h2_outcome(ctx, respond, outcome, out, closed);
         }
         Ok(Kind::Post) => {
@@ -318,13 +327,13 @@ fn h2_request(
             let mut noop = Context::from_waker(std::task::Waker::noop());
             match poll_body(&mut body, scratch, &mut noop) {
                 Poll::Ready(Some(())) => {
-                    let outcome = request::answer(ctx, scratch, Transport::Doh, out);
+                    let outcome = request::answer(ctx, sock.peer, scratch, Transport::Doh, out);
                     h2_outcome(ctx, respond, outcome, out, closed);
                 }
                 Poll::Ready(None) => h2_send(&mut respond, request::status_head(StatusCode::PAYLOAD_TOO_LARGE), &[]),
                 Poll::Pending => {
                     // The body is still on its way: acknowledge the headers now.
-                    crate::tcp::quick_ack(fd);
+                    crate::tcp::quick_ack(sock.fd);
                     let (ctx, closed) = (ctx.clone(), closed.clone());
                     let mut buf = std::mem::take(scratch);
                     tokio::task::spawn_local(async move {
@@ -346,7 +355,7 @@ fn h2_request(
                         };
                         match got {
                             Some(()) => {
-                                let outcome = request::answer(&ctx, &buf, Transport::Doh, &mut out);
+                                let outcome = request::answer(&ctx, sock.peer, &buf, Transport::Doh, &mut out);
                                 h2_outcome(&ctx, respond, outcome, &out, &closed);
                             }
                             None => h2_send(&mut respond, request::status_head(StatusCode::PAYLOAD_TOO_LARGE), &[]),
@@ -369,14 +378,8 @@ enum H2Event {
     Idle,
 }
 
-/// Serves HTTP/2 on `io`; `fd` is its TCP socket (open as long as `io`), `cork` its
-/// [`Corked`] switch.
-async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(
-    io: S,
-    ctx: Rc<Ctx>,
-    fd: std::os::fd::RawFd,
-    cork: Rc<Cork>,
-) {
+/// Serves HTTP/2 on `io`; `sock` is its TCP socket, `cork` its [`Corked`] switch.
+async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>, sock: Sock, cork: Rc<Cork>) {
     let idle = ctx.idle_timeout;
     let mut builder = h2::server::Builder::new();
     builder.max_concurrent_streams(ctx.max_streams).max_header_list_size(16 << 10).max_send_buffer_size(1 << 20);
@@ -436,7 +439,7 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(
         match event {
             H2Event::Request(req, respond) => {
                 served += 1;
-                h2_request(&ctx, req, respond, &mut scratch, &mut out, &closed, fd);
+                h2_request(&ctx, req, respond, &mut scratch, &mut out, &closed, sock);
                 if closing {
                     continue;
                 }
@@ -491,6 +494,7 @@ async fn h1_request(
     ctx: Rc<Ctx>,
     req: Request<hyper::body::Incoming>,
     served: Rc<std::cell::Cell<u64>>,
+    peer: Option<std::net::IpAddr>,
 ) -> Result<Response<H1Body>, Reset> {
     use http_body_util::BodyExt;
     let (parts, body) = req.into_parts();
@@ -528,7 +532,7 @@ async fn h1_request(
         }
     }
     let mut out = Vec::with_capacity(512);
-    match request::answer(&ctx, &scratch, Transport::Doh, &mut out) {
+    match request::answer(&ctx, peer, &scratch, Transport::Doh, &mut out) {
         Outcome::Reset => Err(Reset),
         // Never answered: hyper drops this future when the connection ends.
         Outcome::Drop => std::future::pending().await,
@@ -542,11 +546,11 @@ async fn h1_request(
     }
 }
 
-async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>) {
+async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>, peer: Option<std::net::IpAddr>) {
     let served = Rc::new(std::cell::Cell::new(0u64));
     let svc = {
         let ctx = ctx.clone();
-        hyper::service::service_fn(move |req| h1_request(ctx.clone(), req, served.clone()))
+        hyper::service::service_fn(move |req| h1_request(ctx.clone(), req, served.clone(), peer))
     };
     // The header read timeout runs from the moment hyper waits for a request head, so it is
     // the keep-alive idle timeout too: no request for that long, and the connection closes.

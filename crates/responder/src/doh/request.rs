@@ -1,6 +1,7 @@
 //! What DoH over HTTP/1.1, HTTP/2 and HTTP/3 share: checking a request (path, method,
 //! `?dns=`, content type), answering its query, and applying the HTTP faults.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
@@ -70,9 +71,25 @@ pub(crate) enum Outcome {
     Reset,
 }
 
-/// Answers `query` into `out` and decides the response, faults included.
-pub(crate) fn answer(ctx: &Ctx, query: &[u8], transport: Transport, out: &mut Vec<u8>) -> Outcome {
+/// Answers `query` from client address `peer` into `out` and decides the response, faults
+/// and `--max-qps-per-client` included.
+pub(crate) fn answer(
+    ctx: &Ctx,
+    peer: Option<IpAddr>,
+    query: &[u8],
+    transport: Transport,
+    out: &mut Vec<u8>,
+) -> Outcome {
     add(&ctx.counters.queries, 1);
+    if let (Some(rate), Some(ip)) = (&ctx.client_rate, peer) {
+        if !rate.admit(ip) {
+            // Over its rate: no DNS answer, as over UDP and TCP, but the request ends at once
+            // (429, no body) rather than holding its stream until the client gives up.
+            add(&ctx.counters.rate_limited, 1);
+            out.clear();
+            return Outcome::Reply { head: rate_limited_head(), delay: None };
+        }
+    }
     if ctx.faults.rst_stream.as_ref().is_some_and(|s| s.hit()) {
         add(&ctx.counters.dropped, 1);
         return Outcome::Reset;
@@ -129,6 +146,14 @@ pub(crate) fn status_head(status: StatusCode) -> Response<()> {
     if status == StatusCode::METHOD_NOT_ALLOWED {
         r.headers_mut().insert(http::header::ALLOW, HeaderValue::from_static("GET, POST"));
     }
+    r
+}
+
+/// The response to a request over `--max-qps-per-client`: 429 Too Many Requests (RFC 6585),
+/// no body, `retry-after: 1` (the bucket refills within a second).
+pub(crate) fn rate_limited_head() -> Response<()> {
+    let mut r = status_head(StatusCode::TOO_MANY_REQUESTS);
+    r.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
     r
 }
 
