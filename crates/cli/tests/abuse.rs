@@ -290,3 +290,36 @@ fn queries_over_the_per_client_rate_over_doh_and_doq_are_turned_away_and_counted
     );
     assert!(under_issued >= 100);
 }
+
+#[test]
+fn long_doh_urls_are_turned_away_on_every_http_version_and_memory_stays_bounded() {
+    // A DoH GET whose target passes 8 KiB is answered 414 URI Too Long on HTTP/1.1, HTTP/2 and
+    // HTTP/3; one whose head passes 16 KiB (a 64 KiB URL) is turned away by the HTTP layer
+    // before it is read whole: 431 (HTTP/1.1: hyper, then it closes; HTTP/2: h2, with the
+    // stream refused; HTTP/3: h3). A 64 KiB URL is 65,536 octets of `dns=` over HTTP/1.1
+    // (written raw); over HTTP/2 and HTTP/3 65,000, the longest URI the http crate's clients
+    // hold. Then 64 connections send 64 KiB URLs over HTTP/1.1 in a loop while a good client
+    // asks: memory stays under the bound and every good query is answered.
+    let mut s = Server::start_encrypted(&["-T", "2"]);
+    for (proto, addr, long) in [
+        (attacks::Proto::Doh1, s.listener("doh"), 64 * 1024),
+        (attacks::Proto::Doh2, s.listener("doh"), 65_000),
+        (attacks::Proto::Doh3, s.listener("doh3"), 65_000),
+    ] {
+        // `AAAA` decodes to zeros: a query of 64 zero octets under 8 KiB is still answered.
+        assert_eq!(attacks::long_get(proto, addr, 100), Ok(200), "{proto:?}: a short URL");
+        assert_eq!(attacks::long_get(proto, addr, 12 * 1024), Ok(414), "{proto:?}: a 12 KiB URL");
+        let got = attacks::long_get(proto, addr, long);
+        assert_eq!(got, Ok(431), "{proto:?}: a URL of {long} octets");
+    }
+    let mut p = plan(attacks::Attack::LongUrl, attacks::Proto::Doh1, s.listener("doh"), 64);
+    p.duration = Duration::from_secs(6);
+    let url = s.url("https");
+    let (tally, v, peak, stats) = under_attack(&mut s, p, &url);
+    let responses = tally.responses.load(Ordering::Relaxed);
+    assert!(responses >= 64, "the server answered the long URLs ({responses})");
+    assert!(tally.closed_by_server.load(Ordering::Relaxed) >= 64, "and closed their connections");
+    assert!(peak < RSS_BOUND_KIB, "responder RSS {peak} KiB over the bound {RSS_BOUND_KIB} KiB");
+    all_answered(&v);
+    assert!(stat(&stats, "doh_connections") >= 64, "{stats}");
+}

@@ -422,6 +422,79 @@ async fn long_url(i: usize, plan: &Plan, t: &Tally) -> Result<(), Failed> {
     }
 }
 
+/// One DoH GET whose URL is `/dns-query?dns=` and `len` octets of `A` over `proto` (DoH/1.1,
+/// DoH/2, DoH/3): the response's status, or how the server ended the request instead.
+pub fn long_get(proto: Proto, target: SocketAddr, len: usize) -> Result<u16, String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let local = tokio::task::LocalSet::new();
+    let plan = Plan {
+        attack: Attack::LongUrl,
+        proto,
+        target,
+        conns: 1,
+        duration: Duration::from_secs(10),
+        interval: Duration::from_secs(1),
+        sources: 1,
+    };
+    let path = format!("/dns-query?dns={}", "A".repeat(len));
+    local.block_on(&rt, async move {
+        let work = async {
+            match proto {
+                Proto::Doh1 => {
+                    let mut io = connect(0, &plan).await.map_err(|_| "connect".to_string())?;
+                    let req =
+                        format!("GET {path} HTTP/1.1\r\nhost: localhost\r\naccept: application/dns-message\r\n\r\n");
+                    io.write_all(req.as_bytes()).await.map_err(|e| format!("write: {e}"))?;
+                    let mut buf = vec![0u8; 4096];
+                    let n = io.read(&mut buf).await.map_err(|e| format!("read: {e}"))?;
+                    let head = String::from_utf8_lossy(&buf[..n]);
+                    head.strip_prefix("HTTP/1.1 ")
+                        .and_then(|r| r.get(..3))
+                        .and_then(|c| c.parse().ok())
+                        .ok_or_else(|| format!("no status line (read {n} bytes): {head:?}"))
+                }
+                Proto::Doh2 => {
+                    let io = connect(0, &plan).await.map_err(|_| "connect".to_string())?;
+                    let (client, conn) = h2::client::handshake(io).await.map_err(|e| format!("h2 handshake: {e}"))?;
+                    tokio::task::spawn_local(async move {
+                        let _ = conn.await;
+                    });
+                    let mut client = client.ready().await.map_err(|e| format!("h2 ready: {e}"))?;
+                    let uri = format!("https://localhost{path}");
+                    let req = http::Request::get(uri).header("accept", "application/dns-message").body(()).unwrap();
+                    let (resp, _) = client.send_request(req, true).map_err(|e| format!("h2 send: {e}"))?;
+                    let resp = resp.await.map_err(|e| format!("h2 response: {e}"))?;
+                    Ok(resp.status().as_u16())
+                }
+                Proto::Doh3 => {
+                    let mut tls = tls_config(b"h3");
+                    tls.enable_early_data = false;
+                    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?;
+                    let mut ep = quinn::Endpoint::client(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+                        .map_err(|e| e.to_string())?;
+                    ep.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+                    let conn =
+                        ep.connect(target, "localhost").map_err(|e| e.to_string())?.await.map_err(|e| e.to_string())?;
+                    let (mut driver, mut send) =
+                        h3::client::new(h3_quinn::Connection::new(conn)).await.map_err(|e| format!("h3 setup: {e}"))?;
+                    tokio::task::spawn_local(async move {
+                        let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+                    });
+                    let uri = format!("https://localhost{path}");
+                    let req = http::Request::get(uri).header("accept", "application/dns-message").body(()).unwrap();
+                    let mut stream = send.send_request(req).await.map_err(|e| format!("h3 send: {e}"))?;
+                    stream.finish().await.map_err(|e| format!("h3 finish: {e}"))?;
+                    let resp = stream.recv_response().await.map_err(|e| format!("h3 response: {e}"))?;
+                    Ok(resp.status().as_u16())
+                }
+                _ => Err("long_get speaks DoH/1.1, DoH/2 and DoH/3".to_string()),
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), work).await.unwrap_or_else(|_| Err("no response in 10 s".into()))
+    })
+}
+
 // ---------------------------------------------------------------------------------------
 // HTTP/2
 

@@ -2,7 +2,8 @@
 //! by ALPN (`h2`, else HTTP/1.1). `GET PATH?dns=BASE64URL` and `POST PATH` with an
 //! `application/dns-message` body; answers `application/dns-message` with
 //! `cache-control: max-age=TTL`. Wrong path 404, wrong method 405, bad `dns` 400, wrong
-//! content type 415.
+//! content type 415, a target over 8 KiB 414, a head over 16 KiB 431 (the HTTP layer's),
+//! over `--max-qps-per-client` 429.
 //!
 //! HTTP/2 runs on the h2 crate directly: requests whose query is at hand (GET, or a POST whose
 //! body arrived with its headers) are answered inline in the connection task; the others,
@@ -53,7 +54,7 @@ async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, hand
     if h2 {
         serve_h2(io, ctx, sock, cork).await;
     } else {
-        serve_h1(io, ctx, sock.peer).await;
+        serve_h1(Batched { inner: io, buf: Vec::new(), at: 0, read_idle: false }, ctx, sock.peer).await;
     }
 }
 
@@ -198,6 +199,93 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Corked<S> {
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         if self.cork.on.get() && self.buf.len() < CORK_MAX {
+            return Poll::Ready(Ok(()));
+        }
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// HTTP/1.1: gathers hyper's writes and passes them on once a read found no more input (the
+/// client's pipelined requests all taken), so that the responses to requests read together
+/// leave in one TLS record and one write. That is what hyper's `pipeline_flush` does, but
+/// hyper's own buffer is not written out when the connection ends with a parse error (its
+/// automatic 431 or 414 for an oversized head was lost); here a shutdown writes what is held.
+struct Batched<S> {
+    inner: S,
+    buf: Vec<u8>,
+    /// Already written of `buf`.
+    at: usize,
+    /// The last read found nothing waiting (or the end): a flush writes through.
+    read_idle: bool,
+}
+
+impl<S: AsyncWrite + Unpin> Batched<S> {
+    /// Writes out everything gathered; frees a buffer grown past a few responses.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while self.at < self.buf.len() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buf[self.at..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            self.at += n;
+        }
+        self.at = 0;
+        if self.buf.capacity() > 4096 {
+            self.buf = Vec::new();
+        } else {
+            self.buf.clear();
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Batched<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        self.read_idle = match &r {
+            Poll::Ready(Ok(())) => buf.filled().len() == before,
+            _ => true,
+        };
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Batched<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        if self.buf.len() >= CORK_MAX {
+            ready!(self.poll_drain(cx))?;
+        }
+        self.buf.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.buf.len() >= CORK_MAX {
+            ready!(self.poll_drain(cx))?;
+        }
+        let mut n = 0;
+        for b in bufs {
+            self.buf.extend_from_slice(b);
+            n += b.len();
+        }
+        Poll::Ready(Ok(n))
+    }
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if !self.read_idle && self.buf.len() < CORK_MAX {
+            // More requests were read: their responses go with these (hyper polls the read
+            // side again, and flushes after it).
             return Poll::Ready(Ok(()));
         }
         ready!(self.poll_drain(cx))?;
@@ -382,7 +470,10 @@ enum H2Event {
 async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>, sock: Sock, cork: Rc<Cork>) {
     let idle = ctx.idle_timeout;
     let mut builder = h2::server::Builder::new();
-    builder.max_concurrent_streams(ctx.max_streams).max_header_list_size(16 << 10).max_send_buffer_size(1 << 20);
+    builder
+        .max_concurrent_streams(ctx.max_streams)
+        .max_header_list_size(request::MAX_HEAD as u32)
+        .max_send_buffer_size(1 << 20);
     let Ok(Ok(mut conn)) = tokio::time::timeout(idle, builder.handshake::<_, Bytes>(io)).await else { return };
     // Dropped when the connection ends: releases held (dropped, delayed) streams.
     let (_closed_tx, closed) = watch::channel(());
@@ -554,13 +645,16 @@ async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
     };
     // The header read timeout runs from the moment hyper waits for a request head, so it is
     // the keep-alive idle timeout too: no request for that long, and the connection closes.
-    // Pipelined requests (read together) get their responses written together: one write
-    // for the batch rather than one per response.
+    // Pipelined requests (read together) get their responses written together, one write
+    // for the batch rather than one per response: [`Batched`], not hyper's pipeline_flush,
+    // which loses the automatic response to a parse error (431, 414).
     let mut b = hyper::server::conn::http1::Builder::new();
     b.timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(ctx.idle_timeout)
         .keep_alive(true)
-        .pipeline_flush(true);
+        // A request head (a long URL, say) is read into at most this much; beyond it hyper
+        // answers 431 and closes, instead of growing the buffer to its default ~400 KiB.
+        .max_buf_size(request::MAX_HEAD);
     let conn = b.serve_connection(hyper_util::rt::TokioIo::new(io), svc);
     if let Err(e) = conn.await {
         if e.is_timeout() {

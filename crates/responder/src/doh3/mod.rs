@@ -41,7 +41,9 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
     let shared = Rc::new(streams::Shared::default());
     let unacked = ctx.max_queries.is_some().then(|| Rc::new(Unacked::default()));
     let transport = streams::Conn::new(conn, shared.clone(), unacked.clone());
-    let Ok(mut h3c) = h3::server::builder().max_field_section_size(16 << 10).build::<_, Bytes>(transport).await else {
+    let Ok(mut h3c) =
+        h3::server::builder().max_field_section_size(request::MAX_HEAD as u64).build::<_, Bytes>(transport).await
+    else {
         note_idle(&quic, &ctx);
         return;
     };
