@@ -15,9 +15,14 @@
 # Sizes: CONNS (slowloris and stall connections, default 2000), IDLE_CONNS (default 50000;
 # one harness process holds at most its open-files limit, so several run side by side, and
 # they connect from SOURCES loopback addresses), H2_CONNS (8), QUIC_CONNS (16), UDP_SOCKS (4),
-# DURATION (20 s), GOOD_QPS (100), LINES (all: none slowloris-tcp slowloris-dot slowloris-doh1
-# idle-tcp stall-tcp stall-dot rapid-reset continuation big-headers doq-streams doh3-streams
-# long-url udp-garbage), SERVERS ("volley unbound dnsdist").
+# REPLAY_CONNS (0-RTT replayers at once, each sending the recorded first flight again every
+# second, default 200), DURATION (20 s), GOOD_QPS (100), LINES (all: none slowloris-tcp
+# slowloris-dot slowloris-doh1 idle-tcp stall-tcp stall-dot rapid-reset continuation
+# big-headers doq-streams doh3-streams long-url udp-garbage dot-0rtt doq-0rtt doh3-0rtt),
+# SERVERS ("volley unbound dnsdist").
+#
+# The 0-RTT lines start volley with --zero-rtt (it takes early data); the peers keep their
+# defaults (neither takes TLS early data: the replayed ClientHello resumes, or not, without it).
 
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -30,8 +35,9 @@ SOURCES="${SOURCES:-16}"
 H2_CONNS="${H2_CONNS:-8}"
 QUIC_CONNS="${QUIC_CONNS:-16}"
 UDP_SOCKS="${UDP_SOCKS:-4}"
+REPLAY_CONNS="${REPLAY_CONNS:-200}"
 SERVERS="${SERVERS:-volley unbound dnsdist}"
-LINES="${LINES:-none slowloris-tcp slowloris-dot slowloris-doh1 idle-tcp stall-tcp stall-dot rapid-reset continuation big-headers doq-streams doh3-streams long-url udp-garbage}"
+LINES="${LINES:-none slowloris-tcp slowloris-dot slowloris-doh1 idle-tcp stall-tcp stall-dot rapid-reset continuation big-headers doq-streams doh3-streams long-url udp-garbage dot-0rtt doq-0rtt doh3-0rtt}"
 
 need taskset jq kdig openssl
 check_cores
@@ -64,6 +70,9 @@ line_spec() {
         doh3-streams) echo "quic-streams doh3 $QUIC_CONNS doh3" ;;
         long-url) echo "long-url doh1 $H2_CONNS doh2" ;;
         udp-garbage) echo "udp-garbage udp $UDP_SOCKS udp" ;;
+        dot-0rtt) echo "0rtt-replay dot $REPLAY_CONNS dot" ;;
+        doq-0rtt) echo "0rtt-replay doq $REPLAY_CONNS doq" ;;
+        doh3-0rtt) echo "0rtt-replay doh3 $REPLAY_CONNS doh3" ;;
         *) die "unknown line $1" ;;
     esac
 }
@@ -84,6 +93,9 @@ line_title() {
         doh3-streams) echo "DoH/3 stream flood ($QUIC_CONNS conns)" ;;
         long-url) echo "DoH/1.1 GET, 64 KiB URL ($H2_CONNS conns)" ;;
         udp-garbage) echo "UDP malformed flood ($UDP_SOCKS sockets)" ;;
+        dot-0rtt) echo "TLS early data replayed, DoT ($REPLAY_CONNS replayers, 1/s each)" ;;
+        doq-0rtt) echo "QUIC 0-RTT replayed, DoQ ($REPLAY_CONNS replayers, 1/s each)" ;;
+        doh3-0rtt) echo "QUIC 0-RTT replayed, DoH/3 ($REPLAY_CONNS replayers, 1/s each)" ;;
     esac
 }
 
@@ -98,7 +110,9 @@ serves() {
 
 # Each start_* sets SRV_PID and the ports UDP_PORT TCP_PORT DOT_PORT DOH_PORT DOQ_PORT DOH3_PORT.
 start_volley() {
-    start_responder "$VOLLEY_BIN" --dot-port 0 --doh-port 0 --doq-port 0 --doh3-port 0 --cert "$CERT" --key "$KEY"
+    local zero=()
+    case "$line" in *-0rtt) zero=(--zero-rtt) ;; esac
+    start_responder "$VOLLEY_BIN" "${zero[@]}" --dot-port 0 --doh-port 0 --doq-port 0 --doh3-port 0 --cert "$CERT" --key "$KEY"
     SRV_PID="$SERVE_PID"
     UDP_PORT="$SERVE_UDP"
     TCP_PORT="$SERVE_TCP"

@@ -323,3 +323,45 @@ fn long_doh_urls_are_turned_away_on_every_http_version_and_memory_stays_bounded(
     all_answered(&v);
     assert!(stat(&stats, "doh_connections") >= 64, "{stats}");
 }
+
+/// A 0-RTT replay flood on `proto` against a server that takes early data (`--zero-rtt`):
+/// returns the attack's tally, the good client's issued count and the server's stats line.
+fn zero_rtt_replay(proto: attacks::Proto, listener: &str, good: &str) -> (Arc<attacks::Tally>, u64, String) {
+    let mut s = Server::start_encrypted(&["-T", "2", "--zero-rtt", "--request-timeout", "2s"]);
+    let mut p = plan(attacks::Attack::ZeroRttReplay, proto, s.listener(listener), 16);
+    p.interval = Duration::from_millis(500);
+    let url = s.url(good);
+    let (tally, v, peak, stats) = under_attack(&mut s, p, &url);
+    assert!(peak < RSS_BOUND_KIB, "{proto:?}: responder RSS {peak} KiB over the bound {RSS_BOUND_KIB} KiB");
+    all_answered(&v);
+    (tally, total(&v, "issued"), stats)
+}
+
+#[test]
+fn zero_rtt_replays_are_not_answered_and_others_are_answered() {
+    // The original flight's early data is accepted and answered once; its replays (the same
+    // bytes, on new connections or from new ports, 16 at a time for 8 s) resume nothing:
+    // the server's session cache gives each ticket out once (rustls's stateful resumption,
+    // which 0-RTT requires), so a replayed ClientHello gets a full handshake, its early data
+    // is skipped unread, and the replayer (who has no keys) never finishes it.
+    for (proto, listener, good) in [
+        (attacks::Proto::Dot, "dot", "tls"),
+        (attacks::Proto::Doq, "doq", "quic"),
+        (attacks::Proto::Doh3, "doh3", "h3"),
+    ] {
+        let (tally, issued, stats) = zero_rtt_replay(proto, listener, good);
+        eprintln!(
+            "{proto:?}: {}",
+            tally.json(&plan(attacks::Attack::ZeroRttReplay, proto, "127.0.0.1:1".parse().unwrap(), 16))
+        );
+        assert_eq!(tally.opened.load(Ordering::Relaxed), 1, "{proto:?}: the original flight was recorded");
+        assert_eq!(tally.early_accepted.load(Ordering::Relaxed), 1, "{proto:?}: its early data was accepted");
+        let replays = tally.sent.load(Ordering::Relaxed);
+        assert!(replays >= 100, "{proto:?}: the flight was replayed ({replays})");
+        assert_eq!(stat(&stats, "early_data"), 1, "{proto:?}: early data taken once, not on replays: {stats}");
+        assert!(stat(&stats, "tls_resumed") <= 2, "{proto:?}: no replay resumed: {stats}");
+        // The good client's queries, the run's check, the attacker's two: no replay answered.
+        let answered = stat(&stats, "answered");
+        assert!(answered <= issued + 4, "{proto:?}: {answered} answered for {issued} good queries: {stats}");
+    }
+}
