@@ -13,8 +13,9 @@
 # "n/a". The volley binary: $VOLLEY, else `cargo build --release`.
 #
 # Sizes: CONNS (slowloris and stall connections, default 2000), IDLE_CONNS (default 50000;
-# one harness process holds at most its open-files limit, so several run side by side, and
-# they connect from SOURCES loopback addresses), H2_CONNS (8), QUIC_CONNS (16), UDP_SOCKS (4),
+# the campaign raises its open-files limit to 1.5 x IDLE_CONNS + 4096 where it may (root: up to
+# fs.nr_open), else several harness processes run side by side; they connect from SOURCES
+# loopback addresses, 127.0.0.1..N, so that no source address runs out of ports), H2_CONNS (8), QUIC_CONNS (16), UDP_SOCKS (4),
 # REPLAY_CONNS (0-RTT replayers at once, each sending the recorded first flight again every
 # second, default 200), DURATION (20 s), GOOD_QPS (100), LINES (all: none slowloris-tcp
 # slowloris-dot slowloris-doh1 idle-tcp stall-tcp stall-dot rapid-reset continuation
@@ -41,6 +42,26 @@ LINES="${LINES:-none slowloris-tcp slowloris-dot slowloris-doh1 idle-tcp stall-t
 
 need taskset jq kdig openssl
 check_cores
+
+# Open files: the servers, each harness process and their threads inherit this shell's limit.
+# Raise it where we may (root: up to fs.nr_open) so that IDLE_CONNS connections fit in one
+# harness process and in one server thread (volley closes connections idle for 1 s once a
+# thread holds three quarters of its limit: 1.5 x IDLE_CONNS keeps that threshold above
+# them); otherwise the harness runs as several processes of (limit - 1000) connections each,
+# and the servers keep what their limit allows.
+want_nofile=$((IDLE_CONNS * 3 / 2 + 4096))
+nr_open="$(cat /proc/sys/fs/nr_open 2>/dev/null || echo 1048576)"
+[ "$want_nofile" -gt "$nr_open" ] && want_nofile="$nr_open"
+hard="$(ulimit -Hn)"
+if [ "$hard" != unlimited ] && [ "$hard" -lt "$want_nofile" ]; then
+    ulimit -Hn "$want_nofile" 2>/dev/null || log "cannot raise the hard open-files limit past $hard (not root)"
+fi
+hard="$(ulimit -Hn)"
+[ "$hard" = unlimited ] && hard="$want_nofile"
+soft=$((hard < want_nofile ? hard : want_nofile))
+ulimit -Sn "$soft" 2>/dev/null || true
+PER_PROC=$(($(ulimit -Sn) - 1000))
+log "open files: $(ulimit -Sn) (hard $(ulimit -Hn), fs.nr_open $nr_open): at most $PER_PROC connections per harness process"
 VOLLEY_BIN="$(volley_bin_copy)"
 ABUSE="${ABUSE:-}"
 if [ -z "$ABUSE" ]; then
@@ -223,10 +244,10 @@ for line in $LINES; do
         log "$line against $server (pid $SRV_PID): $attack $proto x$conns for ${DURATION}s, good client $gurl"
         apids=()
         if [ "$attack" != none ]; then
-            # One harness process holds at most ~19,000 connections (its open-files limit).
+            # One harness process holds at most its open-files limit less some.
             left="$conns"
             while [ "$left" -gt 0 ]; do
-                n=$((left > 19000 ? 19000 : left))
+                n=$((left > PER_PROC ? PER_PROC : left))
                 "$ABUSE" "$attack" "$proto" "127.0.0.1:$(port_of "$proto")" --conns "$n" --secs "$DURATION" \
                     --interval-ms 1000 --sources "$SOURCES" >>"$WORK/$line.$server.attack" 2>&1 &
                 apids+=($!)

@@ -51,10 +51,12 @@ async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, hand
     let early = crate::dot::early_data(&mut tls, &ctx);
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let io = Prefixed { early, at: 0, inner: tls };
+    // Each on the heap: this task's future then holds the one the connection speaks, not
+    // room for the larger of the two (idle connections: see docs/reliability.md).
     if h2 {
-        serve_h2(io, ctx, sock, cork).await;
+        Box::pin(serve_h2(io, ctx, sock, cork)).await;
     } else {
-        serve_h1(Batched { inner: io, buf: Vec::new(), at: 0, read_idle: false }, ctx, sock.peer).await;
+        Box::pin(serve_h1(Batched { inner: io, buf: Vec::new(), at: 0, read_idle: false }, ctx, sock.peer)).await;
     }
 }
 
@@ -244,14 +246,28 @@ impl<S: AsyncWrite + Unpin> Batched<S> {
     }
 }
 
+/// The most plaintext one read of an HTTP/1.1 connection asks TLS for. hyper offers its whole
+/// read buffer (8 KiB from the first read), which tokio-rustls zeroes before it copies into
+/// it: every connection's buffer would be resident from its first read, idle or not. Reading
+/// in pieces of this size costs no system call (rustls holds the decrypted records), and
+/// leaves the rest of hyper's buffer untouched until a request needs it.
+const H1_READ: usize = 2048;
+
 impl<S: AsyncRead + Unpin> AsyncRead for Batched<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let mut part = buf.take(H1_READ);
+        let r = Pin::new(&mut self.inner).poll_read(cx, &mut part);
+        let n = part.filled().len();
         self.read_idle = match &r {
-            Poll::Ready(Ok(())) => buf.filled().len() == before,
+            Poll::Ready(Ok(())) => n == 0,
             _ => true,
         };
+        if n > 0 {
+            // SAFETY: `part` is the start of `buf`'s unfilled part, and the read filled (so
+            // initialised) its first n bytes.
+            unsafe { buf.assume_init(n) };
+            buf.advance(n);
+        }
         r
     }
 }
