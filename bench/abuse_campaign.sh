@@ -74,6 +74,22 @@ make_cert "$WORK"
 CERT="$WORK/cert.pem"
 KEY="$WORK/key.pem"
 
+# The peers' ports: below the kernel's ephemeral range and used by no socket at all. lib.sh's
+# free_port draws from 20000-60000 and checks listening sockets only, but here the harness's
+# tens of thousands of connections take ephemeral ports as their source ports, and a peer
+# whose port was one of them failed to start ("Address already in use").
+free_port() {
+    local low p
+    low="$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)"
+    for p in $(shuf -i 10000-$((low - 1)) -n 50); do
+        if ! (ss -Htuan 2>/dev/null | awk '{ print $5 }' | grep -q ":$p\$"); then
+            echo "$p"
+            return
+        fi
+    done
+    die "no free port found"
+}
+
 # attack proto conns good-client-transport, per line.
 line_spec() {
     case "$1" in
