@@ -13,11 +13,17 @@
 # "n/a". The volley binary: $VOLLEY, else `cargo build --release`.
 #
 # Sizes: CONNS (slowloris and stall connections, default 2000), IDLE_CONNS (default 50000;
-# one harness process holds at most its open-files limit, so several run side by side, and
-# they connect from SOURCES loopback addresses), H2_CONNS (8), QUIC_CONNS (16), UDP_SOCKS (4),
-# DURATION (20 s), GOOD_QPS (100), LINES (all: none slowloris-tcp slowloris-dot slowloris-doh1
-# idle-tcp stall-tcp stall-dot rapid-reset continuation big-headers doq-streams doh3-streams
-# long-url udp-garbage), SERVERS ("volley unbound dnsdist").
+# the campaign raises its open-files limit to 1.5 x IDLE_CONNS + 4096 where it may (root: up to
+# fs.nr_open), else several harness processes run side by side; they connect from SOURCES
+# loopback addresses, 127.0.0.1..N, so that no source address runs out of ports), H2_CONNS (8), QUIC_CONNS (16), UDP_SOCKS (4),
+# REPLAY_CONNS (0-RTT replayers at once, each sending the recorded first flight again every
+# second, default 200), DURATION (20 s), GOOD_QPS (100), LINES (all: none slowloris-tcp
+# slowloris-dot slowloris-doh1 idle-tcp stall-tcp stall-dot rapid-reset continuation
+# big-headers doq-streams doh3-streams long-url udp-garbage dot-0rtt doq-0rtt doh3-0rtt),
+# SERVERS ("volley unbound dnsdist").
+#
+# The 0-RTT lines start volley with --zero-rtt (it takes early data); the peers keep their
+# defaults (neither takes TLS early data: the replayed ClientHello resumes, or not, without it).
 
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -30,11 +36,32 @@ SOURCES="${SOURCES:-16}"
 H2_CONNS="${H2_CONNS:-8}"
 QUIC_CONNS="${QUIC_CONNS:-16}"
 UDP_SOCKS="${UDP_SOCKS:-4}"
+REPLAY_CONNS="${REPLAY_CONNS:-200}"
 SERVERS="${SERVERS:-volley unbound dnsdist}"
-LINES="${LINES:-none slowloris-tcp slowloris-dot slowloris-doh1 idle-tcp stall-tcp stall-dot rapid-reset continuation big-headers doq-streams doh3-streams long-url udp-garbage}"
+LINES="${LINES:-none slowloris-tcp slowloris-dot slowloris-doh1 idle-tcp stall-tcp stall-dot rapid-reset continuation big-headers doq-streams doh3-streams long-url udp-garbage dot-0rtt doq-0rtt doh3-0rtt}"
 
 need taskset jq kdig openssl
 check_cores
+
+# Open files: the servers, each harness process and their threads inherit this shell's limit.
+# Raise it where we may (root: up to fs.nr_open) so that IDLE_CONNS connections fit in one
+# harness process and in one server thread (volley closes connections idle for 1 s once a
+# thread holds three quarters of its limit: 1.5 x IDLE_CONNS keeps that threshold above
+# them); otherwise the harness runs as several processes of (limit - 1000) connections each,
+# and the servers keep what their limit allows.
+want_nofile=$((IDLE_CONNS * 3 / 2 + 4096))
+nr_open="$(cat /proc/sys/fs/nr_open 2>/dev/null || echo 1048576)"
+[ "$want_nofile" -gt "$nr_open" ] && want_nofile="$nr_open"
+hard="$(ulimit -Hn)"
+if [ "$hard" != unlimited ] && [ "$hard" -lt "$want_nofile" ]; then
+    ulimit -Hn "$want_nofile" 2>/dev/null || log "cannot raise the hard open-files limit past $hard (not root)"
+fi
+hard="$(ulimit -Hn)"
+[ "$hard" = unlimited ] && hard="$want_nofile"
+soft=$((hard < want_nofile ? hard : want_nofile))
+ulimit -Sn "$soft" 2>/dev/null || true
+PER_PROC=$(($(ulimit -Sn) - 1000))
+log "open files: $(ulimit -Sn) (hard $(ulimit -Hn), fs.nr_open $nr_open): at most $PER_PROC connections per harness process"
 VOLLEY_BIN="$(volley_bin_copy)"
 ABUSE="${ABUSE:-}"
 if [ -z "$ABUSE" ]; then
@@ -46,6 +73,22 @@ ABUSE="$WORK/abuse"
 make_cert "$WORK"
 CERT="$WORK/cert.pem"
 KEY="$WORK/key.pem"
+
+# The peers' ports: below the kernel's ephemeral range and used by no socket at all. lib.sh's
+# free_port draws from 20000-60000 and checks listening sockets only, but here the harness's
+# tens of thousands of connections take ephemeral ports as their source ports, and a peer
+# whose port was one of them failed to start ("Address already in use").
+free_port() {
+    local low p
+    low="$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)"
+    for p in $(shuf -i 10000-$((low - 1)) -n 50); do
+        if ! (ss -Htuan 2>/dev/null | awk '{ print $5 }' | grep -q ":$p\$"); then
+            echo "$p"
+            return
+        fi
+    done
+    die "no free port found"
+}
 
 # attack proto conns good-client-transport, per line.
 line_spec() {
@@ -64,6 +107,9 @@ line_spec() {
         doh3-streams) echo "quic-streams doh3 $QUIC_CONNS doh3" ;;
         long-url) echo "long-url doh1 $H2_CONNS doh2" ;;
         udp-garbage) echo "udp-garbage udp $UDP_SOCKS udp" ;;
+        dot-0rtt) echo "0rtt-replay dot $REPLAY_CONNS dot" ;;
+        doq-0rtt) echo "0rtt-replay doq $REPLAY_CONNS doq" ;;
+        doh3-0rtt) echo "0rtt-replay doh3 $REPLAY_CONNS doh3" ;;
         *) die "unknown line $1" ;;
     esac
 }
@@ -84,6 +130,9 @@ line_title() {
         doh3-streams) echo "DoH/3 stream flood ($QUIC_CONNS conns)" ;;
         long-url) echo "DoH/1.1 GET, 64 KiB URL ($H2_CONNS conns)" ;;
         udp-garbage) echo "UDP malformed flood ($UDP_SOCKS sockets)" ;;
+        dot-0rtt) echo "TLS early data replayed, DoT ($REPLAY_CONNS replayers, 1/s each)" ;;
+        doq-0rtt) echo "QUIC 0-RTT replayed, DoQ ($REPLAY_CONNS replayers, 1/s each)" ;;
+        doh3-0rtt) echo "QUIC 0-RTT replayed, DoH/3 ($REPLAY_CONNS replayers, 1/s each)" ;;
     esac
 }
 
@@ -98,7 +147,9 @@ serves() {
 
 # Each start_* sets SRV_PID and the ports UDP_PORT TCP_PORT DOT_PORT DOH_PORT DOQ_PORT DOH3_PORT.
 start_volley() {
-    start_responder "$VOLLEY_BIN" --dot-port 0 --doh-port 0 --doq-port 0 --doh3-port 0 --cert "$CERT" --key "$KEY"
+    local zero=()
+    case "$line" in *-0rtt) zero=(--zero-rtt) ;; esac
+    start_responder "$VOLLEY_BIN" "${zero[@]}" --dot-port 0 --doh-port 0 --doq-port 0 --doh3-port 0 --cert "$CERT" --key "$KEY"
     SRV_PID="$SERVE_PID"
     UDP_PORT="$SERVE_UDP"
     TCP_PORT="$SERVE_TCP"
@@ -209,10 +260,10 @@ for line in $LINES; do
         log "$line against $server (pid $SRV_PID): $attack $proto x$conns for ${DURATION}s, good client $gurl"
         apids=()
         if [ "$attack" != none ]; then
-            # One harness process holds at most ~19,000 connections (its open-files limit).
+            # One harness process holds at most its open-files limit less some.
             left="$conns"
             while [ "$left" -gt 0 ]; do
-                n=$((left > 19000 ? 19000 : left))
+                n=$((left > PER_PROC ? PER_PROC : left))
                 "$ABUSE" "$attack" "$proto" "127.0.0.1:$(port_of "$proto")" --conns "$n" --secs "$DURATION" \
                     --interval-ms 1000 --sources "$SOURCES" >>"$WORK/$line.$server.attack" 2>&1 &
                 apids+=($!)

@@ -6,7 +6,8 @@
 //! cargo run --example abuse -- ATTACK PROTO ADDR [--conns N] [--secs S] [--interval-ms MS] [--sources K]
 //! ```
 //! ATTACK: slowloris, idle, stall, rapid-reset, continuation, big-headers, quic-streams,
-//! long-url, udp-garbage. PROTO: udp, tcp, dot, doh1, doh2, doq, doh3. Loopback only.
+//! long-url, udp-garbage, 0rtt-replay (dot, doq, doh3). PROTO: udp, tcp, dot, doh1, doh2, doq,
+//! doh3. Loopback only.
 
 #[path = "../tests/common/abuse.rs"]
 mod abuse;

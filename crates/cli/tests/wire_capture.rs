@@ -283,8 +283,8 @@ fn doh11_requests_pipelined_on_the_wire() {
     }
     assert_eq!((requests, outstanding), (40, 0), "40 requests, each answered:\n{text}");
     assert!((2..=4).contains(&most), "pipelined, at most 4 outstanding; saw {most}:\n{text}");
-    // The responder writes the responses to requests it read together in one go
-    // (hyper's pipeline_flush): fewer frames than responses.
+    // The responder writes the responses to requests it read together in one go (its
+    // `Batched` writer under hyper): fewer frames than responses.
     let frames = response_frames.values().nth(1).copied().unwrap_or(0);
     assert!(frames * 2 <= 40, "40 responses in {frames} frames:\n{text}");
 }

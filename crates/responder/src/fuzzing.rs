@@ -80,12 +80,12 @@ pub fn doh_request(data: &[u8]) {
     let outcome = match request::check(&ctx, &method, &uri, &map, &mut scratch) {
         Ok(Kind::Get) => {
             assert!(!scratch.is_empty() && scratch.len() <= request::MAX_QUERY);
-            request::answer(&ctx, &scratch, Transport::Doh, &mut out)
+            request::answer(&ctx, None, &scratch, Transport::Doh, &mut out)
         }
         Ok(Kind::Post) => {
             let body = &data[head..];
             let body = &body[..body.len().min(request::MAX_QUERY)];
-            request::answer(&ctx, body, Transport::Doh, &mut out)
+            request::answer(&ctx, None, body, Transport::Doh, &mut out)
         }
         Err(status) => {
             assert!(status.is_client_error());

@@ -190,8 +190,10 @@ impl ClientRate {
         }
     }
 
-    /// Whether one more query from `ip` may be answered now.
+    /// Whether one more query from `ip` may be answered now. An IPv4-mapped IPv6 address
+    /// (a dual-stack socket's view of an IPv4 client) counts as its IPv4 address.
     pub fn admit(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
         let now = self.start.elapsed().as_secs_f64();
         let Ok(mut t) = self.table.lock() else { return true };
         if t.len() >= CLIENTS_MAX && !t.contains_key(&ip) {

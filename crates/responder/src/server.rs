@@ -75,9 +75,10 @@ pub struct ResponderConfig {
     /// taken by the peer, plus delayed answers waiting); beyond it the connection reads
     /// nothing more until the client reads (default 256 KiB).
     pub max_pending_bytes: usize,
-    /// At most this many queries per second from each client IP address over UDP, TCP and
-    /// DoT (a token bucket per address); the rest are not answered and counted as
-    /// `rate_limited`. None: no limit (default).
+    /// At most this many queries per second from each client IP address, on every transport
+    /// (a token bucket per address); the rest get no DNS answer and are counted as
+    /// `rate_limited` (dropped over UDP, TCP and DoT; DoH answers 429, DoQ resets the
+    /// stream). None: no limit (default).
     pub max_qps_per_client: Option<u64>,
     /// The DoH path (default `/dns-query`).
     pub doh_path: String,

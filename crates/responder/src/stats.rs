@@ -60,7 +60,7 @@ pub struct Stats {
     /// handshakes in progress already.
     pub refused_handshakes: u64,
     /// Queries not answered because their client (by IP address) was over
-    /// `--max-qps-per-client`.
+    /// `--max-qps-per-client` (UDP, TCP, DoT: dropped; DoH: 429; DoQ: stream reset).
     pub rate_limited: u64,
 }
 

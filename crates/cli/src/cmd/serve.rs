@@ -57,7 +57,9 @@ Limits against abuse (counted in the stats line):
                             TCP waits in the accept queue, QUIC is refused (refused_handshakes)
   --max-pending-bytes N     TCP, DoT: unsent answer bytes per connection before it stops
                             reading (default 262144)
-  --max-qps-per-client N    UDP, TCP, DoT: queries per second per client address (rate_limited)
+  --max-qps-per-client N    queries per second per client address, every transport: over
+                            it dropped (UDP, TCP, DoT), 429 (DoH), stream reset (DoQ)
+                            (rate_limited)
 
 Output:
   One line per listener on stdout, then nothing until SIGINT/SIGTERM, then one stats line
@@ -203,9 +205,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 262_144, value_parser = clap::value_parser!(u64).range(65_537..=1 << 30))]
     pub max_pending_bytes: u64,
 
-    /// Answer at most N queries per second from each client IP address over UDP, TCP and
-    /// DoT (a token bucket N deep per address); the rest are not answered (counted
-    /// rate_limited).
+    /// Answer at most N queries per second from each client IP address, on every transport
+    /// (a token bucket N deep per address); the rest get no DNS answer (counted
+    /// rate_limited): dropped over UDP, TCP and DoT, 429 over DoH, a stream reset over DoQ.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_qps_per_client: Option<u64>,
 

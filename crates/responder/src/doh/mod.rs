@@ -2,7 +2,8 @@
 //! by ALPN (`h2`, else HTTP/1.1). `GET PATH?dns=BASE64URL` and `POST PATH` with an
 //! `application/dns-message` body; answers `application/dns-message` with
 //! `cache-control: max-age=TTL`. Wrong path 404, wrong method 405, bad `dns` 400, wrong
-//! content type 415.
+//! content type 415, a target over 8 KiB 414, a head over 16 KiB 431 (the HTTP layer's),
+//! over `--max-qps-per-client` 429.
 //!
 //! HTTP/2 runs on the h2 crate directly: requests whose query is at hand (GET, or a POST whose
 //! body arrived with its headers) are answered inline in the connection task; the others,
@@ -43,17 +44,28 @@ pub(crate) async fn serve(
 
 async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, handshaking: Option<crate::policy::Slot>) {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+    let sock = Sock { fd, peer: stream.peer_addr().ok().map(|a| a.ip()) };
     let cork = Rc::new(Cork::default());
     let stream = Corked { inner: stream, buf: Vec::new(), at: 0, cork: cork.clone() };
     let Some(mut tls) = crate::dot::handshake(stream, &ctx, &acceptor, handshaking).await else { return };
     let early = crate::dot::early_data(&mut tls, &ctx);
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let io = Prefixed { early, at: 0, inner: tls };
+    // Each on the heap: this task's future then holds the one the connection speaks, not
+    // room for the larger of the two (idle connections: see docs/reliability.md).
     if h2 {
-        serve_h2(io, ctx, fd, cork).await;
+        Box::pin(serve_h2(io, ctx, sock, cork)).await;
     } else {
-        serve_h1(io, ctx).await;
+        Box::pin(serve_h1(Batched { inner: io, buf: Vec::new(), at: 0, read_idle: false }, ctx, sock.peer)).await;
     }
+}
+
+/// A DoH connection's TCP socket (open as long as the connection) and its client's address
+/// (`--max-qps-per-client`).
+#[derive(Clone, Copy)]
+struct Sock {
+    fd: std::os::fd::RawFd,
+    peer: Option<std::net::IpAddr>,
 }
 
 /// A stream that first yields bytes received before it (TLS early data).
@@ -200,6 +212,107 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Corked<S> {
     }
 }
 
+/// HTTP/1.1: gathers hyper's writes and passes them on once a read found no more input (the
+/// client's pipelined requests all taken), so that the responses to requests read together
+/// leave in one TLS record and one write. That is what hyper's `pipeline_flush` does, but
+/// hyper's own buffer is not written out when the connection ends with a parse error (its
+/// automatic 431 or 414 for an oversized head was lost); here a shutdown writes what is held.
+struct Batched<S> {
+    inner: S,
+    buf: Vec<u8>,
+    /// Already written of `buf`.
+    at: usize,
+    /// The last read found nothing waiting (or the end): a flush writes through.
+    read_idle: bool,
+}
+
+impl<S: AsyncWrite + Unpin> Batched<S> {
+    /// Writes out everything gathered; frees a buffer grown past a few responses.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while self.at < self.buf.len() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buf[self.at..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            self.at += n;
+        }
+        self.at = 0;
+        if self.buf.capacity() > 4096 {
+            self.buf = Vec::new();
+        } else {
+            self.buf.clear();
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// The most plaintext one read of an HTTP/1.1 connection asks TLS for. hyper offers its whole
+/// read buffer (8 KiB from the first read), which tokio-rustls zeroes before it copies into
+/// it: every connection's buffer would be resident from its first read, idle or not. Reading
+/// in pieces of this size costs no system call (rustls holds the decrypted records), and
+/// leaves the rest of hyper's buffer untouched until a request needs it.
+const H1_READ: usize = 2048;
+
+impl<S: AsyncRead + Unpin> AsyncRead for Batched<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let mut part = buf.take(H1_READ);
+        let r = Pin::new(&mut self.inner).poll_read(cx, &mut part);
+        let n = part.filled().len();
+        self.read_idle = match &r {
+            Poll::Ready(Ok(())) => n == 0,
+            _ => true,
+        };
+        if n > 0 {
+            // SAFETY: `part` is the start of `buf`'s unfilled part, and the read filled (so
+            // initialised) its first n bytes.
+            unsafe { buf.assume_init(n) };
+            buf.advance(n);
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Batched<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        if self.buf.len() >= CORK_MAX {
+            ready!(self.poll_drain(cx))?;
+        }
+        self.buf.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.buf.len() >= CORK_MAX {
+            ready!(self.poll_drain(cx))?;
+        }
+        let mut n = 0;
+        for b in bufs {
+            self.buf.extend_from_slice(b);
+            n += b.len();
+        }
+        Poll::Ready(Ok(n))
+    }
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if !self.read_idle && self.buf.len() < CORK_MAX {
+            // More requests were read: their responses go with these (hyper polls the read
+            // side again, and flushes after it).
+            return Poll::Ready(Ok(()));
+        }
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // HTTP/2
 
@@ -298,7 +411,7 @@ fn h2_request(
     scratch: &mut Vec<u8>,
     out: &mut Vec<u8>,
     closed: &watch::Receiver<()>,
-    fd: std::os::fd::RawFd,
+    sock: Sock,
 ) {
     // The refuse-stream fault: refused before the request is read (not a query).
     if ctx.faults.refuse_stream.as_ref().is_some_and(|s| s.hit()) {
@@ -309,7 +422,7 @@ fn h2_request(
     match request::check(ctx, &parts.method, &parts.uri, &parts.headers, scratch) {
         Err(status) => h2_send(&mut respond, request::status_head(status), &[]),
         Ok(Kind::Get) => {
-            let outcome = request::answer(ctx, scratch, Transport::Doh, out);
+            let outcome = request::answer(ctx, sock.peer, scratch, Transport::Doh, out);
             h2_outcome(ctx, respond, outcome, out, closed);
         }
         Ok(Kind::Post) => {
@@ -318,13 +431,13 @@ fn h2_request(
             let mut noop = Context::from_waker(std::task::Waker::noop());
             match poll_body(&mut body, scratch, &mut noop) {
                 Poll::Ready(Some(())) => {
-                    let outcome = request::answer(ctx, scratch, Transport::Doh, out);
+                    let outcome = request::answer(ctx, sock.peer, scratch, Transport::Doh, out);
                     h2_outcome(ctx, respond, outcome, out, closed);
                 }
                 Poll::Ready(None) => h2_send(&mut respond, request::status_head(StatusCode::PAYLOAD_TOO_LARGE), &[]),
                 Poll::Pending => {
                     // The body is still on its way: acknowledge the headers now.
-                    crate::tcp::quick_ack(fd);
+                    crate::tcp::quick_ack(sock.fd);
                     let (ctx, closed) = (ctx.clone(), closed.clone());
                     let mut buf = std::mem::take(scratch);
                     tokio::task::spawn_local(async move {
@@ -346,7 +459,7 @@ fn h2_request(
                         };
                         match got {
                             Some(()) => {
-                                let outcome = request::answer(&ctx, &buf, Transport::Doh, &mut out);
+                                let outcome = request::answer(&ctx, sock.peer, &buf, Transport::Doh, &mut out);
                                 h2_outcome(&ctx, respond, outcome, &out, &closed);
                             }
                             None => h2_send(&mut respond, request::status_head(StatusCode::PAYLOAD_TOO_LARGE), &[]),
@@ -369,17 +482,14 @@ enum H2Event {
     Idle,
 }
 
-/// Serves HTTP/2 on `io`; `fd` is its TCP socket (open as long as `io`), `cork` its
-/// [`Corked`] switch.
-async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(
-    io: S,
-    ctx: Rc<Ctx>,
-    fd: std::os::fd::RawFd,
-    cork: Rc<Cork>,
-) {
+/// Serves HTTP/2 on `io`; `sock` is its TCP socket, `cork` its [`Corked`] switch.
+async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>, sock: Sock, cork: Rc<Cork>) {
     let idle = ctx.idle_timeout;
     let mut builder = h2::server::Builder::new();
-    builder.max_concurrent_streams(ctx.max_streams).max_header_list_size(16 << 10).max_send_buffer_size(1 << 20);
+    builder
+        .max_concurrent_streams(ctx.max_streams)
+        .max_header_list_size(request::MAX_HEAD as u32)
+        .max_send_buffer_size(1 << 20);
     // Streams the client reset before they were taken, waiting to be taken: h2 ends the
     // connection with ENHANCE_YOUR_CALM beyond this (rapid reset, CVE-2023-44487). Its default
     // (20) is below what an honest client resets at once after an outage: every request it
@@ -443,7 +553,7 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(
         match event {
             H2Event::Request(req, respond) => {
                 served += 1;
-                h2_request(&ctx, req, respond, &mut scratch, &mut out, &closed, fd);
+                h2_request(&ctx, req, respond, &mut scratch, &mut out, &closed, sock);
                 if closing {
                     continue;
                 }
@@ -498,6 +608,7 @@ async fn h1_request(
     ctx: Rc<Ctx>,
     req: Request<hyper::body::Incoming>,
     served: Rc<std::cell::Cell<u64>>,
+    peer: Option<std::net::IpAddr>,
 ) -> Result<Response<H1Body>, Reset> {
     use http_body_util::BodyExt;
     let (parts, body) = req.into_parts();
@@ -535,7 +646,7 @@ async fn h1_request(
         }
     }
     let mut out = Vec::with_capacity(512);
-    match request::answer(&ctx, &scratch, Transport::Doh, &mut out) {
+    match request::answer(&ctx, peer, &scratch, Transport::Doh, &mut out) {
         Outcome::Reset => Err(Reset),
         // Never answered: hyper drops this future when the connection ends.
         Outcome::Drop => std::future::pending().await,
@@ -549,21 +660,24 @@ async fn h1_request(
     }
 }
 
-async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>) {
+async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>, peer: Option<std::net::IpAddr>) {
     let served = Rc::new(std::cell::Cell::new(0u64));
     let svc = {
         let ctx = ctx.clone();
-        hyper::service::service_fn(move |req| h1_request(ctx.clone(), req, served.clone()))
+        hyper::service::service_fn(move |req| h1_request(ctx.clone(), req, served.clone(), peer))
     };
     // The header read timeout runs from the moment hyper waits for a request head, so it is
     // the keep-alive idle timeout too: no request for that long, and the connection closes.
-    // Pipelined requests (read together) get their responses written together: one write
-    // for the batch rather than one per response.
+    // Pipelined requests (read together) get their responses written together, one write
+    // for the batch rather than one per response: [`Batched`], not hyper's pipeline_flush,
+    // which loses the automatic response to a parse error (431, 414).
     let mut b = hyper::server::conn::http1::Builder::new();
     b.timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(ctx.idle_timeout)
         .keep_alive(true)
-        .pipeline_flush(true);
+        // A request head (a long URL, say) is read into at most this much; beyond it hyper
+        // answers 431 and closes, instead of growing the buffer to its default ~400 KiB.
+        .max_buf_size(request::MAX_HEAD);
     let conn = b.serve_connection(hyper_util::rt::TokioIo::new(io), svc);
     if let Err(e) = conn.await {
         if e.is_timeout() {

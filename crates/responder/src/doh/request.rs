@@ -1,6 +1,7 @@
 //! What DoH over HTTP/1.1, HTTP/2 and HTTP/3 share: checking a request (path, method,
 //! `?dns=`, content type), answering its query, and applying the HTTP faults.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
@@ -14,6 +15,12 @@ use crate::stats::add;
 pub(crate) const DNS_MESSAGE: &str = "application/dns-message";
 /// Largest DNS message accepted in a POST body or a `dns` parameter.
 pub(crate) const MAX_QUERY: usize = 65_535;
+/// Longest request target (path and query) taken: 8 KiB, about 6 KiB of query in `?dns=`
+/// (DNS queries are a few hundred octets; larger ones go as POST). Longer: 414.
+pub(crate) const MAX_URI: usize = 8 << 10;
+/// Longest request head (HTTP/1.1: request line and headers) or header list (HTTP/2, HTTP/3)
+/// an HTTP layer reads before it turns the request away (431) without reading more.
+pub(crate) const MAX_HEAD: usize = 16 << 10;
 
 /// A request that passed the checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,8 +31,9 @@ pub(crate) enum Kind {
     Post,
 }
 
-/// Checks path, method and (GET) the `dns` parameter, decoding it into `scratch`; (POST)
-/// the content type. The error is the status to answer with.
+/// Checks the target's length (414 over [`MAX_URI`]), path, method and (GET) the `dns`
+/// parameter, decoding it into `scratch`; (POST) the content type. The error is the status
+/// to answer with.
 pub(crate) fn check(
     ctx: &Ctx,
     method: &Method,
@@ -33,6 +41,9 @@ pub(crate) fn check(
     headers: &HeaderMap,
     scratch: &mut Vec<u8>,
 ) -> Result<Kind, StatusCode> {
+    if uri.path_and_query().map_or(0, |p| p.as_str().len()) > MAX_URI {
+        return Err(StatusCode::URI_TOO_LONG);
+    }
     if uri.path() != &*ctx.doh_path {
         return Err(StatusCode::NOT_FOUND);
     }
@@ -70,9 +81,25 @@ pub(crate) enum Outcome {
     Reset,
 }
 
-/// Answers `query` into `out` and decides the response, faults included.
-pub(crate) fn answer(ctx: &Ctx, query: &[u8], transport: Transport, out: &mut Vec<u8>) -> Outcome {
+/// Answers `query` from client address `peer` into `out` and decides the response, faults
+/// and `--max-qps-per-client` included.
+pub(crate) fn answer(
+    ctx: &Ctx,
+    peer: Option<IpAddr>,
+    query: &[u8],
+    transport: Transport,
+    out: &mut Vec<u8>,
+) -> Outcome {
     add(&ctx.counters.queries, 1);
+    if let (Some(rate), Some(ip)) = (&ctx.client_rate, peer) {
+        if !rate.admit(ip) {
+            // Over its rate: no DNS answer, as over UDP and TCP, but the request ends at once
+            // (429, no body) rather than holding its stream until the client gives up.
+            add(&ctx.counters.rate_limited, 1);
+            out.clear();
+            return Outcome::Reply { head: rate_limited_head(), delay: None };
+        }
+    }
     if ctx.faults.rst_stream.as_ref().is_some_and(|s| s.hit()) {
         add(&ctx.counters.dropped, 1);
         return Outcome::Reset;
@@ -129,6 +156,14 @@ pub(crate) fn status_head(status: StatusCode) -> Response<()> {
     if status == StatusCode::METHOD_NOT_ALLOWED {
         r.headers_mut().insert(http::header::ALLOW, HeaderValue::from_static("GET, POST"));
     }
+    r
+}
+
+/// The response to a request over `--max-qps-per-client`: 429 Too Many Requests (RFC 6585),
+/// no body, `retry-after: 1` (the bucket refills within a second).
+pub(crate) fn rate_limited_head() -> Response<()> {
+    let mut r = status_head(StatusCode::TOO_MANY_REQUESTS);
+    r.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
     r
 }
 

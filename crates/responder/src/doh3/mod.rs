@@ -37,10 +37,13 @@ type Stream = h3::server::RequestStream<streams::Bidi<Bytes>, Bytes>;
 pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAccepted>, ctx: Rc<Ctx>) {
     add(&ctx.counters.doh3_connections, 1);
     let quic = conn.clone();
+    let peer = Some(conn.remote_address().ip());
     let shared = Rc::new(streams::Shared::default());
     let unacked = ctx.max_queries.is_some().then(|| Rc::new(Unacked::default()));
     let transport = streams::Conn::new(conn, shared.clone(), unacked.clone());
-    let Ok(mut h3c) = h3::server::builder().max_field_section_size(16 << 10).build::<_, Bytes>(transport).await else {
+    let Ok(mut h3c) =
+        h3::server::builder().max_field_section_size(request::MAX_HEAD as u64).build::<_, Bytes>(transport).await
+    else {
         note_idle(&quic, &ctx);
         return;
     };
@@ -53,7 +56,7 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
         crate::quic::note_first_stream(&ctx, &mut zero_rtt);
         served += 1;
         let stopped = shared.take_stopped(resolver.frame_stream.id());
-        tokio::task::spawn_local(request(resolver, ctx.clone(), stopped, closed.clone()));
+        tokio::task::spawn_local(request(resolver, ctx.clone(), stopped, closed.clone(), peer));
         if closing {
             continue;
         }
@@ -84,7 +87,7 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
                     r = h3c.accept(), if accepting => match r {
                         Ok(Some(resolver)) => {
                             let stopped = shared.take_stopped(resolver.frame_stream.id());
-                            tokio::task::spawn_local(request(resolver, ctx.clone(), stopped, closed.clone()));
+                            tokio::task::spawn_local(request(resolver, ctx.clone(), stopped, closed.clone(), peer));
                         }
                         // The client's GOAWAY: nothing more comes, the answers may still go.
                         Ok(None) => accepting = false,
@@ -139,7 +142,13 @@ async fn stopped(ctx: &Ctx, stopped: Option<streams::Stopped>, closed: &mut watc
     }
 }
 
-async fn request(resolver: Resolver, ctx: Rc<Ctx>, stop: Option<streams::Stopped>, mut closed: watch::Receiver<()>) {
+async fn request(
+    resolver: Resolver,
+    ctx: Rc<Ctx>,
+    stop: Option<streams::Stopped>,
+    mut closed: watch::Receiver<()>,
+    peer: Option<std::net::IpAddr>,
+) {
     // --request-timeout: a request whose head or body does not come whole in time ends here
     // (its stream dropped: reset).
     let (req, mut stream) = match tokio::time::timeout(ctx.request_timeout, resolver.resolve_request()).await {
@@ -185,7 +194,7 @@ async fn request(resolver: Resolver, ctx: Rc<Ctx>, stop: Option<streams::Stopped
         }
     }
     let mut out = Vec::with_capacity(512);
-    match request::answer(&ctx, &scratch, Transport::Doh3, &mut out) {
+    match request::answer(&ctx, peer, &scratch, Transport::Doh3, &mut out) {
         Outcome::Reset => {
             stream.stop_stream(Code::H3_INTERNAL_ERROR);
             stream.stop_sending(Code::H3_INTERNAL_ERROR);

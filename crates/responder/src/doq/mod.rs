@@ -24,6 +24,9 @@ const DOQ_INTERNAL_ERROR: u32 = 1;
 const DOQ_PROTOCOL_ERROR: u32 = 2;
 /// DOQ_NO_ERROR: the code of a graceful close (`--max-queries-per-conn`).
 pub(crate) const DOQ_NO_ERROR: u32 = 0;
+/// DOQ_EXCESSIVE_LOAD (RFC 9250 section 4.3): the code of a stream reset because its client
+/// is over `--max-qps-per-client`.
+const DOQ_EXCESSIVE_LOAD: u32 = 4;
 /// DOQ_REQUEST_CANCELLED: the code a client stops a stream with when it cancels its query.
 const DOQ_REQUEST_CANCELLED: u64 = 3;
 
@@ -35,6 +38,7 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
     let unacked = ctx.max_queries.is_some().then(|| Rc::new(Unacked::default()));
     let mut accepted = 0u64;
     let trace = volley_transport::qlog::of(&conn);
+    let peer = conn.remote_address().ip();
     loop {
         match conn.accept_bi().await {
             Ok((send, recv)) => {
@@ -43,7 +47,7 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
                 if let Some(u) = &unacked {
                     u.track(&send);
                 }
-                tokio::task::spawn_local(stream(send, recv, ctx.clone(), trace.clone()));
+                tokio::task::spawn_local(stream(send, recv, ctx.clone(), trace.clone(), peer));
                 if let (Some(u), true) = (&unacked, ctx.max_queries.is_some_and(|m| accepted >= m)) {
                     let _ = tokio::time::timeout(ctx.idle_timeout, u.settled()).await;
                     if conn.close_reason().is_none() {
@@ -62,8 +66,14 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
     }
 }
 
-/// One query stream; its events go to `trace` (`--qlog`).
-async fn stream(mut send: SendStream, mut recv: RecvStream, ctx: Rc<Ctx>, trace: Option<Trace>) {
+/// One query stream from client address `peer`; its events go to `trace` (`--qlog`).
+async fn stream(
+    mut send: SendStream,
+    mut recv: RecvStream,
+    ctx: Rc<Ctx>,
+    trace: Option<Trace>,
+    peer: std::net::IpAddr,
+) {
     let id = u64::from(send.id());
     if let Some(t) = &trace {
         t.stream_state(id, None, StreamState::Open);
@@ -94,6 +104,13 @@ async fn stream(mut send: SendStream, mut recv: RecvStream, ctx: Rc<Ctx>, trace:
         return;
     }
     add(&ctx.counters.queries, 1);
+    if ctx.client_rate.as_ref().is_some_and(|r| !r.admit(peer)) {
+        // --max-qps-per-client: no answer, as over UDP and TCP, but the stream is reset at
+        // once (DOQ_EXCESSIVE_LOAD) rather than held until the client gives up.
+        add(&ctx.counters.rate_limited, 1);
+        let _ = send.reset(DOQ_EXCESSIVE_LOAD.into());
+        return;
+    }
     if ctx.faults.quic_stream_reset.as_ref().is_some_and(|s| s.hit()) {
         add(&ctx.counters.dropped, 1);
         let _ = send.reset(DOQ_INTERNAL_ERROR.into());

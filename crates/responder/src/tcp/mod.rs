@@ -30,9 +30,10 @@ use crate::stats::add;
 
 /// Initial read buffer; grows to fit one 64 KiB frame if a query that large arrives.
 const READ_BUF: usize = 16 * 1024;
-/// The read buffer a connection starts with; it doubles (up to [`READ_BUF`]) while reads keep
-/// filling it, so that idle connections hold little memory and busy ones read in large chunks.
-const READ_START: usize = 2048;
+/// The read buffer a connection starts with (a few queries); it doubles (up to [`READ_BUF`])
+/// while reads keep filling it, so that idle connections hold little memory and busy ones
+/// read in large chunks.
+const READ_START: usize = 512;
 
 /// A byte stream a DNS-over-TCP connection runs on: TCP itself, or TLS over TCP.
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin {
@@ -189,7 +190,8 @@ impl Conn {
             wbuf: Vec::new(),
             wpos: 0,
             unflushed: false,
-            out: Vec::with_capacity(512),
+            // Grown by the first answer: an idle connection holds none.
+            out: Vec::new(),
             timers: BinaryHeap::new(),
             seq: 0,
             tail: Instant::now(),
@@ -491,7 +493,9 @@ pub(crate) async fn connection<S: Stream>(mut stream: S, ctx: Rc<Ctx>, transport
 /// sees the FIN, not a reset.
 async fn linger<S: Stream>(stream: &mut S) {
     use tokio::io::AsyncReadExt;
-    let mut sink = [0u8; 4096];
+    // On the heap, and only while lingering: an array here would sit in every connection's
+    // future (its task) for the connection's whole life, idle or not.
+    let mut sink = vec![0u8; 4096];
     let _ = tokio::time::timeout(LINGER, async {
         while let Ok(n) = stream.read(&mut sink).await {
             if n == 0 {
