@@ -83,7 +83,7 @@ pub fn run(a: CoordinateArgs) -> CliResult {
         a.parts
     );
     let quiet = a.quiet;
-    let outcome = c.run(|e| match e {
+    let mut events = |e: Event| match e {
         Event::Joined { index, peer } => eprintln!("volley: coordinate: part {index}/{} joined from {peer}", a.parts),
         Event::Refused { peer, reason } => eprintln!("volley: coordinate: refused {peer}: {reason}"),
         Event::Started { unix_ns, ready, missing } => {
@@ -106,7 +106,13 @@ pub fn run(a: CoordinateArgs) -> CliResult {
         ),
         Event::Second { .. } => {}
         Event::Ended { index, status } => eprintln!("volley: coordinate: part {index}: {status}"),
-    });
+    };
+    let mut session = c.open();
+    // The parts of a split `volley limit` ask for a search: one round per step.
+    if let Some(spec) = session.wait_joined(&mut events) {
+        return crate::cmd::limit::coordinate_search(session, spec, a.parts, &a.output, &mut events);
+    }
+    let outcome = session.round(None, &mut events);
     let merged = merge_outcome(&outcome, std::env::args().collect()).map_err(CliError::usage)?;
     let s = &outcome.scale;
     for p in s.part_list.iter().filter(|p| p.status != "merged") {
