@@ -153,6 +153,7 @@ impl PartLink {
     /// A split limit search: waits (`wait` at most) for the coordinator's next step: its
     /// number and the whole run's load; None when the search is over.
     pub fn next_step(&mut self, wait: Duration) -> Result<Option<(u32, f64)>, CoordError> {
+        self.send(&ToCoordinator::Waiting)?;
         self.reader.get_ref().set_read_timeout(Some(wait)).map_err(lost)?;
         match recv::<ToPart, _>(&mut self.reader) {
             Ok(Some(ToPart::Step { number, load })) => Ok(Some((number, load))),

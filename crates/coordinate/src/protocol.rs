@@ -76,6 +76,8 @@ pub enum ToCoordinator {
     },
     /// Sockets made, connections open: waiting for the start.
     Ready,
+    /// A part of a split limit search, its clock measured, waiting for the next step.
+    Waiting,
     /// Still running (once a second, from a thread of its own).
     Alive,
     Progress(PartProgress),

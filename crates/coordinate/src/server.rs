@@ -77,6 +77,9 @@ struct Slot {
     gone: Option<(String, String)>,
     last_heard: Option<Instant>,
     offset_probe: bool,
+    /// A part of a split limit search: its clock measured, it waits for the first step.
+    waiting: bool,
+    limit: bool,
     seconds: BTreeMap<u32, PartProgress>,
 }
 
@@ -165,7 +168,9 @@ impl Session {
         loop {
             {
                 let st = self.shared.state.lock().expect("state");
-                if st.slots.iter().all(|s| s.peer.is_some()) || Instant::now() >= self.deadline {
+                // A part of a split search joins, measures its clock, then says it waits.
+                let joined = |s: &Slot| s.peer.is_some() && (!s.limit || s.waiting || s.gone.is_some());
+                if st.slots.iter().all(joined) || Instant::now() >= self.deadline {
                     break;
                 }
                 let _ = self.shared.changed.wait_timeout(st, Duration::from_millis(50)).expect("state");
@@ -207,7 +212,8 @@ impl Session {
                 s.started = false;
                 s.results = None;
                 s.seconds.clear();
-                if s.gone.is_none() {
+                // (A part still measuring its clock is not sent a step: it is not ready in time.)
+                if s.gone.is_none() && s.waiting {
                     if let Some(w) = s.writer.as_mut() {
                         if send(w, &ToPart::Step { number, load }).is_err() {
                             s.gone = Some(("lost".into(), format!("its connection failed before step {number}")));
@@ -253,7 +259,8 @@ impl Session {
                 missing.push(i as u32);
                 if s.gone.is_none() {
                     let why = if s.peer.is_none() { "never_came" } else { "not_ready" };
-                    s.gone = Some((why.into(), format!("not ready {:.1} s after the wait began", opts.wait.as_secs_f64())));
+                    s.gone =
+                        Some((why.into(), format!("not ready {:.1} s after the wait began", opts.wait.as_secs_f64())));
                 }
             }
         }
@@ -446,6 +453,7 @@ fn serve_part(conn: TcpStream, shared: &Shared, events: &std::sync::mpsc::Sender
         }
         let slot = &mut st.slots[index as usize];
         slot.peer = Some(peer.clone());
+        slot.limit = hello.limit.is_some();
         slot.writer = writer.try_clone().ok();
         slot.last_heard = Some(Instant::now());
         index
@@ -472,6 +480,10 @@ fn serve_part(conn: TcpStream, shared: &Shared, events: &std::sync::mpsc::Sender
             }
             ToCoordinator::Ready => {
                 slot.ready = true;
+                shared.changed.notify_all();
+            }
+            ToCoordinator::Waiting => {
+                slot.waiting = true;
                 shared.changed.notify_all();
             }
             ToCoordinator::Alive | ToCoordinator::Hello(_) => {}

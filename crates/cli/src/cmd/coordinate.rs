@@ -83,7 +83,8 @@ pub fn run(a: CoordinateArgs) -> CliResult {
         a.parts
     );
     let quiet = a.quiet;
-    let mut events = |e: Event| match e {
+    let mut events = |e: Event| {
+        match e {
         Event::Joined { index, peer } => eprintln!("volley: coordinate: part {index}/{} joined from {peer}", a.parts),
         Event::Refused { peer, reason } => eprintln!("volley: coordinate: refused {peer}: {reason}"),
         Event::Started { unix_ns, ready, missing } => {
@@ -106,6 +107,7 @@ pub fn run(a: CoordinateArgs) -> CliResult {
         ),
         Event::Second { .. } => {}
         Event::Ended { index, status } => eprintln!("volley: coordinate: part {index}: {status}"),
+    }
     };
     let mut session = c.open();
     // The parts of a split `volley limit` ask for a search: one round per step.

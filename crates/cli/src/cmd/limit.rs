@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use volley_engine::limit::{search, GeneratorFigures, Growth, Measured, Objective, Outcome, Search};
 use volley_coordinate::{merge_outcome, Event, LimitSpec, Session};
+use volley_engine::limit::{search, GeneratorFigures, Growth, Measured, Objective, Outcome, Search};
 use volley_metrics::{Histogram, RunResult};
 
 use crate::args::parse_duration;
@@ -211,7 +211,7 @@ pub fn run(a: LimitArgs) -> CliResult {
     }
     if a.run.start_at.is_some() {
         return Err(CliError::usage(
-            "--start-at applies to volley run: a split limit search starts its steps together with --coordinator",
+            "--start-at: a split limit search starts each step together with --coordinator; fixed start times apply to volley run",
         ));
     }
     let objective = Objective { min_answered, max_latency };
