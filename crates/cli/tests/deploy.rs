@@ -271,11 +271,11 @@ impl TwoHosts {
             ip(&["netns", "add", n]);
         }
         ip(&["link", "add", &links[0], "type", "veth", "peer", "name", &links[1]]);
-        for i in 0..2 {
-            ip(&["link", "set", &links[i], "netns", &h.names[i]]);
-            ip(&["-n", &h.names[i], "addr", "add", &format!("{}/24", h.addrs[i]), "dev", &links[i]]);
-            ip(&["-n", &h.names[i], "link", "set", &links[i], "up"]);
-            ip(&["-n", &h.names[i], "link", "set", "lo", "up"]);
+        for ((link, ns), addr) in links.iter().zip(&h.names).zip(&h.addrs) {
+            ip(&["link", "set", link, "netns", ns]);
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", link]);
+            ip(&["-n", ns, "link", "set", link, "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
         }
         h
     }
