@@ -669,3 +669,55 @@ fn a_split_limit_search_starts_each_step_together_and_finds_the_single_limit() {
     }
     drop(server);
 }
+
+/// A part of a split limit search killed during a step: the step is incomplete, so the search
+/// stops there; the coordinator writes the step (naming the lost part with its share), says
+/// so, exits 3, and tells the other part the search is over (it exits 0).
+#[test]
+fn a_part_lost_mid_search_ends_the_split_search_incomplete() {
+    let server = Server::start_with(&["--max-qps", "1000", "-T", "1"]);
+    let target = server.udp_url();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("limit.json");
+    let mut coord = Coord::start(Command::new(volley()), &format!("{}:0", lo(6)), 2, &out, &["--silence", "5s"]);
+    let mut children: Vec<Child> = (0..2)
+        .map(|_| {
+            Command::new(volley())
+                .args(["limit", &target, "--parts", "2", "--coordinator", &coord.addr])
+                .args(["--start", "250", "--max", "16000", "--step-duration", "3s", "-t", "300ms", "-T", "1"])
+                .args(["--progress", "never"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start a part")
+        })
+        .collect();
+    // The first step under way (its first second reported; it runs 3): a part dies.
+    coord.wait_for("second    1:");
+    let mut victim = children.remove(1);
+    victim.kill().unwrap();
+    let _ = victim.wait();
+    let (code, err) = finish_part(children.remove(0));
+    assert_eq!(code, Some(0), "the other part is told the search is over: {err}");
+    let (code, said, doc) = coord.finish();
+    assert_eq!(code, Some(3), "{said}");
+    assert!(
+        said.contains("INCOMPLETE") && said.contains("incomplete: the search stopped at step 1: 50.0% of the load"),
+        "{said}"
+    );
+    let doc = doc.expect("the steps measured are written");
+    let s = &doc["searches"][0];
+    assert_eq!(s["stopped"], "interrupted", "{s}");
+    let runs = s["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{s}");
+    let last = &runs[0]["scale"];
+    assert_eq!(last["complete"].as_bool(), Some(false), "{last:#}");
+    // (The coordinator gave the indexes in the order the parts joined.)
+    let mut status: Vec<&str> =
+        last["part_list"].as_array().unwrap().iter().map(|p| p["status"].as_str().unwrap()).collect();
+    status.sort_unstable();
+    assert_eq!(status, ["lost", "merged"], "{last:#}");
+    assert!((last["missing_share"].as_f64().unwrap() - 0.5).abs() < 1e-9);
+    check_accounting(&runs[0]);
+}

@@ -209,9 +209,9 @@ fn counts_table(out: &mut String, class: &str, title: &str, items: &[(String, u6
     table_close(out);
 }
 
-/// A signed span in ms, e.g. `+0.125 ms`.
-fn fmt_signed_ms(ns: i64) -> String {
-    format!("{:+.3} ms", ns as f64 / 1e6)
+/// A signed span, e.g. `+125µs`, `-2.00µs`.
+fn fmt_signed_ns(ns: i64) -> String {
+    format!("{}{}", if ns < 0 { "-" } else { "+" }, fmt_ns(ns.unsigned_abs()))
 }
 
 /// The coordination of a merged split run (docs/scale-out.md): its parts, each one's share,
@@ -259,9 +259,9 @@ fn scale_section(out: &mut String, s: &volley_metrics::ScaleInfo) {
                 p.status.clone(),
                 format!("{:.1}%", p.share * 100.0),
                 p.peer.clone().unwrap_or_else(|| "-".into()),
-                p.clock_offset_ns.map_or("-".into(), fmt_signed_ms),
+                p.clock_offset_ns.map_or("-".into(), fmt_signed_ns),
                 p.rtt_ns.map_or("-".into(), fmt_ns),
-                p.start_offset_ns.map_or("-".into(), fmt_signed_ms),
+                p.start_offset_ns.map_or("-".into(), fmt_signed_ns),
                 p.reason.clone().unwrap_or_default(),
             ],
         );

@@ -801,7 +801,7 @@ fn text_names_the_part_and_the_merge_of_parts() {
         section.contains("INCOMPLETE: 33.3% of the load is missing: part 1 (lost, 33.3% of the load)"),
         "{section}"
     );
-    for (i, offset) in [(0, "+0.000 ms"), (2, "+0.300 ms")] {
+    for (i, offset) in [(0, "+0ns"), (2, "+300µs")] {
         let row = format!(
             "<td>{i}</td><td class=\"n\">merged</td><td class=\"n\">33.3%</td><td class=\"n\">198.18.0.{}:4000</td>",
             10 + i
