@@ -16,6 +16,11 @@ Examples:
     volley coordinate --parts 4 --listen 0.0.0.0:7300 -o merged.json
     volley run udp://192.0.2.53 -Q 400000 -l 60s --parts 4 --coordinator coord:7300 -o part.json   (x4)
 
+  A limit search split across three machines, each step started on all at once and judged on
+  the merged figures (the coordinator runs the search and writes it):
+    volley coordinate --parts 3 --listen 0.0.0.0:7300 -o limit.json
+    volley limit udp://192.0.2.53 --parts 3 --coordinator coord:7300 --start 50000   (x3)
+
 Each part connects, is checked (the same volley, the same run flags), measures its clock's offset
 to the coordinator, makes its sockets and connections and says it is ready; once all are (or
 --wait is over) every ready part gets one start time. While they run, one line a second shows
