@@ -14,6 +14,10 @@
 #   NAME    prefix of the services [volley]
 #   WAIT    how long to wait for the coordinator to finish, seconds [600]
 #   DOCKER  the docker command [docker]
+#   COORD_NODE  a placement constraint for the coordinator, e.g. node.role==manager: the node
+#           whose address COORD is (with several nodes, the coordinator must run where COORD is)
+#   PER_NODE    at most this many parts on one node (--replicas-max-per-node): 1 spreads N parts
+#           over N nodes
 #
 # Swarm's own pitfalls, handled here: services are created with --no-resolve-image (no
 # registry; start dockerd with DOCKER_SERVICE_PREFER_OFFLINE_IMAGE=1 too), -d (a failing job
@@ -31,9 +35,14 @@ docker="${DOCKER:-docker}"
 common=(-d --no-resolve-image --network host --restart-condition none
         --mount "type=bind,src=$out,dst=/out")
 
-"$docker" service create "${common[@]}" --name "$name-coordinate" --mode replicated-job --replicas 1 \
+coord_place=()
+[ -n "${COORD_NODE:-}" ] && coord_place=(--constraint "$COORD_NODE")
+parts_place=()
+[ -n "${PER_NODE:-}" ] && parts_place=(--replicas-max-per-node "$PER_NODE")
+
+"$docker" service create "${common[@]}" "${coord_place[@]}" --name "$name-coordinate" --mode replicated-job --replicas 1 \
     "$image" coordinate --parts "$parts" --listen "$coord" -o /out/merged.json >/dev/null
-"$docker" service create "${common[@]}" --name "$name-parts" --mode replicated-job --replicas "$parts" \
+"$docker" service create "${common[@]}" "${parts_place[@]}" --name "$name-parts" --mode replicated-job --replicas "$parts" \
     --env "VOLLEY_PARTS=$parts" --env "VOLLEY_COORDINATOR=$coord" \
     "$image" run "$@" --progress never -q -o '/out/part-{part}.json' >/dev/null
 
@@ -48,7 +57,7 @@ while [ $SECONDS -lt $deadline ]; do
     sleep 0.5
 done
 "$docker" service logs --raw "$name-coordinate" >&2 || true
-"$docker" service ps "$name-parts" --format '{{.Name}} {{.CurrentState}} {{.Error}}' >&2 || true
+"$docker" service ps "$name-parts" --format '{{.Name}} {{.Node}} {{.CurrentState}} {{.Error}}' >&2 || true
 "$docker" service rm "$name-coordinate" "$name-parts" >/dev/null
 echo "coordinator: $state" >&2
 case "$state" in Complete*) exit 0 ;; *) exit 1 ;; esac

@@ -67,12 +67,36 @@ struct Daemon {
 }
 
 impl Daemon {
+    /// A daemon with a one-node swarm on 127.0.0.1.
     fn start() -> Daemon {
+        let d = Daemon::spawn(None);
+        // Swarm's ports of its own: two test daemons never share one.
+        let (mgmt, data) = (free_port(), free_port());
+        sh(d.docker().args(["swarm", "init", "--advertise-addr", &format!("127.0.0.1:{mgmt}")]).args([
+            "--listen-addr",
+            &format!("127.0.0.1:{mgmt}"),
+            "--data-path-port",
+            &data.to_string(),
+        ]));
+        d
+    }
+
+    /// A daemon of its own, in network namespace `netns` when given (a simulated host: entered
+    /// with nsenter, as `ip netns exec` remounts /sys, which the daemon does not survive).
+    fn spawn(netns: Option<&str>) -> Daemon {
         let dockerd = require("dockerd");
         // A short path: the daemon's sockets live under it.
         let dir = tempfile::Builder::new().prefix("vd").tempdir_in("/tmp").unwrap();
         let sock = format!("unix://{}/d.sock", dir.path().display());
-        let child = Command::new(dockerd)
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new(require("nsenter"));
+                c.arg(format!("--net=/run/netns/{ns}")).arg(dockerd);
+                c
+            }
+            None => Command::new(dockerd),
+        };
+        let child = cmd
             .env("DOCKER_SERVICE_PREFER_OFFLINE_IMAGE", "1")
             .args(["--iptables=false", "--ip6tables=false", "--bridge=none"])
             .arg("--data-root")
@@ -93,14 +117,6 @@ impl Daemon {
             assert!(Instant::now() < deadline, "dockerd did not answer within 60 s");
             std::thread::sleep(Duration::from_millis(200));
         }
-        // Swarm's ports of its own: two test daemons never share one.
-        let (mgmt, data) = (free_port(), free_port());
-        sh(d.docker().args(["swarm", "init", "--advertise-addr", &format!("127.0.0.1:{mgmt}")]).args([
-            "--listen-addr",
-            &format!("127.0.0.1:{mgmt}"),
-            "--data-path-port",
-            &data.to_string(),
-        ]));
         d
     }
 
@@ -229,4 +245,135 @@ fn a_split_run_on_docker_swarm_and_the_job_entry_point() {
         let p = results(results_dir.path(), &format!("part-{i}.json"));
         assert_eq!(p["part"]["index"].as_u64(), Some(i), "JOB_COMPLETION_INDEX={i}");
     }
+}
+
+/// Two simulated hosts: network namespaces joined by a veth pair, at 10.78.X.1 and 10.78.X.2
+/// (X from the test's pid; nothing leaves the namespaces). Removed when dropped.
+struct TwoHosts {
+    names: [String; 2],
+    addrs: [String; 2],
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new(require("ip")).args(args).output().expect("run ip");
+    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+}
+
+impl TwoHosts {
+    fn new() -> TwoHosts {
+        let id = std::process::id();
+        let names = [format!("vw{:x}a", id & 0xffff), format!("vw{:x}b", id & 0xffff)];
+        let net = 10 + id % 240;
+        let addrs = [format!("10.78.{net}.1"), format!("10.78.{net}.2")];
+        let h = TwoHosts { names, addrs };
+        let links = [format!("vw{:x}x", id & 0xffff), format!("vw{:x}y", id & 0xffff)];
+        for n in &h.names {
+            ip(&["netns", "add", n]);
+        }
+        ip(&["link", "add", &links[0], "type", "veth", "peer", "name", &links[1]]);
+        for ((link, ns), addr) in links.iter().zip(&h.names).zip(&h.addrs) {
+            ip(&["link", "set", link, "netns", ns]);
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", link]);
+            ip(&["-n", ns, "link", "set", link, "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        h
+    }
+}
+
+impl Drop for TwoHosts {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+/// A split run across a two-node swarm: a manager and a worker, each a Docker daemon on a
+/// simulated host of its own, the worker joined over the hosts' link. The coordinator runs on
+/// the manager (a placement constraint: its address is the manager's), the two parts one per
+/// node (--replicas-max-per-node 1), against a responder on the manager's host; the merged
+/// results are the whole run's, and the coordinator saw one part from each host.
+#[test]
+fn a_split_run_across_two_swarm_nodes() {
+    let hosts = TwoHosts::new();
+    let manager = Daemon::spawn(Some(&hosts.names[0]));
+    let worker = Daemon::spawn(Some(&hosts.names[1]));
+    let (a, b) = (&hosts.addrs[0], &hosts.addrs[1]);
+    sh(manager
+        .docker()
+        .args(["swarm", "init", "--advertise-addr", &format!("{a}:2377")])
+        .args(["--listen-addr", &format!("{a}:2377")]));
+    let token = sh(manager.docker().args(["swarm", "join-token", "-q", "worker"]));
+    sh(worker.docker().args(["swarm", "join", "--token", token.trim()]).args([
+        "--advertise-addr",
+        &format!("{b}:2377"),
+        "--listen-addr",
+        &format!("{b}:2377"),
+        &format!("{a}:2377"),
+    ]));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let nodes = sh(manager.docker().args(["node", "ls", "--format", "{{.Status}} {{.Availability}}"]));
+        if nodes.lines().filter(|l| l.trim() == "Ready Active").count() == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the worker never became ready:\n{nodes}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let docker = require("docker");
+    for d in [&manager, &worker] {
+        sh(Command::new(deploy().join("build-image.sh"))
+            .arg(volley())
+            .arg("volley:test")
+            .env("DOCKER_HOST", &d.sock)
+            .env("DOCKER", &docker));
+    }
+    let mut serve = Command::new(require("ip"));
+    serve.args(["netns", "exec", &hosts.names[0]]).arg(volley());
+    let server = Server::start_via(serve, &["-l", a]);
+    let target = format!("udp://{}", server.udp_addr());
+
+    let out = tempfile::tempdir().unwrap();
+    let coord = format!("{a}:7300");
+    let run = run_cmd(
+        Command::new(deploy().join("swarm/run.sh"))
+            .args([target.as_str(), "-Q", "900", "-n", "2700", "-T", "1"])
+            .env("DOCKER_HOST", &manager.sock)
+            .env("DOCKER", &docker)
+            .env("IMAGE", "volley:test")
+            .env("PARTS", "2")
+            .env("OUT", out.path())
+            .env("COORD", &coord)
+            .env("COORD_NODE", "node.role==manager")
+            .env("PER_NODE", "1")
+            .env("WAIT", "180"),
+        RUN_WAIT,
+    );
+    assert!(run.status.success(), "swarm run:\n{}", run.stderr);
+    let merged = results(out.path(), "merged.json");
+    check_accounting(&merged);
+    assert_eq!(total(&merged, "issued"), 2700);
+    assert_eq!(total(&merged, "answered"), 2700);
+    let scale = &merged["scale"];
+    assert_eq!(scale["complete"].as_bool(), Some(true), "{scale:#}");
+    let mut from: Vec<&str> = scale["part_list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["peer"].as_str().unwrap().split(':').next().unwrap())
+        .collect();
+    from.sort_unstable();
+    assert_eq!(from, [a.as_str(), b.as_str()], "one part on each node: {scale:#}");
+    let mut issued = 0;
+    for i in 0..2 {
+        let p = results(out.path(), &format!("part-{i}.json"));
+        assert_eq!(p["part"]["index"].as_u64(), Some(i));
+        issued += total(&p, "issued");
+    }
+    assert_eq!(issued, 2700);
+    eprintln!("two-node swarm: start skew {:.3} ms", scale["start_skew_ns"].as_u64().unwrap_or(0) as f64 / 1e6);
+    drop(server);
+    drop(worker);
+    drop(manager);
 }

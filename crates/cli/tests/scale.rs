@@ -544,3 +544,180 @@ fn a_limit_search_part_sends_its_share_of_each_step() {
     assert_eq!(r.status.code(), Some(2));
     assert!(r.stderr.contains("apply to volley run"), "{}", r.stderr);
 }
+
+/// A limit search split across parts on separate simulated hosts (`volley limit --parts N
+/// --coordinator`): the coordinator announces each step's load, the parts start each step
+/// together (the start skew is recorded for every step) and each sends its share, and every
+/// step is judged on the merged figures. Against a responder that answers 1,000 qps, the split
+/// search finds the limit a single process finds, within the noise of the method (10 %), with
+/// the same queries issued at each load both made.
+#[test]
+fn a_split_limit_search_starts_each_step_together_and_finds_the_single_limit() {
+    let mut hosts = Hosts::new();
+    let responder_ns = hosts.host(2);
+    let coord_ns = hosts.host(3);
+    let server = Server::start_via(Hosts::volley(&responder_ns), &["-l", "198.18.0.2", "--max-qps", "1000", "-T", "1"]);
+    let target = format!("udp://{}", server.udp_addr());
+    let dir = tempfile::tempdir().unwrap();
+    let search = [
+        "--start",
+        "250",
+        "--max",
+        "16000",
+        "--step-duration",
+        "2s",
+        "--refine",
+        "4",
+        "-t",
+        "300ms",
+        "-T",
+        "1",
+        "--progress",
+        "never",
+    ];
+    let parts_ns: Vec<String> = (0..3u8).map(|i| hosts.host(10 + i)).collect();
+
+    // One process's search, from a host of its own.
+    let single_out = dir.path().join("single.json");
+    let mut cmd = Hosts::volley(&parts_ns[0]);
+    cmd.args(["limit", &target]).args(search).arg("-o").arg(&single_out);
+    let r = run_cmd(&mut cmd, RUN_WAIT);
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    let single = read_results(&single_out).unwrap();
+    let single = &single["searches"][0];
+    assert_eq!(single["stopped"], "found", "{single}");
+    let single_limit = single["limit"].as_f64().unwrap();
+    let issued_at = |s: &Value, load: f64| {
+        s["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(s["runs"].as_array().unwrap())
+            .find(|(st, _)| st["load"].as_f64() == Some(load))
+            .map(|(_, r)| total(r, "issued"))
+    };
+
+    for n in [2u32, 3] {
+        let out = dir.path().join(format!("limit-{n}.json"));
+        let coord = Coord::start(Hosts::volley(&coord_ns), "198.18.0.3:0", n, &out, &["--wait", "60s"]);
+        let parts_arg = n.to_string();
+        let children: Vec<Child> = parts_ns
+            .iter()
+            .take(n as usize)
+            .map(|ns| {
+                Hosts::volley(ns)
+                    .args(["limit", &target, "--parts", &parts_arg, "--coordinator", &coord.addr])
+                    .args(search)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("start a part")
+            })
+            .collect();
+        for c in children {
+            let (code, err) = finish_part(c);
+            assert_eq!(code, Some(0), "N={n}: {err}");
+        }
+        let (code, said, doc) = coord.finish();
+        assert_eq!(code, Some(0), "N={n}:\n{said}");
+        let doc = doc.expect("the search's file");
+        assert_eq!(doc["schema"], "volley.limit/1");
+        assert_eq!(doc["parts"].as_u64(), Some(u64::from(n)));
+        let s = &doc["searches"][0];
+        assert_eq!(s["stopped"], "found", "N={n}: {s}\n{said}");
+        let limit = s["limit"].as_f64().unwrap();
+        assert!(
+            (limit - single_limit).abs() / single_limit <= 0.10,
+            "N={n}: split limit {limit}, single {single_limit}\n{said}"
+        );
+        let steps = s["steps"].as_array().unwrap();
+        let runs = s["runs"].as_array().unwrap();
+        assert_eq!(steps.len(), runs.len());
+        let mut skews = Vec::new();
+        for (step, run) in steps.iter().zip(runs) {
+            let load = step["load"].as_f64().unwrap();
+            assert_eq!(step["ok"].as_bool().unwrap(), load <= limit, "N={n}: {step}");
+            check_accounting(run);
+            // The parts' shares add up to the step's load, and the step issued what one process
+            // issues at that load.
+            assert!((run["load"]["rate"].as_f64().unwrap() - load).abs() < 1e-6, "N={n}: {step}");
+            if let Some(one) = issued_at(single, load) {
+                assert_eq!(total(run, "issued"), one, "N={n} at {load} qps");
+            }
+            // Every part started this step, from its own host, at the one start given.
+            let scale = &run["scale"];
+            assert_eq!(scale["parts"].as_u64(), Some(u64::from(n)));
+            assert_eq!(scale["complete"].as_bool(), Some(true), "{scale:#}");
+            let list = scale["part_list"].as_array().unwrap();
+            let mut peers: Vec<&str> =
+                list.iter().map(|p| p["peer"].as_str().unwrap().split(':').next().unwrap()).collect();
+            peers.sort_unstable();
+            peers.dedup();
+            assert_eq!(peers.len(), n as usize, "{scale:#}");
+            assert!(list.iter().all(|p| p["status"] == "merged" && p["start_offset_ns"].is_i64()), "{scale:#}");
+            let skew = scale["start_skew_ns"].as_u64().expect("each step's start skew");
+            skews.push(skew);
+        }
+        // Bounded only against steps that were not started together at all (parts that began
+        // each step when they were ready would be tens to hundreds of ms apart every time); a
+        // busy machine may stall one part of one step.
+        let close = skews.iter().filter(|&&s| s < 50_000_000).count();
+        assert!(close * 2 > skews.len(), "N={n}: start skews {skews:?} ns");
+        let skews: Vec<String> = skews.iter().map(|s| format!("{:.3}", *s as f64 / 1e6)).collect();
+        eprintln!("N={n}: limit {limit} (single {single_limit}); start skew per step (ms): {}", skews.join(", "));
+    }
+    drop(server);
+}
+
+/// A part of a split limit search killed during a step: the step is incomplete, so the search
+/// stops there; the coordinator writes the step (naming the lost part with its share), says
+/// so, exits 3, and tells the other part the search is over (it exits 0).
+#[test]
+fn a_part_lost_mid_search_ends_the_split_search_incomplete() {
+    let server = Server::start_with(&["--max-qps", "1000", "-T", "1"]);
+    let target = server.udp_url();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("limit.json");
+    let mut coord = Coord::start(Command::new(volley()), &format!("{}:0", lo(6)), 2, &out, &["--silence", "5s"]);
+    let mut children: Vec<Child> = (0..2)
+        .map(|_| {
+            Command::new(volley())
+                .args(["limit", &target, "--parts", "2", "--coordinator", &coord.addr])
+                .args(["--start", "250", "--max", "16000", "--step-duration", "3s", "-t", "300ms", "-T", "1"])
+                .args(["--progress", "never"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start a part")
+        })
+        .collect();
+    // The first step under way (its first second reported; it runs 3): a part dies.
+    coord.wait_for("second    1:");
+    let mut victim = children.remove(1);
+    victim.kill().unwrap();
+    let _ = victim.wait();
+    let (code, err) = finish_part(children.remove(0));
+    assert_eq!(code, Some(0), "the other part is told the search is over: {err}");
+    let (code, said, doc) = coord.finish();
+    assert_eq!(code, Some(3), "{said}");
+    assert!(
+        said.contains("INCOMPLETE") && said.contains("incomplete: the search stopped at step 1: 50.0% of the load"),
+        "{said}"
+    );
+    let doc = doc.expect("the steps measured are written");
+    let s = &doc["searches"][0];
+    assert_eq!(s["stopped"], "interrupted", "{s}");
+    let runs = s["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{s}");
+    let last = &runs[0]["scale"];
+    assert_eq!(last["complete"].as_bool(), Some(false), "{last:#}");
+    // (The coordinator gave the indexes in the order the parts joined.)
+    let mut status: Vec<&str> =
+        last["part_list"].as_array().unwrap().iter().map(|p| p["status"].as_str().unwrap()).collect();
+    status.sort_unstable();
+    assert_eq!(status, ["lost", "merged"], "{last:#}");
+    assert!((last["missing_share"].as_f64().unwrap() - 0.5).abs() < 1e-9);
+    check_accounting(&runs[0]);
+}

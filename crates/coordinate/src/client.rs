@@ -128,6 +128,9 @@ impl PartLink {
             Ok(None) => return Err(lost("it closed the connection before the start")),
             Err(e) => return Err(lost(e)),
         };
+        // A heartbeat of this run's own (a split limit search says ready once a step).
+        self.running.store(false, Ordering::Relaxed);
+        self.running = Arc::new(AtomicBool::new(true));
         // Live messages never hold the run up for long: a coordinator that stops reading costs a
         // part at most this per message, and the message is lost.
         if let Ok(s) = self.writer.lock() {
@@ -145,6 +148,21 @@ impl PartLink {
             }
         });
         Ok((start as i128 - i128::from(self.offset_ns)).max(0) as u64)
+    }
+
+    /// A split limit search: waits (`wait` at most) for the coordinator's next step: its
+    /// number and the whole run's load; None when the search is over.
+    pub fn next_step(&mut self, wait: Duration) -> Result<Option<(u32, f64)>, CoordError> {
+        self.send(&ToCoordinator::Waiting)?;
+        self.reader.get_ref().set_read_timeout(Some(wait)).map_err(lost)?;
+        match recv::<ToPart, _>(&mut self.reader) {
+            Ok(Some(ToPart::Step { number, load })) => Ok(Some((number, load))),
+            Ok(Some(ToPart::Done)) => Ok(None),
+            Ok(Some(ToPart::Refused { reason })) => Err(CoordError::Refused(reason)),
+            Ok(Some(other)) => Err(lost(format!("unexpected message {other:?}"))),
+            Ok(None) => Err(lost("it closed the connection before the search ended")),
+            Err(e) => Err(lost(e)),
+        }
     }
 
     /// Reports a completed second; a coordinator gone is ignored (the run goes on).

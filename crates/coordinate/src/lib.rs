@@ -18,6 +18,10 @@
 //!                                       ← received
 //! ```
 //!
+//! A split limit search (`volley limit --coordinator`) repeats the middle for each step: the
+//! coordinator runs the search, announces each step (`step {number, load}`), every part makes
+//! its share and says ready, one start for all, results, and `done` after the last step.
+//!
 //! The coordinator never sits on a part's hot path: a part talks to it before its start, once
 //! a second while it runs, and once at its end. A part whose coordinator dies finishes its run
 //! and writes its own results; a part that dies or never comes is named in the merged results,
@@ -28,8 +32,8 @@ pub mod protocol;
 pub mod server;
 
 pub use client::{CoordError, PartLink};
-pub use protocol::{Hello, PartProgress, PROTOCOL};
-pub use server::{merge_outcome, Coordinator, Event, Options, Outcome};
+pub use protocol::{Hello, LimitSpec, PartProgress, PROTOCOL};
+pub use server::{merge_outcome, Coordinator, Event, Options, Outcome, Session};
 
 /// Unix time, ns (CLOCK_REALTIME).
 pub fn unix_ns() -> u64 {

@@ -30,6 +30,28 @@ pub struct Hello {
     /// The run's items split between parts (concurrency, clients or a count; 0 for a rate
     /// over a duration): each part's share of the load follows from it.
     pub items: u64,
+    /// A split limit search (`volley limit --coordinator`): the search the coordinator runs,
+    /// announcing each step to every part. None: one run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<LimitSpec>,
+}
+
+/// The limit search the parts of a split `volley limit` ask for: the coordinator runs it,
+/// giving every part each step's load and one start, and judges each step on the merged
+/// figures (docs/limit.md, "Split across machines").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LimitSpec {
+    /// `qps` or `clients`.
+    pub by: String,
+    pub start: f64,
+    pub max: f64,
+    /// `xF` or `+N`, as given.
+    pub growth: String,
+    pub step_duration_ns: u64,
+    pub refine: u32,
+    pub min_answered: f64,
+    /// The latency objective: (quantile 0..1, bound ns).
+    pub max_latency: Option<(f64, u64)>,
 }
 
 /// A part's live figures for one completed second.
@@ -54,6 +76,8 @@ pub enum ToCoordinator {
     },
     /// Sockets made, connections open: waiting for the start.
     Ready,
+    /// A part of a split limit search, its clock measured, waiting for the next step.
+    Waiting,
     /// Still running (once a second, from a thread of its own).
     Alive,
     Progress(PartProgress),
@@ -88,6 +112,14 @@ pub enum ToPart {
     },
     /// The results came.
     Received,
+    /// A split limit search: run the next step, `load` for the whole run (the part takes its
+    /// share), then say ready and wait for its start as for a run.
+    Step {
+        number: u32,
+        load: f64,
+    },
+    /// A split limit search is over: no more steps.
+    Done,
 }
 
 /// Writes one message as a line.

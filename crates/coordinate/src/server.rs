@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use volley_metrics::{RunResult, ScaleInfo, ScalePart};
 use volley_report::{merge_runs, MergeError, Merged, NamedRun};
 
-use crate::protocol::{recv, send, Hello, PartProgress, ToCoordinator, ToPart, PROTOCOL};
+use crate::protocol::{recv, send, Hello, LimitSpec, PartProgress, ToCoordinator, ToPart, PROTOCOL};
 use crate::{share, unix_ns};
 
 /// How the coordinator waits.
@@ -77,6 +77,9 @@ struct Slot {
     gone: Option<(String, String)>,
     last_heard: Option<Instant>,
     offset_probe: bool,
+    /// A part of a split limit search: its clock measured, it waits for the first step.
+    waiting: bool,
+    limit: bool,
     seconds: BTreeMap<u32, PartProgress>,
 }
 
@@ -86,6 +89,8 @@ struct State {
     first: Option<(u32, Hello)>,
     items: u64,
     start: Option<u64>,
+    /// A split limit search has begun its steps: no part joins now.
+    closed: bool,
 }
 
 struct Shared {
@@ -109,8 +114,15 @@ impl Coordinator {
         self.listener.local_addr()
     }
 
-    /// Runs the coordination to its end: every part's results in, or given up on.
+    /// Runs the coordination of one run to its end: every part's results in, or given up on.
     pub fn run(self, mut events: impl FnMut(Event)) -> Outcome {
+        let mut s = self.open();
+        s.round(None, &mut events)
+    }
+
+    /// Opens the coordination: parts may join from now on; [`Session::wait_joined`] and
+    /// [`Session::round`] follow them.
+    pub fn open(self) -> Session {
         let n = self.opts.parts.max(1);
         let shared = Arc::new(Shared {
             state: Mutex::new(State { slots: (0..n).map(|_| Slot::default()).collect(), ..Default::default() }),
@@ -130,36 +142,116 @@ impl Coordinator {
                 }
             });
         }
-        let drain = |events: &mut dyn FnMut(Event)| {
-            while let Ok(e) = erx.try_recv() {
-                events(e);
-            }
-        };
+        Session { deadline: Instant::now() + self.opts.wait, shared, erx, rounds: 0 }
+    }
+}
 
-        // Wait until every part is ready, or the wait is over.
-        let deadline = Instant::now() + self.opts.wait;
+/// A coordination under way: one round for a run, one round per step for a split limit search.
+pub struct Session {
+    shared: Arc<Shared>,
+    erx: std::sync::mpsc::Receiver<Event>,
+    /// The end of the first round's wait for the parts (`--wait` from the opening).
+    deadline: Instant,
+    rounds: u32,
+}
+
+impl Session {
+    fn drain(&self, events: &mut dyn FnMut(Event)) {
+        while let Ok(e) = self.erx.try_recv() {
+            events(e);
+        }
+    }
+
+    /// Waits until every part has joined, or the wait is over; then the limit search the parts
+    /// asked for (a split `volley limit`), or None (a run).
+    pub fn wait_joined(&mut self, events: &mut dyn FnMut(Event)) -> Option<LimitSpec> {
+        loop {
+            {
+                let st = self.shared.state.lock().expect("state");
+                // A part of a split search joins, measures its clock, then says it waits.
+                let joined = |s: &Slot| s.peer.is_some() && (!s.limit || s.waiting || s.gone.is_some());
+                if st.slots.iter().all(joined) || Instant::now() >= self.deadline {
+                    break;
+                }
+                let _ = self.shared.changed.wait_timeout(st, Duration::from_millis(50)).expect("state");
+            }
+            self.drain(events);
+        }
+        self.drain(events);
+        let st = self.shared.state.lock().expect("state");
+        st.first.as_ref().and_then(|(_, h)| h.limit.clone())
+    }
+
+    /// Tells every part that the search is over.
+    pub fn finish(self) {
+        let mut st = self.shared.state.lock().expect("state");
+        for s in st.slots.iter_mut().filter(|s| s.gone.is_none()) {
+            if let Some(w) = s.writer.as_mut() {
+                let _ = send(w, &ToPart::Done);
+            }
+        }
+    }
+
+    /// One round: (for a step of a split limit search, `step`: its number and load, announced
+    /// to every part first) waits until every part is ready (the first round: until `--wait`
+    /// after the opening; later ones: `--wait` from the announcement), gives the ready ones
+    /// one start, follows them, and collects their results.
+    pub fn round(&mut self, step: Option<(u32, f64)>, events: &mut dyn FnMut(Event)) -> Outcome {
+        let opts = self.shared.opts.clone();
+        let n = opts.parts.max(1);
+        let deadline = if step.is_none() && self.rounds == 0 { self.deadline } else { Instant::now() + opts.wait };
+        self.rounds += 1;
+        let shared = self.shared.clone();
+        if let Some((number, load)) = step {
+            let mut st = shared.state.lock().expect("state");
+            // No part joins a search under way: it would miss steps.
+            st.closed = true;
+            st.start = None;
+            for s in st.slots.iter_mut() {
+                s.ready = false;
+                s.started = false;
+                s.results = None;
+                s.seconds.clear();
+                // (A part still measuring its clock is not sent a step: it is not ready in time.)
+                if s.gone.is_none() && s.waiting {
+                    if let Some(w) = s.writer.as_mut() {
+                        if send(w, &ToPart::Step { number, load }).is_err() {
+                            s.gone = Some(("lost".into(), format!("its connection failed before step {number}")));
+                        }
+                    }
+                }
+            }
+        }
+
+        // Wait until every part is ready (or gone), or the wait is over.
         let mut st = shared.state.lock().expect("state");
         loop {
-            if st.slots.iter().all(|s| s.ready) || Instant::now() >= deadline {
+            if st.slots.iter().all(|s| s.ready || s.gone.is_some()) || Instant::now() >= deadline {
                 break;
             }
             let (g, _) = shared.changed.wait_timeout(st, Duration::from_millis(50)).expect("state");
             st = g;
             drop(st);
-            drain(&mut events);
+            self.drain(events);
             st = shared.state.lock().expect("state");
         }
-        let start = unix_ns() + self.opts.lead.as_nanos() as u64;
+        let start = unix_ns() + opts.lead.as_nanos() as u64;
         st.start = Some(start);
         let (mut ready, mut missing) = (Vec::new(), Vec::new());
         for (i, s) in st.slots.iter_mut().enumerate() {
-            let msg = if s.ready && s.gone.is_none() {
-                ToPart::Start { unix_ns: start }
+            let go = s.ready && s.gone.is_none();
+            let sent = if go {
+                s.writer.as_mut().is_some_and(|w| send(w, &ToPart::Start { unix_ns: start }).is_ok())
             } else {
-                ToPart::Refused { reason: "the run started without this part: it was not ready in time".into() }
+                if s.gone.is_none() {
+                    if let Some(w) = s.writer.as_mut() {
+                        let reason = "the run started without this part: it was not ready in time";
+                        let _ = send(w, &ToPart::Refused { reason: reason.into() });
+                    }
+                }
+                false
             };
-            let sent = s.writer.as_mut().is_some_and(|w| send(w, &msg).is_ok());
-            if s.ready && s.gone.is_none() && sent {
+            if go && sent {
                 s.started = true;
                 s.last_heard = Some(Instant::now());
                 ready.push(i as u32);
@@ -167,27 +259,25 @@ impl Coordinator {
                 missing.push(i as u32);
                 if s.gone.is_none() {
                     let why = if s.peer.is_none() { "never_came" } else { "not_ready" };
-                    s.gone = Some((
-                        why.into(),
-                        format!("not ready {:.1} s after the coordinator began", self.opts.wait.as_secs_f64()),
-                    ));
+                    s.gone =
+                        Some((why.into(), format!("not ready {:.1} s after the wait began", opts.wait.as_secs_f64())));
                 }
             }
         }
         drop(st);
-        drain(&mut events);
+        self.drain(events);
         events(Event::Started { unix_ns: start, ready, missing });
 
         // Follow the parts until each has handed in its results or is gone.
         let mut shown = 0u32;
         loop {
             std::thread::sleep(Duration::from_millis(100));
-            drain(&mut events);
+            self.drain(events);
             let mut st = shared.state.lock().expect("state");
             let now = Instant::now();
             for s in st.slots.iter_mut().filter(|s| s.started && s.results.is_none() && s.gone.is_none()) {
-                if s.last_heard.is_some_and(|t| now.duration_since(t) > self.opts.silence) {
-                    s.gone = Some(("lost".into(), format!("silent for {:.0} s", self.opts.silence.as_secs_f64())));
+                if s.last_heard.is_some_and(|t| now.duration_since(t) > opts.silence) {
+                    s.gone = Some(("lost".into(), format!("silent for {:.0} s", opts.silence.as_secs_f64())));
                     if let Some(w) = &s.writer {
                         let _ = w.shutdown(std::net::Shutdown::Both);
                     }
@@ -232,7 +322,7 @@ impl Coordinator {
                 break;
             }
         }
-        drain(&mut events);
+        self.drain(events);
 
         let st = shared.state.lock().expect("state");
         let items = st.items;
@@ -322,7 +412,7 @@ fn serve_part(conn: TcpStream, shared: &Shared, events: &std::sync::mpsc::Sender
             Some(format!("volley {} where the coordinator is volley {}", hello.version, opts.version))
         } else if hello.parts != opts.parts {
             Some(format!("the part says the run has {} parts, the coordinator {}", hello.parts, opts.parts))
-        } else if st.start.is_some() {
+        } else if st.start.is_some() || st.closed {
             Some("the run has started already".into())
         } else if let Some((first, h)) = st.first.as_ref().filter(|(_, h)| h.fingerprint != hello.fingerprint) {
             Some(format!(
@@ -363,6 +453,7 @@ fn serve_part(conn: TcpStream, shared: &Shared, events: &std::sync::mpsc::Sender
         }
         let slot = &mut st.slots[index as usize];
         slot.peer = Some(peer.clone());
+        slot.limit = hello.limit.is_some();
         slot.writer = writer.try_clone().ok();
         slot.last_heard = Some(Instant::now());
         index
@@ -391,6 +482,10 @@ fn serve_part(conn: TcpStream, shared: &Shared, events: &std::sync::mpsc::Sender
                 slot.ready = true;
                 shared.changed.notify_all();
             }
+            ToCoordinator::Waiting => {
+                slot.waiting = true;
+                shared.changed.notify_all();
+            }
             ToCoordinator::Alive | ToCoordinator::Hello(_) => {}
             ToCoordinator::Progress(p) => {
                 // Bounded: a second already shown is not kept.
@@ -407,7 +502,10 @@ fn serve_part(conn: TcpStream, shared: &Shared, events: &std::sync::mpsc::Sender
                 drop(st);
                 let _ = send(&mut writer, &ToPart::Received);
                 let _ = events.send(Event::Ended { index, status: "merged".into() });
-                return;
+                // A part of a split limit search goes on to the next step.
+                if hello.limit.is_none() {
+                    return;
+                }
             }
         }
     }
@@ -466,6 +564,7 @@ mod tests {
             parts: 3,
             index,
             items: 30,
+            limit: None,
         }
     }
 

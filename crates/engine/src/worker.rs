@@ -1103,7 +1103,7 @@ fn layout(share: &Share, c: &Common) -> (Vec<LaneSlot>, Vec<LaneSpec>, Vec<Clien
 }
 
 /// How long before the run's start a worker wakes, to spin until it (ns).
-const START_SPIN_NS: u64 = 1_000_000;
+const START_SPIN_NS: u64 = 2_000_000;
 
 async fn worker_main(share: Share, c: Common) -> WorkerEnd {
     let (lanes, specs, clients) = layout(&share, &c);
@@ -1163,12 +1163,17 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
     }
     connections_up(&w, &c).await;
     let start = c.gate.start().await;
+    // What the load needs at its start is made before it: the open loop's timer.
+    let schedule_timer = share.schedule.map(|_| precise_timer(&w));
     // Every load begins at the start itself (a coordinated run's parts at the same moment):
-    // the timer wakes the worker shortly before it, and it spins the rest, so that a wake-up
-    // late by less than that costs nothing.
+    // the timer wakes the worker shortly before it, and it waits out the rest on the clock,
+    // giving its core away between readings. A pure spin held the core until the kernel
+    // preempted it: with more waiting threads than cores (parts sharing a machine), a thread
+    // preempted so ran again a time slice later, past the start (7 parts on 2 cores: up to
+    // 1 ms late). Yielding, every waiting thread reads the clock every few microseconds.
     sleep_until(&precise_timer(&w), start.saturating_sub(START_SPIN_NS)).await;
     while now_ns() < start {
-        std::hint::spin_loop();
+        std::thread::yield_now();
     }
     let woke_late_ns = now_ns().saturating_sub(start);
     let end = c.duration_ns.map(|d| start + d);
@@ -1184,7 +1189,8 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         }
     }
     if let Some(period) = share.schedule {
-        tokio::task::spawn_local(schedule(w.clone(), start, share.stripe, period, share.batch_window_ns, end));
+        let timer = schedule_timer.flatten();
+        tokio::task::spawn_local(schedule(w.clone(), timer, start, share.stripe, period, share.batch_window_ns, end));
     }
 
     let scheduled = !w.clients.is_empty() || share.schedule.is_some();
@@ -1367,8 +1373,15 @@ fn precise_timer(w: &Worker) -> Option<PreciseTimer> {
 /// rates a burst shares one timer arm and one system call (a timer arm costs microseconds in
 /// a virtual machine); those leave at most `window` early and their latency counts from the
 /// moment they left.
-async fn schedule(w: Rc<Worker>, start: u64, stripe: crate::part::Stripe, period: f64, window: u64, end: Option<u64>) {
-    let timer = precise_timer(&w);
+async fn schedule(
+    w: Rc<Worker>,
+    timer: Option<PreciseTimer>,
+    start: u64,
+    stripe: crate::part::Stripe,
+    period: f64,
+    window: u64,
+    end: Option<u64>,
+) {
     // The worker's k-th arrival is the run's arrival `stripe.at(k)`, due at that index's time.
     let due = |k: u64| start + crate::part::due_ns(stripe.at(k), period);
     let mut k = 0u64;

@@ -209,6 +209,66 @@ fn counts_table(out: &mut String, class: &str, title: &str, items: &[(String, u6
     table_close(out);
 }
 
+/// A signed span, e.g. `+125µs`, `-2.00µs`.
+fn fmt_signed_ns(ns: i64) -> String {
+    format!("{}{}", if ns < 0 { "-" } else { "+" }, fmt_ns(ns.unsigned_abs()))
+}
+
+/// The coordination of a merged split run (docs/scale-out.md): its parts, each one's share,
+/// where it ran from, its clock and its start against the one given, the start skew, and the
+/// parts lost with their share of the load.
+fn scale_section(out: &mut String, s: &volley_metrics::ScaleInfo) {
+    out.push_str("<h3>Scale out</h3>\n");
+    let merged = s.part_list.iter().filter(|p| p.status == "merged").count();
+    let mut line = format!(
+        "{merged} of {} parts merged, started at {} (the coordinator's clock)",
+        s.parts,
+        volley_wire::rfc3339(s.start_unix_ns, 6)
+    );
+    match s.start_skew_ns {
+        Some(k) => {
+            line.push_str(&format!("; start skew {} (the latest part's actual start minus the earliest's)", fmt_ns(k)))
+        }
+        None => line.push_str("; start skew unknown"),
+    }
+    let _ = writeln!(out, "<p class=\"scale\">{}</p>", esc(&line));
+    if !s.complete {
+        let lost: Vec<String> = s
+            .part_list
+            .iter()
+            .filter(|p| p.status != "merged")
+            .map(|p| format!("part {} ({}, {:.1}% of the load)", p.index, p.status, p.share * 100.0))
+            .collect();
+        let _ = writeln!(
+            out,
+            "<p class=\"status-interrupted\">INCOMPLETE: {:.1}% of the load is missing: {}. The figures are those of the other parts.</p>",
+            s.missing_share * 100.0,
+            esc(&lost.join(", "))
+        );
+    }
+    table_open(
+        out,
+        "scale-parts",
+        &["part", "status", "share", "from", "clock offset", "round trip", "start offset", "why"],
+    );
+    for p in &s.part_list {
+        table_row(
+            out,
+            &[
+                p.index.to_string(),
+                p.status.clone(),
+                format!("{:.1}%", p.share * 100.0),
+                p.peer.clone().unwrap_or_else(|| "-".into()),
+                p.clock_offset_ns.map_or("-".into(), fmt_signed_ns),
+                p.rtt_ns.map_or("-".into(), fmt_ns),
+                p.start_offset_ns.map_or("-".into(), fmt_signed_ns),
+                p.reason.clone().unwrap_or_default(),
+            ],
+        );
+    }
+    table_close(out);
+}
+
 fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
     let r = &run.result;
     let t = &r.totals;
@@ -237,6 +297,10 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
             );
         }
         table_close(out);
+    }
+
+    if let Some(sc) = &r.scale {
+        scale_section(out, sc);
     }
 
     out.push_str("<h3>Summary</h3>\n");

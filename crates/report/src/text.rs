@@ -75,6 +75,20 @@ fn text_lines(r: &RunResult) -> Vec<String> {
             line.push_str(&format!(": INCOMPLETE, {:.1}% of the load missing", s.missing_share * 100.0));
         }
         push_labeled(&mut out, "parts", &line);
+        // One line a part: its share, where it ran, its start against the one given.
+        for p in &s.part_list {
+            let mut l = format!("part {}: {}, {:.1}% of the load", p.index, p.status, p.share * 100.0);
+            if let Some(peer) = &p.peer {
+                l.push_str(&format!(", from {peer}"));
+            }
+            if let Some(o) = p.start_offset_ns {
+                l.push_str(&format!(", started {:+.3} ms from the start given", o as f64 / 1e6));
+            }
+            if let Some(why) = &p.reason {
+                l.push_str(&format!(" ({why})"));
+            }
+            push_labeled(&mut out, "", &l);
+        }
     }
     out.push(String::new());
 

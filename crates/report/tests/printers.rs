@@ -775,11 +775,11 @@ fn text_names_the_part_and_the_merge_of_parts() {
                 index: i,
                 status: if i == 1 { "lost".into() } else { "merged".into() },
                 share: 1.0 / 3.0,
-                peer: None,
-                clock_offset_ns: None,
-                rtt_ns: None,
-                start_offset_ns: None,
-                reason: None,
+                peer: Some(format!("198.18.0.{}:4000", 10 + i)),
+                clock_offset_ns: (i != 1).then_some(-2_000),
+                rtt_ns: (i != 1).then_some(60_000),
+                start_offset_ns: (i != 1).then_some(i64::from(i) * 150_000),
+                reason: (i == 1).then(|| "it closed the connection before its results came".into()),
             })
             .collect(),
     });
@@ -788,4 +788,29 @@ fn text_names_the_part_and_the_merge_of_parts() {
         t.contains("parts      2 parts merged of 3, start skew") && t.contains("INCOMPLETE, 33.3% of the load missing"),
         "{t}"
     );
+    assert!(t.contains("part 2: merged, 33.3% of the load, from 198.18.0.12:4000, started +0.300 ms"), "{t}");
+    assert!(t.contains("part 1: lost, 33.3% of the load, from 198.18.0.11:4000 (it closed"), "{t}");
+    // The HTML report's scale-out section: every part, its share, start offset, and the lost one.
+    let mut html = Vec::new();
+    write_html_report(&[NamedRun::new("merged", r.clone())], &mut html).unwrap();
+    let html = String::from_utf8(html).unwrap();
+    let section = &html[html.find("<h3>Scale out</h3>").expect("a scale-out section")..];
+    let section = &section[..section.find("<h3>Summary</h3>").unwrap()];
+    assert!(section.contains("2 of 3 parts merged") && section.contains("start skew 300"), "{section}");
+    assert!(
+        section.contains("INCOMPLETE: 33.3% of the load is missing: part 1 (lost, 33.3% of the load)"),
+        "{section}"
+    );
+    for (i, offset) in [(0, "+0ns"), (2, "+300µs")] {
+        let row = format!(
+            "<td>{i}</td><td class=\"n\">merged</td><td class=\"n\">33.3%</td><td class=\"n\">198.18.0.{}:4000</td>",
+            10 + i
+        );
+        assert!(section.contains(&row) && section.contains(offset), "{section}");
+    }
+    assert!(section.contains("<td>1</td><td class=\"n\">lost</td>"), "{section}");
+    r.scale = None;
+    let mut html = Vec::new();
+    write_html_report(&[NamedRun::new("one", r)], &mut html).unwrap();
+    assert!(!String::from_utf8(html).unwrap().contains("Scale out"), "no section for a run that is not split");
 }

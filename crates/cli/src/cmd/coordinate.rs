@@ -16,6 +16,11 @@ Examples:
     volley coordinate --parts 4 --listen 0.0.0.0:7300 -o merged.json
     volley run udp://192.0.2.53 -Q 400000 -l 60s --parts 4 --coordinator coord:7300 -o part.json   (x4)
 
+  A limit search split across three machines, each step started on all at once and judged on
+  the merged figures (the coordinator runs the search and writes it):
+    volley coordinate --parts 3 --listen 0.0.0.0:7300 -o limit.json
+    volley limit udp://192.0.2.53 --parts 3 --coordinator coord:7300 --start 50000   (x3)
+
 Each part connects, is checked (the same volley, the same run flags), measures its clock's offset
 to the coordinator, makes its sockets and connections and says it is ready; once all are (or
 --wait is over) every ready part gets one start time. While they run, one line a second shows
@@ -83,7 +88,8 @@ pub fn run(a: CoordinateArgs) -> CliResult {
         a.parts
     );
     let quiet = a.quiet;
-    let outcome = c.run(|e| match e {
+    let mut events = |e: Event| {
+        match e {
         Event::Joined { index, peer } => eprintln!("volley: coordinate: part {index}/{} joined from {peer}", a.parts),
         Event::Refused { peer, reason } => eprintln!("volley: coordinate: refused {peer}: {reason}"),
         Event::Started { unix_ns, ready, missing } => {
@@ -106,7 +112,14 @@ pub fn run(a: CoordinateArgs) -> CliResult {
         ),
         Event::Second { .. } => {}
         Event::Ended { index, status } => eprintln!("volley: coordinate: part {index}: {status}"),
-    });
+    }
+    };
+    let mut session = c.open();
+    // The parts of a split `volley limit` ask for a search: one round per step.
+    if let Some(spec) = session.wait_joined(&mut events) {
+        return crate::cmd::limit::coordinate_search(session, spec, a.parts, &a.output, &mut events);
+    }
+    let outcome = session.round(None, &mut events);
     let merged = merge_outcome(&outcome, std::env::args().collect()).map_err(CliError::usage)?;
     let s = &outcome.scale;
     for p in s.part_list.iter().filter(|p| p.status != "merged") {

@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
+use volley_coordinate::{merge_outcome, Event, LimitSpec, Session};
 use volley_engine::limit::{search, GeneratorFigures, Growth, Measured, Objective, Outcome, Search};
 use volley_metrics::{Histogram, RunResult};
 
 use crate::args::parse_duration;
 use crate::cmd::run::{
-    check_output, check_target, dnsperf_target, execute, interrupt_flag, plan, same_addresses, RunArgs,
+    check_output, check_target, dnsperf_target, execute, execute_with, interrupt_flag, plan, same_addresses, RunArgs,
 };
 use crate::error::{CliError, CliResult};
 
@@ -165,6 +166,30 @@ fn generator_bound(r: &RunResult, load: f64, by: By) -> bool {
     })
 }
 
+/// What a step measured, for the search: its answers, the objective's latency quantile, and
+/// whether the generator rather than the target set the pace.
+fn measured(r: &RunResult, load: f64, by: By, quantile: f64, interrupted: bool) -> Measured {
+    let lat = Histogram::from_sparse(&r.latency.histogram);
+    Measured {
+        answered_ratio: r.totals.answered_ratio(),
+        latency_ns: lat.quantile(quantile),
+        p99_ns: r.latency.p99_ns,
+        generator_bound: generator_bound(r, load, by),
+        interrupted,
+    }
+}
+
+/// A step's verdict, as printed.
+fn verdict(objective: &Objective, m: &Measured) -> &'static str {
+    if m.generator_bound {
+        "generator-bound"
+    } else if objective.met(m) {
+        "ok"
+    } else {
+        "BROKEN"
+    }
+}
+
 /// How busy the target was during a step: its CPU time over the time the load ran (not the
 /// step's whole elapsed time, which adds the wait for the last answers after the load).
 fn target_cpu_share(cpu_s: f64, load_s: f64) -> f64 {
@@ -184,12 +209,25 @@ pub fn run(a: LimitArgs) -> CliResult {
             "volley limit sets the load itself: drop --rate, --concurrency, --clients and --count",
         ));
     }
-    if a.run.coordinator.is_some() || a.run.start_at.is_some() {
+    if a.run.start_at.is_some() {
         return Err(CliError::usage(
-            "--coordinator and --start-at apply to volley run: a split limit search runs its parts with --part I/N",
+            "--start-at: a split limit search starts each step together with --coordinator; fixed start times apply to volley run",
         ));
     }
     let objective = Objective { min_answered, max_latency };
+    if a.run.coordinator.is_some() {
+        let spec = LimitSpec {
+            by: a.by.unit().to_string(),
+            start: a.start,
+            max: a.max,
+            growth: a.growth.clone(),
+            step_duration_ns: a.step_duration.as_nanos() as u64,
+            refine: a.refine,
+            min_answered,
+            max_latency,
+        };
+        return split_part(&a, spec);
+    }
     let settings = Search { start: a.start, max: a.max, growth, refine: a.refine, resolution: 0.02 };
     let quantile = max_latency.map_or(0.99, |(q, _)| q);
 
@@ -259,14 +297,7 @@ pub fn run(a: LimitArgs) -> CliResult {
                         r.link = Some(info);
                         r.warnings.extend(warnings);
                     }
-                    let lat = Histogram::from_sparse(&r.latency.histogram);
-                    let m = Measured {
-                        answered_ratio: r.totals.answered_ratio(),
-                        latency_ns: lat.quantile(quantile),
-                        p99_ns: r.latency.p99_ns,
-                        generator_bound: generator_bound(&r, load, a.by),
-                        interrupted: interrupt.load(Ordering::Relaxed),
-                    };
+                    let m = measured(&r, load, a.by, quantile, interrupt.load(Ordering::Relaxed));
                     // With --target-pid: how busy the target was at this step.
                     let target = r.target_cpu.as_ref().map_or(String::new(), |c| {
                         format!(
@@ -282,13 +313,7 @@ pub fn run(a: LimitArgs) -> CliResult {
                         m.answered_ratio * 100.0,
                         quantile * 100.0,
                         volley_report::fmt_ns(m.latency_ns),
-                        if m.generator_bound {
-                            "generator-bound"
-                        } else if objective.met(&m) {
-                            "ok"
-                        } else {
-                            "BROKEN"
-                        }
+                        verdict(&objective, &m)
                     );
                     runs.push(r);
                     m
@@ -323,19 +348,195 @@ pub fn run(a: LimitArgs) -> CliResult {
     let mut out = std::io::stdout().lock();
     write_table(&searches, &mut out).map_err(CliError::failure)?;
     if let Some(path) = &a.run.output {
-        let doc = serde_json::json!({
-            "schema": "volley.limit/1",
-            "command": std::env::args().collect::<Vec<_>>(),
-            "objective": { "min_answered": min_answered, "latency_quantile": quantile,
-                           "max_latency_ns": max_latency.map(|(_, ns)| ns) },
-            "step_duration_s": a.step_duration.as_secs_f64(),
-            "searches": searches,
-        });
-        let bytes = serde_json::to_vec_pretty(&doc).map_err(CliError::failure)?;
-        volley_report::write_file_atomic(path, |w| w.write_all(&bytes)).map_err(CliError::failure)?;
+        write_doc(path, &objective, quantile, a.step_duration, &searches, None)?;
     }
     if interrupt.load(Ordering::Relaxed) {
         return Err(CliError { code: 130, message: "interrupted: the limits shown are partial".into() });
+    }
+    Ok(())
+}
+
+/// The search's results file (`volley.limit/1`); `parts`: a split search's part count.
+fn write_doc(
+    path: &std::path::Path,
+    objective: &Objective,
+    quantile: f64,
+    step_duration: Duration,
+    searches: &[SearchResult],
+    parts: Option<u32>,
+) -> CliResult {
+    let mut doc = serde_json::json!({
+        "schema": "volley.limit/1",
+        "command": std::env::args().collect::<Vec<_>>(),
+        "objective": { "min_answered": objective.min_answered, "latency_quantile": quantile,
+                       "max_latency_ns": objective.max_latency.map(|(_, ns)| ns) },
+        "step_duration_s": step_duration.as_secs_f64(),
+        "searches": searches,
+    });
+    if let Some(n) = parts {
+        doc["parts"] = n.into();
+    }
+    let bytes = serde_json::to_vec_pretty(&doc).map_err(CliError::failure)?;
+    volley_report::write_file_atomic(path, |w| w.write_all(&bytes)).map_err(CliError::failure)
+}
+
+/// A part of a split limit search (`volley limit --parts N --coordinator ADDR`): the
+/// coordinator runs the search; this part makes its share of each step it announces, starting
+/// when every part is ready, and hands in the step's results.
+fn split_part(a: &LimitArgs, spec: LimitSpec) -> CliResult {
+    if !a.also.is_empty() || a.run.link.is_some() {
+        return Err(CliError::usage(
+            "--coordinator: a split limit search searches one target, not behind --link: drop --also and --link",
+        ));
+    }
+    if a.run.output.is_some() {
+        return Err(CliError::usage(
+            "-o: the parts of a split limit search write no file; the coordinator writes the search (volley coordinate -o)",
+        ));
+    }
+    let target = if a.run.server.is_some() || a.run.port.is_some() || a.run.mode.is_some() {
+        Some(dnsperf_target(a.run.server.as_deref(), a.run.port, a.run.mode.as_deref())?)
+    } else {
+        a.run.target.clone()
+    };
+    let step_args = |load: f64| {
+        let mut r = a.run.clone();
+        r.target = target.clone();
+        (r.server, r.port, r.mode) = (None, None, None);
+        r.duration = Some(a.step_duration);
+        r.output = None;
+        match a.by {
+            By::Qps => r.rate = Some(load),
+            By::Clients => r.clients = Some(load.round().max(1.0) as u64),
+        }
+        r
+    };
+    let mut first = plan(&step_args(a.start))?;
+    check_target(&mut first)?;
+    let items = match a.by {
+        By::Qps => 0,
+        By::Clients => a.start.round().max(1.0) as u64,
+    };
+    let Some(c) = super::scale::join(&a.run, items, Some(spec))? else {
+        return Err(CliError::usage("--coordinator: no coordinator"));
+    };
+    let interrupt = interrupt_flag();
+    while let Some((number, load)) = c.next_step()? {
+        let step = plan(&step_args(load)).and_then(|mut p| {
+            same_addresses(&mut p, &first);
+            c.arm(&mut p);
+            execute_with(&p, a.run.progress, None, interrupt.clone(), None, &mut |pr| c.progress(pr))
+        });
+        let mut r = match step {
+            Ok(r) => r,
+            Err(e) => {
+                c.failed(&e.message);
+                return Err(e);
+            }
+        };
+        r.command = std::env::args().collect();
+        c.annotate(&mut r);
+        if !a.run.quiet {
+            eprintln!(
+                "  step {number}: {load:.0} {} (part {}: {} issued, {} answered)",
+                a.by.unit(),
+                c.part(),
+                r.totals.issued,
+                r.totals.answered
+            );
+        }
+        c.hand_in_step(&r)
+            .map_err(|e| CliError::failure(format!("part {}: step {number}: results not handed in: {e}", c.part())))?;
+        if interrupt.load(Ordering::Relaxed) {
+            return Err(CliError { code: 130, message: "interrupted".into() });
+        }
+    }
+    Ok(())
+}
+
+/// The coordinator's side of a split limit search (`volley coordinate` whose parts run
+/// `volley limit`): runs the search, announcing each step's load to every part with one start,
+/// and judges each step on the parts' merged figures. Writes the search to `output`.
+pub(crate) fn coordinate_search(
+    mut session: Session,
+    spec: LimitSpec,
+    parts: u32,
+    output: &std::path::Path,
+    events: &mut dyn FnMut(Event),
+) -> CliResult {
+    let by = if spec.by == By::Clients.unit() { By::Clients } else { By::Qps };
+    let growth = parse_growth(&spec.growth).map_err(CliError::usage)?;
+    let objective = Objective { min_answered: spec.min_answered, max_latency: spec.max_latency };
+    let settings = Search { start: spec.start, max: spec.max, growth, refine: spec.refine, resolution: 0.02 };
+    let quantile = spec.max_latency.map_or(0.99, |(q, _)| q);
+    let interrupt = interrupt_flag();
+    let command: Vec<String> = std::env::args().collect();
+    let mut runs: Vec<RunResult> = Vec::new();
+    let mut number = 0u32;
+    let mut broken: Option<String> = None;
+    eprintln!("volley: coordinate: searching the limit by {} ({}) with {parts} parts", by.unit(), describe(&objective));
+    let outcome = search(&settings, &objective, |load| {
+        if broken.is_some() || interrupt.load(Ordering::Relaxed) {
+            return Measured { interrupted: true, ..Default::default() };
+        }
+        number += 1;
+        let out = session.round(Some((number, load)), events);
+        let merged = match merge_outcome(&out, command.clone()) {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                broken = Some(format!("step {number}: no part handed in results"));
+                return Measured { interrupted: true, ..Default::default() };
+            }
+            Err(e) => {
+                broken = Some(format!("step {number}: {e}"));
+                return Measured { interrupted: true, ..Default::default() };
+            }
+        };
+        let r = merged.result;
+        // A step without some parts measured part of the load: the search cannot go on.
+        if !out.scale.complete {
+            broken = Some(format!(
+                "step {number}: {:.1}% of the load is missing ({})",
+                out.scale.missing_share * 100.0,
+                r.warnings.first().map_or("", String::as_str)
+            ));
+        }
+        let m = measured(&r, load, by, quantile, broken.is_some() || interrupt.load(Ordering::Relaxed));
+        eprintln!(
+            "  {:>12} {}  answered {:>7.3}%  p{} {:>10}  {}  start skew {}",
+            format!("{load:.0}"),
+            by.unit(),
+            m.answered_ratio * 100.0,
+            quantile * 100.0,
+            volley_report::fmt_ns(m.latency_ns),
+            if broken.is_some() { "INCOMPLETE" } else { verdict(&objective, &m) },
+            out.scale.start_skew_ns.map_or("unknown".to_string(), volley_report::fmt_ns)
+        );
+        runs.push(r);
+        m
+    });
+    session.finish();
+    let Some(first) = runs.first() else {
+        return Err(CliError::failure(broken.unwrap_or_else(|| "no step was measured".into())));
+    };
+    let search = SearchResult {
+        name: first.target.url.clone(),
+        target: first.target.url.clone(),
+        unit: by.unit(),
+        steps: outcome.steps,
+        limit: outcome.limit,
+        stopped: outcome.stopped,
+        runs,
+    };
+    let searches = [search];
+    let mut out = std::io::stdout().lock();
+    write_table(&searches, &mut out).map_err(CliError::failure)?;
+    write_doc(output, &objective, quantile, Duration::from_nanos(spec.step_duration_ns), &searches, Some(parts))?;
+    if let Some(b) = broken {
+        return Err(CliError { code: 3, message: format!("incomplete: the search stopped at {b}") });
+    }
+    if interrupt.load(Ordering::Relaxed) {
+        return Err(CliError { code: 130, message: "interrupted: the limit shown is partial".into() });
     }
     Ok(())
 }

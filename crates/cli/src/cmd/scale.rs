@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use volley_coordinate::{CoordError, Hello, PartLink, PartProgress, PROTOCOL};
+use volley_coordinate::{CoordError, Hello, LimitSpec, PartLink, PartProgress, PROTOCOL};
 use volley_engine::{Load, Part, Plan, StartAt};
 use volley_metrics::{Progress, RunResult};
 
@@ -129,7 +129,7 @@ pub fn parse_start_at(s: &str) -> Result<u64, String> {
 
 /// The run's items split between parts, by which each part's share of the load is known:
 /// clients, else concurrency, else a count; 0 for a rate over a duration (an even share).
-fn items(plan: &Plan) -> u64 {
+pub fn items(plan: &Plan) -> u64 {
     match &plan.load {
         Load::Clients(c) => c.count,
         Load::Closed { concurrency } => *concurrency,
@@ -180,6 +180,15 @@ pub fn prepare(a: &RunArgs, plan: &mut Plan) -> CliResult<Option<Coordinated>> {
     if let Some(t) = &a.start_at {
         plan.start = Some(StartAt::at(parse_start_at(t).map_err(CliError::usage)?));
     }
+    let Some(c) = join(a, items(plan), None)? else { return Ok(None) };
+    c.arm(plan);
+    Ok(Some(c))
+}
+
+/// Joins the coordinator the flags name (None: no `--coordinator`). `items`: the run's items
+/// split between parts (its share of the load follows); `limit`: the search a part of a split
+/// `volley limit` asks the coordinator to run (it is part of the run's fingerprint).
+pub fn join(a: &RunArgs, items: u64, limit: Option<LimitSpec>) -> CliResult<Option<Coordinated>> {
     let Some(addr) = &a.coordinator else { return Ok(None) };
     let known = static_part(a)?;
     let parts = match (known, a.parts) {
@@ -189,7 +198,10 @@ pub fn prepare(a: &RunArgs, plan: &mut Plan) -> CliResult<Option<Coordinated>> {
             return Err(CliError::usage("--coordinator: say how many parts the run has (--parts N or --part I/N)"))
         }
     };
-    let fields = run_fields(a);
+    let mut fields = run_fields(a);
+    if let Some(l) = &limit {
+        fields.push(format!("limit: {l:?}"));
+    }
     let hello = Hello {
         protocol: PROTOCOL.to_string(),
         version: crate::cli::version().to_string(),
@@ -197,34 +209,61 @@ pub fn prepare(a: &RunArgs, plan: &mut Plan) -> CliResult<Option<Coordinated>> {
         args: fields,
         parts,
         index: known.map(|p| p.index),
-        items: items(plan),
+        items,
+        limit,
     };
     let link = PartLink::join(addr, &hello, a.coordinator_wait.min(Duration::from_secs(60))).map_err(|e| match e {
         CoordError::Refused(r) => CliError::usage(format!("refused by the coordinator at {addr}: {r}")),
         e => CliError::usage(format!("--coordinator: {e}")),
     })?;
     let part = Part::new(link.index, link.parts).map_err(|e| CliError::usage(format!("--coordinator: {e}")))?;
-    plan.part = part;
     eprintln!(
         "volley: part {part} joined the coordinator at {addr}: clock offset {:+.3} ms (round trip {:.3} ms)",
         link.offset_ns as f64 / 1e6,
         link.rtt_ns as f64 / 1e6
     );
-    let link = Arc::new(Mutex::new(link));
-    let start = Arc::new(Mutex::new(None));
-    let wait = a.coordinator_wait;
-    let (l, s) = (link.clone(), start.clone());
-    plan.start = Some(StartAt::new(move || {
-        let mut link = l.lock().map_err(|_| "coordinator link poisoned".to_string())?;
-        let at = link.ready(wait).map_err(|e| e.to_string())?;
-        let given = (at as i128 + i128::from(link.offset_ns)).max(0) as u64;
-        *s.lock().map_err(|_| "poisoned".to_string())? = Some(given);
-        Ok(at)
-    }));
-    Ok(Some(Coordinated { link, start, wait, part }))
+    Ok(Some(Coordinated {
+        link: Arc::new(Mutex::new(link)),
+        start: Arc::new(Mutex::new(None)),
+        wait: a.coordinator_wait,
+        part,
+    }))
 }
 
 impl Coordinated {
+    /// Makes `plan` this part's, started when the coordinator says: the plan's setup done, it
+    /// says ready and waits for the start.
+    pub fn arm(&self, plan: &mut Plan) {
+        plan.part = self.part;
+        let (l, s, wait) = (self.link.clone(), self.start.clone(), self.wait);
+        plan.start = Some(StartAt::new(move || {
+            let mut link = l.lock().map_err(|_| "coordinator link poisoned".to_string())?;
+            let at = link.ready(wait).map_err(|e| e.to_string())?;
+            let given = (at as i128 + i128::from(link.offset_ns)).max(0) as u64;
+            *s.lock().map_err(|_| "poisoned".to_string())? = Some(given);
+            Ok(at)
+        }));
+    }
+
+    /// A part of a split limit search: the next step's number and load (the whole run's), or
+    /// None once the search is over.
+    pub fn next_step(&self) -> CliResult<Option<(u32, f64)>> {
+        let mut l = self.link.lock().map_err(|_| CliError::failure("coordinator link poisoned"))?;
+        let addr = l.addr().to_string();
+        l.next_step(self.wait).map_err(|e| CliError::failure(format!("part {}: coordinator at {addr}: {e}", self.part)))
+    }
+
+    /// Says this part could not run.
+    pub fn failed(&self, error: &str) {
+        if let Ok(l) = self.link.lock() {
+            l.failed(error);
+        }
+    }
+
+    pub fn part(&self) -> Part {
+        self.part
+    }
+
     /// Reports a completed second (never holds the run up: a lost coordinator is ignored).
     pub fn progress(&self, p: &Progress) {
         let r = &p.row;
@@ -258,11 +297,16 @@ impl Coordinated {
 
     /// Hands the results to the coordinator; says so on standard error when it cannot.
     pub fn hand_in(self, r: &RunResult, file: Option<&std::path::Path>) {
-        let Ok(mut l) = self.link.lock() else { return };
-        if let Err(e) = l.results(r, self.wait.min(Duration::from_secs(60))) {
+        if let Err(e) = self.hand_in_step(r) {
             let kept = file.map_or("not kept: no -o file".to_string(), |f| format!("they are in {}", f.display()));
             eprintln!("volley: warning: part {}: results not handed in ({e}); {kept}", self.part);
         }
+    }
+
+    /// Hands one run's (or one step's) results to the coordinator and waits for its receipt.
+    pub fn hand_in_step(&self, r: &RunResult) -> Result<(), CoordError> {
+        let mut l = self.link.lock().map_err(|_| CoordError::Lost("lock".into()))?;
+        l.results(r, self.wait.min(Duration::from_secs(60)))
     }
 }
 
