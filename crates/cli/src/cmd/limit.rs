@@ -152,6 +152,21 @@ fn parse_growth(s: &str) -> Result<Growth, String> {
 /// asked for. Queries that waited for the transport (the server's streams, a connection being
 /// opened), or never left for want of them (unsent), do not make a step generator-bound: that
 /// is the target's doing, and the step is judged by its answers and latency like any other.
+/// The run of one step at `load` against `target`: the search's flags, the step's duration,
+/// no file of its own.
+fn step_run(a: &LimitArgs, target: &Option<String>, load: f64) -> RunArgs {
+    let mut r = a.run.clone();
+    r.target = target.clone();
+    (r.server, r.port, r.mode) = (None, None, None);
+    r.duration = Some(a.step_duration);
+    r.output = None;
+    match a.by {
+        By::Qps => r.rate = Some(load),
+        By::Clients => r.clients = Some(load.round().max(1.0) as u64),
+    }
+    r
+}
+
 fn generator_bound(r: &RunResult, load: f64, by: By) -> bool {
     let asked = match by {
         // A part of a split search (--part I/N) is asked for its share of each step.
@@ -256,18 +271,7 @@ pub fn run(a: LimitArgs) -> CliResult {
     let mut searches = Vec::new();
     for target in targets {
         // The plan of one step at `load`.
-        let step_args = |load: f64| {
-            let mut r = a.run.clone();
-            r.target = target.clone();
-            (r.server, r.port, r.mode) = (None, None, None);
-            r.duration = Some(a.step_duration);
-            r.output = None;
-            match a.by {
-                By::Qps => r.rate = Some(load),
-                By::Clients => r.clients = Some(load.round().max(1.0) as u64),
-            }
-            r
-        };
+        let step_args = |load: f64| step_run(&a, &target, load);
         let mut first = plan(&step_args(a.start))?;
         if let Some(l) = &link {
             l.reach_plan(&mut first);
@@ -399,18 +403,7 @@ fn split_part(a: &LimitArgs, spec: LimitSpec) -> CliResult {
     } else {
         a.run.target.clone()
     };
-    let step_args = |load: f64| {
-        let mut r = a.run.clone();
-        r.target = target.clone();
-        (r.server, r.port, r.mode) = (None, None, None);
-        r.duration = Some(a.step_duration);
-        r.output = None;
-        match a.by {
-            By::Qps => r.rate = Some(load),
-            By::Clients => r.clients = Some(load.round().max(1.0) as u64),
-        }
-        r
-    };
+    let step_args = |load: f64| step_run(a, &target, load);
     let mut first = plan(&step_args(a.start))?;
     check_target(&mut first)?;
     let items = match a.by {

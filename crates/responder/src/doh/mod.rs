@@ -113,6 +113,24 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
     }
 }
 
+/// Writes `buf` from `at` on to `inner`, moving `at` as it goes: the held output of [`Corked`]
+/// and [`Batched`].
+fn write_out<S: AsyncWrite + Unpin>(
+    inner: &mut S,
+    buf: &[u8],
+    at: &mut usize,
+    cx: &mut Context<'_>,
+) -> Poll<std::io::Result<()>> {
+    while *at < buf.len() {
+        let n = ready!(Pin::new(&mut *inner).poll_write(cx, &buf[*at..]))?;
+        if n == 0 {
+            return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+        }
+        *at += n;
+    }
+    Poll::Ready(Ok(()))
+}
+
 /// Output held back by a [`Corked`] socket before it writes through even while corked.
 const CORK_MAX: usize = 64 * 1024;
 
@@ -142,13 +160,7 @@ struct Cork {
 impl<S: AsyncWrite + Unpin> Corked<S> {
     /// Writes out everything gathered.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        while self.at < self.buf.len() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buf[self.at..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
-            }
-            self.at += n;
-        }
+        ready!(write_out(&mut self.inner, &self.buf, &mut self.at, cx))?;
         self.buf.clear();
         self.at = 0;
         self.cork.held.set(false);
@@ -229,13 +241,7 @@ struct Batched<S> {
 impl<S: AsyncWrite + Unpin> Batched<S> {
     /// Writes out everything gathered; frees a buffer grown past a few responses.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        while self.at < self.buf.len() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buf[self.at..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
-            }
-            self.at += n;
-        }
+        ready!(write_out(&mut self.inner, &self.buf, &mut self.at, cx))?;
         self.at = 0;
         if self.buf.capacity() > 4096 {
             self.buf = Vec::new();
