@@ -311,7 +311,7 @@ const POLL_NS: u64 = 50_000;
 const POLL_PERIOD_NS: u64 = 1_000_000;
 const POLL_SHARE: u64 = 2;
 /// Packets read from one side before the other gets its turn.
-const BATCH: usize = 64;
+const BATCH: usize = 8;
 /// Packet buffers kept for reuse.
 const POOL: usize = 4096;
 
@@ -374,19 +374,28 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
             };
             let _ = reply.send(s);
         }
-        // In: what each side has sent, until the device has no more (at most BATCH from a
-        // side before the other's turn). After a sleep only the sides it saw readable.
+        // In: what each side has sent, at most BATCH from a side before what is due is
+        // written (so that a backlog does not make the first packets read late). After a
+        // sleep only the sides epoll saw readable; a side that had more is read again on the
+        // next pass, without a sleep in between.
         for (i, (fd, pipe)) in [(ns_fd, &mut f.up), (host_fd, &mut f.down)].into_iter().enumerate() {
             if !readable[i] {
                 continue;
             }
-            for _ in 0..BATCH {
+            readable[i] = false;
+            for k in 0..BATCH {
+                if k == BATCH - 1 {
+                    readable[i] = true;
+                }
                 // SAFETY: read(2) into a buffer we own, of its length.
                 let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
                 if n < 0 {
                     let e = io::Error::last_os_error();
                     match e.kind() {
-                        io::ErrorKind::WouldBlock => break,
+                        io::ErrorKind::WouldBlock => {
+                            readable[i] = false;
+                            break;
+                        }
                         io::ErrorKind::Interrupted => continue,
                         _ => return Err(e),
                     }
@@ -399,7 +408,6 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
                 last_pkt = t;
             }
         }
-        readable = [true, true];
         // Out: what is due.
         let t = now(&f.clock);
         for (fd, pipe) in [(host_fd, &mut f.up), (ns_fd, &mut f.down)] {
@@ -421,6 +429,10 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         if f.stop.load(Ordering::Acquire) {
             break;
         }
+        if readable[0] || readable[1] {
+            // A device had more than a batch: read on.
+            continue;
+        }
         // Wait: for a packet, for the next due time, or for the stop signal.
         let next = [f.up.next_due(), f.down.next_due()].into_iter().flatten().min();
         let t = now(&f.clock);
@@ -430,6 +442,7 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         // leaves on time. How late wake-ups come is learnt as it runs (`wake_late`).
         let early = (wake_late + wake_late / 2).min(MAX_EARLY_NS);
         if wait.is_some_and(|w| w < SPIN_NS.max(early)) {
+            readable = [true, true];
             continue;
         }
         // A packet in the last `poll_ns`: poll for the next one rather than sleep, for a
@@ -439,6 +452,7 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         }
         if t.saturating_sub(last_pkt) < poll_ns && polled < POLL_PERIOD_NS / POLL_SHARE {
             polled += t.saturating_sub(pass_start);
+            readable = [true, true];
             continue;
         }
         let sleep = wait.map(|w| w - early);
