@@ -10,6 +10,8 @@
 # within 50 us, p99 within 200 us; rate within 2 %).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export VOLLEY_LINK_RATE_SECS="${VOLLEY_LINK_RATE_SECS:-10}"
+# The one-way delay's p99 held to the issue's 200 us (the test suite holds it to 2 ms).
+export VOLLEY_LINK_STRICT=1
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces and TUN devices)"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 (cd "$REPO_DIR" && cargo test --release -p volley-link --test accuracy -- --nocapture --test-threads 1) \
@@ -20,6 +22,6 @@ load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
     echo "Load average before: $load_before. $(machine_line)."
     echo
     echo '```'
-    grep -E 'one-way delay|lost |KS D|rate .* Mbit/s:|attempt' "$WORK/accuracy.out"
+    grep -E "one-way delay|issue's p99|lost |KS D|rate .* Mbit/s:|attempt" "$WORK/accuracy.out"
     echo '```'
 } | write_fragment link_accuracy

@@ -13,6 +13,10 @@
 # `volley serve -T 1` the target on $SERVER_CORE. Each rate of RATES is an open-loop run of
 # DURATION seconds; a closed loop of 200 queries in flight then saturates each path. A packet
 # is one crossing of the link (a query up, an answer down: 2 per query).
+#
+# "alone" rows: the forwarder on $SERVER_CORE by itself (VOLLEY_LINK_CPU), the generator and
+# the server both on $CLIENT_CORE, so that the forwarder's CPU per packet is its own core's
+# (on a machine of two cores nothing else gives the forwarder a core of its own).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RATES="${RATES:-10000 25000 50000 75000 100000 150000}"
 DURATION="${DURATION:-5}"
@@ -47,6 +51,12 @@ one() {
     shift 3
     local common=(-l "${DURATION}s" -T 1 -q --progress never -o "$WORK/$label.json")
     case "$kind" in
+    alone) taskset -a -cp "$CLIENT_CORE" "$SERVE_PID" >/dev/null
+        VOLLEY_LINK_CPU="$SERVER_CORE" taskset -c "$CLIENT_CORE" "$volley" run "udp://127.0.0.1:$port" --link "$spec" \
+            --link-seed 1 "$@" "${common[@]}" 2>"$WORK/$label.err"
+        local rc=$?
+        taskset -a -cp "$SERVER_CORE" "$SERVE_PID" >/dev/null
+        return $rc ;;
     link) taskset -c "$CLIENT_CORE" "$volley" run "udp://127.0.0.1:$port" --link "$spec" --link-seed 1 \
         "$@" "${common[@]}" 2>"$WORK/$label.err" ;;
     veth) taskset -c "$CLIENT_CORE" ip netns exec "$NS" "$volley" run "udp://10.214.77.1:$port" \
@@ -95,12 +105,14 @@ for r in $RATES; do
     one "4g-$r" link 4g -Q "$r"
     one "veth-$r" veth "" -Q "$r"
     one "direct-$r" direct "" -Q "$r"
+    one "alone-$r" alone "" -Q "$r"
 done
 log "closed loop of 200"
 one none-closed link "" -c 200
 one 4g-closed link 4g -c 200
 one veth-closed veth "" -c 200
 one direct-closed direct "" -c 200
+one alone-closed alone "" -c 200
 stop_pid "$SERVE_PID"
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -113,20 +125,27 @@ load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
     echo
     echo "| path | load (qps) | answered qps | RTT p50 us | RTT p99 us | packets/s forwarded | lateness p50 / p99 / max us | forwarder CPU us/packet | generator CPU us/answer |"
     echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-    for kind in none 4g veth direct; do
+    for kind in none 4g alone veth direct; do
         for r in $RATES closed; do
             name="$kind"
-            case "$kind" in none) name="link, no impairment" ;; 4g) name="link, 4g" ;; veth) name="veth pair" ;; direct) name="loopback" ;; esac
+            case "$kind" in none) name="link, no impairment" ;; alone) name="link, no impairment, forwarder alone on core $SERVER_CORE" ;; 4g) name="link, 4g" ;; veth) name="veth pair" ;; direct) name="loopback" ;; esac
             echo "| $name $(row "$kind-$r" "${r/closed/closed loop 200}")"
         done
     done
     echo
     cap0="$(capacity none)"
     cap4="$(capacity 4g)"
+    capa="$(capacity alone)"
+    # The forwarder's CPU per packet where it had a core to itself, at its busiest row.
+    us_alone="$(for r in $RATES closed; do jq '[(.link.up.packets_out + .link.down.packets_out), .link.forwarder_cpu_s] | @tsv' -r "$WORK/alone-$r.json"; done \
+        | sort -n | tail -1 | awk '{ printf "%.2f", $2 * 1e6 / $1 }')"
     veth="$(jq '.qps.answered * 2 | round' "$WORK/veth-closed.json")"
     echo "Capacity (the most packets/s forwarded above with p99 lateness under 100 us, its load carried): $cap0 packets/s at zero" \
         "impairment, $cap4 with 4g. The veth pair's closed loop carried $veth packets/s:" \
         "ratio $(div "$cap0" "$veth") (zero impairment), $(div "$cap4" "$veth") (4g)."
+    echo "With the forwarder alone on core $SERVER_CORE (the generator and the server sharing core $CLIENT_CORE):" \
+        "$capa packets/s carried; its CPU per packet at its busiest row $us_alone us, so one core of its own" \
+        "would forward $(awk -v u="$us_alone" 'BEGIN { if (u > 0) printf "%.0f", 1e6 / u; else print "-" }') packets/s."
     g0="$(jq '.generator.cpu_us_per_answer * 100 | round / 100' "$WORK/direct-closed.json")"
     g1="$(jq '.generator.cpu_us_per_answer * 100 | round / 100' "$WORK/none-closed.json")"
     echo "Generator CPU per answer, closed loop: $g0 us on loopback, $g1 us with --link (the" \

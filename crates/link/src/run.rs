@@ -302,6 +302,14 @@ struct Forwarder {
 const SPIN_NS: u64 = 20_000;
 /// The most a sleep is cut short to absorb late wake-ups (the rest spun).
 const MAX_EARLY_NS: u64 = 200_000;
+/// After a packet in or out, the forwarder polls the devices this long for the next one
+/// before it sleeps: a wake-up from another core costs tens of µs on a VM, and the time a
+/// packet is read is its arrival time.
+const POLL_NS: u64 = 50_000;
+/// It polls at most 1/POLL_SHARE of each POLL_PERIOD_NS (at real-time priority, the rest is
+/// left to the threads that share its core).
+const POLL_PERIOD_NS: u64 = 1_000_000;
+const POLL_SHARE: u64 = 2;
 /// Packets read from one side before the other gets its turn.
 const BATCH: usize = 8;
 /// Packet buffers kept for reuse.
@@ -319,6 +327,11 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         // SAFETY: sched_setscheduler(2) on the calling thread with a param we own.
         unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) == 0 }
     };
+    // A core of its own where asked (VOLLEY_LINK_CPU=N): the forwarder's capacity is then
+    // that core's, whatever runs where (bench/link_capacity.sh).
+    if let Some(cpu) = std::env::var("VOLLEY_LINK_CPU").ok().and_then(|s| s.trim().parse::<usize>().ok()) {
+        sys::pin_to(cpu);
+    }
     let now = |c: &Instant| c.elapsed().as_nanos() as u64;
     let mut buf = vec![0u8; 65536];
     let mut pool: Vec<Vec<u8>> = Vec::new();
@@ -329,7 +342,22 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
     let (ns_fd, host_fd) = (f.ns_tun.as_raw_fd(), f.host_tun.as_raw_fd());
     // How late a timed sleep's wake-up comes, ns (a running estimate).
     let mut wake_late = 0u64;
+    let poll_ns: u64 =
+        std::env::var("VOLLEY_LINK_POLL_US").ok().and_then(|s| s.parse().ok()).unwrap_or(POLL_NS / 1000) * 1000;
+    // Polling for the next packet takes the core from whatever shares it: only where the
+    // forwarder may run on another core than the threads it serves (not pinned with them to
+    // one core), or has one of its own.
+    let pinned_alone = std::env::var_os("VOLLEY_LINK_CPU").is_some();
+    let poll_ns = if pinned_alone || sys::cpus_allowed() >= 2 { poll_ns } else { 0 };
+    // The time spent polling in the current POLL_PERIOD_NS, ns (at most POLL_SHARE of it).
+    let (mut period_start, mut polled) = (0u64, 0u64);
+    let mut poller = sys::Poller::new(&[(ns_fd, 0), (host_fd, 1), (f.stop_fd.as_raw_fd(), 2)])?;
+    // Which devices to read on the next pass: after a sleep, those epoll saw readable.
+    let mut readable = [true, true];
+    // When the last packet was read or written, ns.
+    let mut last_pkt = 0u64;
     loop {
+        let pass_start = now(&f.clock);
         while let Ok(reply) = f.requests.try_recv() {
             let t = now(&f.clock);
             let s = LinkSample {
@@ -346,15 +374,28 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
             };
             let _ = reply.send(s);
         }
-        // In: what each side has sent.
-        for (fd, pipe) in [(ns_fd, &mut f.up), (host_fd, &mut f.down)] {
-            for _ in 0..BATCH {
+        // In: what each side has sent, at most BATCH from a side before what is due is
+        // written (so that a backlog does not make the first packets read late). After a
+        // sleep only the sides epoll saw readable; a side that had more is read again on the
+        // next pass, without a sleep in between.
+        for (i, (fd, pipe)) in [(ns_fd, &mut f.up), (host_fd, &mut f.down)].into_iter().enumerate() {
+            if !readable[i] {
+                continue;
+            }
+            readable[i] = false;
+            for k in 0..BATCH {
+                if k == BATCH - 1 {
+                    readable[i] = true;
+                }
                 // SAFETY: read(2) into a buffer we own, of its length.
                 let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
                 if n < 0 {
                     let e = io::Error::last_os_error();
                     match e.kind() {
-                        io::ErrorKind::WouldBlock => break,
+                        io::ErrorKind::WouldBlock => {
+                            readable[i] = false;
+                            break;
+                        }
                         io::ErrorKind::Interrupted => continue,
                         _ => return Err(e),
                     }
@@ -362,7 +403,9 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
                 let mut v = pool.pop().unwrap_or_default();
                 v.clear();
                 v.extend_from_slice(&buf[..n as usize]);
-                pipe.push(now(&f.clock), v);
+                let t = now(&f.clock);
+                pipe.push(t, v);
+                last_pkt = t;
             }
         }
         // Out: what is due.
@@ -375,6 +418,7 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
                 if w < 0 {
                     write_errors += 1;
                 }
+                last_pkt = at;
                 lateness.record(at.saturating_sub(d.due));
                 late_i.record(at.saturating_sub(d.due));
                 if pool.len() < POOL {
@@ -385,6 +429,10 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         if f.stop.load(Ordering::Acquire) {
             break;
         }
+        if readable[0] || readable[1] {
+            // A device had more than a batch: read on.
+            continue;
+        }
         // Wait: for a packet, for the next due time, or for the stop signal.
         let next = [f.up.next_due(), f.down.next_due()].into_iter().flatten().min();
         let t = now(&f.clock);
@@ -394,30 +442,29 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         // leaves on time. How late wake-ups come is learnt as it runs (`wake_late`).
         let early = (wake_late + wake_late / 2).min(MAX_EARLY_NS);
         if wait.is_some_and(|w| w < SPIN_NS.max(early)) {
+            readable = [true, true];
+            continue;
+        }
+        // A packet in the last `poll_ns`: poll for the next one rather than sleep, for a
+        // share of the time at most.
+        if t.saturating_sub(period_start) >= POLL_PERIOD_NS {
+            (period_start, polled) = (t, 0);
+        }
+        if t.saturating_sub(last_pkt) < poll_ns && polled < POLL_PERIOD_NS / POLL_SHARE {
+            polled += t.saturating_sub(pass_start);
+            readable = [true, true];
             continue;
         }
         let sleep = wait.map(|w| w - early);
-        let ts = sleep.map(|w| libc::timespec { tv_sec: (w / 1_000_000_000) as _, tv_nsec: (w % 1_000_000_000) as _ });
-        let mut fds = [
-            libc::pollfd { fd: ns_fd, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: host_fd, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: f.stop_fd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-        ];
-        let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: ppoll(2) on descriptors we hold, with a timespec we own (or none).
-        let r = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as _, tsp, std::ptr::null()) };
-        if let (0, Some(w)) = (r, sleep) {
+        let ready = poller.wait(sleep)?;
+        if let (0, Some(w)) = (ready, sleep) {
             // Timed out: how late the wake-up came, into the running estimate (1/8 weight).
             let over = now(&f.clock).saturating_sub(t + w).min(MAX_EARLY_NS);
             wake_late = wake_late - wake_late / 8 + over / 8;
         }
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-        if fds[2].revents != 0 {
+        let any = ready & sys::Poller::INTERRUPTED != 0;
+        readable = [any || ready & 1 != 0, any || ready & 2 != 0];
+        if ready & 4 != 0 {
             // Stopped or asked for a sample: the loop checks both. When stopped, one last
             // pass: what is due now still leaves.
             sys::eventfd_drain(&f.stop_fd);

@@ -209,3 +209,98 @@ pub fn eventfd_drain(fd: &OwnedFd) {
     // SAFETY: an 8-byte read into a buffer we own.
     let _ = unsafe { libc::read(fd.as_raw_fd(), v.as_mut_ptr().cast(), 8) };
 }
+
+/// An epoll instance watching descriptors for input (level-triggered), each with a token.
+pub struct Poller {
+    ep: OwnedFd,
+    /// epoll_pwait2(2) is there (Linux 5.11): sleeps to the nanosecond; without it, epoll_wait's
+    /// whole milliseconds, rounded down (the forwarder spins the rest).
+    pwait2: bool,
+}
+
+impl Poller {
+    /// What [`Poller::wait`] returns when a signal interrupted it (the tokens are below 63).
+    pub const INTERRUPTED: u64 = 1 << 63;
+
+    pub fn new(fds: &[(RawFd, u64)]) -> io::Result<Poller> {
+        // SAFETY: epoll_create1(2) with a constant flag.
+        let ep = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: just created, owned by nothing else.
+        let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+        for &(fd, token) in fds {
+            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
+            // SAFETY: epoll_ctl(2) with an event we own.
+            cvt(unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
+        }
+        Ok(Poller { ep, pwait2: true })
+    }
+
+    /// Waits up to `timeout` ns (None: until an event) and returns the tokens of the ready
+    /// descriptors as a bit set (bit `token`): 0 when the time ran out, [`Poller::INTERRUPTED`]
+    /// when a signal came.
+    pub fn wait(&mut self, timeout: Option<u64>) -> io::Result<u64> {
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 4];
+        let n = loop {
+            let r = if self.pwait2 {
+                let ts = timeout
+                    .map(|w| libc::timespec { tv_sec: (w / 1_000_000_000) as _, tv_nsec: (w % 1_000_000_000) as _ });
+                let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+                // SAFETY: epoll_pwait2(2) into an array we own, with a timespec we own (or none)
+                // and no signal mask.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_epoll_pwait2,
+                        self.ep.as_raw_fd(),
+                        evs.as_mut_ptr(),
+                        evs.len() as libc::c_int,
+                        tsp,
+                        std::ptr::null::<libc::sigset_t>(),
+                        0usize,
+                    ) as libc::c_int
+                }
+            } else {
+                let ms = timeout.map_or(-1, |w| (w / 1_000_000).min(i32::MAX as u64) as libc::c_int);
+                // SAFETY: epoll_wait(2) into an array we own.
+                unsafe { libc::epoll_wait(self.ep.as_raw_fd(), evs.as_mut_ptr(), evs.len() as libc::c_int, ms) }
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::ENOSYS) if self.pwait2 => {
+                        self.pwait2 = false;
+                        continue;
+                    }
+                    Some(libc::EINTR) => return Ok(Self::INTERRUPTED),
+                    _ => return Err(e),
+                }
+            }
+            break r as usize;
+        };
+        Ok(evs[..n].iter().fold(0, |m, e| m | 1u64 << e.u64))
+    }
+}
+
+/// Pins the calling thread to one CPU (best effort: a CPU out of range is ignored).
+pub fn pin_to(cpu: usize) {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return;
+    }
+    // SAFETY: a cpu_set_t we own, for the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// How many CPUs the calling thread may run on.
+pub fn cpus_allowed() -> usize {
+    // SAFETY: sched_getaffinity(2) into a cpu_set_t we own.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return 1;
+        }
+        libc::CPU_COUNT(&set) as usize
+    }
+}

@@ -161,13 +161,15 @@ fn quantile(sorted: &[i64], q: f64) -> i64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-/// One-way delay without jitter at 10,000 packets/s, never early. The issue asks for the median
-/// within 50 us of the setting and p99 within 200 us; on this machine kind (a 2-core VM) the
-/// forwarder's wake-ups come 30 to 60 us late even when the machine is idle (the emulator's own
-/// lateness, reported beside), and the probe's reads add theirs: a quiet run reads p50 70 to
-/// 100 us, p99 0.2 to 0.9 ms over the setting. So the test holds the delay to what this
-/// machine gives, p50 within 200 us and p99 within 2 ms, prints the figures, and says when the
-/// issue's bounds were met (docs/link.md; bench/link_accuracy.sh prints them).
+/// One-way delay without jitter at 10,000 packets/s: never early, the median within 50 us of
+/// the setting (the issue's bound) and p99 within 2 ms; the issue's p99 bound of 200 us is
+/// asserted where `VOLLEY_LINK_STRICT=1` (bench/link_accuracy.sh, for a quiet machine): on a
+/// loaded one (a load average of 9 on 2 cores) p99 reads 0.1 to 0.8 ms with or without the
+/// emulator's polling, the neighbours' work, not the link's schedule. What the probe measures is the whole
+/// path: its send, the forwarder's read (when a packet is stamped in), the emulator's lateness
+/// and the write to the host's socket. The forwarder polls the devices for 50 us after each
+/// packet, so that a packet is read when it comes rather than a cross-core wake-up later (30
+/// to 50 us on this VM).
 #[test]
 fn one_way_delay_is_the_setting() {
     up_to_3("one-way delay", || {
@@ -179,14 +181,18 @@ fn one_way_delay_is_the_setting() {
         d.sort_unstable();
         let (min, p50, p99) = (d[0], quantile(&d, 0.5), quantile(&d, 0.99));
         eprintln!(
-            "one-way delay - 5 ms: min {min} ns, p50 {p50} ns, p99 {p99} ns (emulator's lateness p50 {} ns); the issue's 50 us / 200 us {}",
-            p.late_p50,
-            if p50 <= 50_000 && p99 <= 200_000 { "met" } else { "not met" }
+            "one-way delay - 5 ms: min {min} ns, p50 {p50} ns, p99 {p99} ns (emulator's lateness p50 {} ns)",
+            p.late_p50
         );
         assert!(min >= 0, "a packet left early: {min} ns");
-        if p50 > 200_000 || p99 > 2_000_000 {
-            return Err(format!("p50 {p50} ns (at most 200 us), p99 {p99} ns (at most 2 ms) over the setting"));
+        let p99_max = if std::env::var_os("VOLLEY_LINK_STRICT").is_some() { 200_000 } else { 2_000_000 };
+        if p50 > 50_000 || p99 > p99_max {
+            return Err(format!(
+                "p50 {p50} ns (at most 50 us), p99 {p99} ns (at most {} us) over the setting",
+                p99_max / 1000
+            ));
         }
+        eprintln!("the issue's p99 bound of 200 us {}", if p99 <= 200_000 { "met" } else { "not met" });
         Ok(())
     })
 }
