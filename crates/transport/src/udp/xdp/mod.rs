@@ -88,10 +88,13 @@ struct Inner {
     live_lanes: std::sync::atomic::AtomicU32,
 }
 
-/// Answers handed over from other workers' sockets: (destination port, receive time, bytes).
+/// An answer handed over from another worker's socket: destination port, receive time, bytes.
+type Mail = (u16, u64, Box<[u8]>);
+
+/// Answers handed over from other workers' sockets.
 #[derive(Default)]
 struct Mailbox {
-    items: std::sync::Mutex<Vec<(u16, u64, Box<[u8]>)>>,
+    items: std::sync::Mutex<Vec<Mail>>,
     /// Set while items wait, so that an empty mailbox costs an atomic load, not a lock.
     waiting: std::sync::atomic::AtomicBool,
     notify: tokio::sync::Notify,
