@@ -2,15 +2,19 @@
 # UDP generators over a veth pair into a network namespace (needs root and `ip`): kxdpgun
 # (AF_XDP), dnsperf (sockets), `volley run` (sockets) and `volley run --xdp` (AF_XDP), one after
 # the other against the same `volley serve -T 1` in the namespace (pinned to $SERVER_CORE), each
-# pinned to $CLIENT_CORE, at each rate of RATES: CPU per answer (the whole process, user + sys)
-# and answers per core-second, RUNS runs each (mean, min-max).
+# pinned to $CLIENT_CORE, at each rate of RATES: CPU per answer (the whole process, user + sys),
+# answers and queries sent per core-second, RUNS runs each (mean, min-max). The last rate,
+# MAX_RATE (1,000,000), is more than any of them sends from one core: its "sent per core-second"
+# is the most each generator reaches on one core (the one-core responder answers what it can).
 # volley runs with CONNECTIONS (4) sockets (source ports) and a TIMEOUT (1s): a lane has 65,536
 # DNS IDs, which a server answering less than the rate fills within a second at 200k qps.
-# Env: RATES ("50000 100000 200000"), RUNS (3), DURATION (5 s), TOOLS ("kxdpgun dnsperf volley
+# Env: RATES ("50000 100000 200000"), MAX_RATE (1000000; "" leaves it out), RUNS (3), DURATION (5 s), TOOLS ("kxdpgun dnsperf volley
 # volley-xdp"), CLIENT_CORE (0), SERVER_CORE (1), VOLLEY (a prebuilt binary), OUT_DIR (bench/out).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 RATES="${RATES:-50000 100000 200000}"
+MAX_RATE="${MAX_RATE-1000000}"
+RATES="$RATES${MAX_RATE:+ $MAX_RATE}"
 RUNS="${RUNS:-3}"
 DURATION="${DURATION:-5}"
 CONNECTIONS="${CONNECTIONS:-4}"
@@ -56,20 +60,22 @@ SERVE_PID="$(pgrep -n -P "${PIDS[-1]}" || echo "${PIDS[-1]}")"
 QUERIES="$WORK/queries.txt"
 printf 'www.example.test A\n' >"$QUERIES"
 
-# One run: prints "answered cpu_s server_cpu_s".
+# One run: prints "answered sent cpu_s server_cpu_s".
 one() {
-    local tool="$1" rate="$2" label="$WORK/$1-$2" answered
+    local tool="$1" rate="$2" label="$WORK/$1-$2" answered sent
     case "$tool" in
         kxdpgun)
             measure "$tool-$rate" "$KXDPGUN" -t "$DURATION" -Q "$rate" -F "$CLIENT_CORE" -i "$QUERIES" -I "$HOST" \
                 -p "$PORT" "$SERVER_IP"
             answered="$(awk '/^total replies:/ { print $3 }' "$label.out")"
+            sent="$(awk '/^total queries:/ { print $3 }' "$label.out")"
             # kxdpgun leaves its XDP program on the interface.
             ip link set dev "$HOST" xdp off 2>/dev/null || true
             ;;
         dnsperf)
             measure "$tool-$rate" dnsperf -s "$SERVER_IP" -p "$PORT" -d "$QUERIES" -Q "$rate" -l "$DURATION" -c 1 -q 10000
             answered="$(dnsperf_stats "$label.out" | cut -f1 -d' ')"
+            sent="$(awk '/Queries sent:/ { print $3 }' "$label.out")"
             ;;
         volley | volley-xdp)
             local xdp=()
@@ -77,9 +83,10 @@ one() {
             measure "$tool-$rate" "$VOLLEY_BIN" run "udp://$SERVER_IP:$PORT" "${xdp[@]}" -T 1 -d "$QUERIES" -Q "$rate" \
                 --connections "$CONNECTIONS" -l "${DURATION}s" -t "$TIMEOUT" --progress never -o "$label.json"
             answered="$(jq -r .totals.answered "$label.json")"
+            sent="$(jq -r .totals.sent "$label.json")"
             ;;
     esac
-    echo "${answered:-0} $(cat "$WORK/$tool-$rate.cpu") $(cat "$WORK/$tool-$rate.srv")"
+    echo "${answered:-0} ${sent:-0} $(cat "$WORK/$tool-$rate.cpu") $(cat "$WORK/$tool-$rate.srv")"
 }
 
 # "mean (min-max)" of a column of numbers, with a printf format.
@@ -94,22 +101,23 @@ summary() {
     echo "volley with --connections $CONNECTIONS -t $TIMEOUT. Load average before: $(cut -d' ' -f1-3 /proc/loadavg)."
     echo "CPU: the generator process's user + sys time. $(machine_line)."
     echo
-    echo "| rate | generator | answered/s | CPU per answer (µs) | answers per core-second | server CPU per answer (µs) |"
-    echo "| ---: | --- | ---: | ---: | ---: | ---: |"
+    echo "| rate | generator | answered/s | CPU per answer (µs) | answers per core-second | sent per core-second | server CPU per answer (µs) |"
+    echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"
 } >"$WORK/table.md"
 for rate in $RATES; do
     for tool in $TOOLS; do
         : >"$WORK/rows"
         for run in $(seq 1 "$RUNS"); do
-            read -r answered cpu srv < <(one "$tool" "$rate")
-            log "$tool at $rate qps, run $run: $answered answered, CPU $cpu s, server $srv s"
-            echo "$answered $cpu $srv" >>"$WORK/rows"
+            read -r answered sent cpu srv < <(one "$tool" "$rate")
+            log "$tool at $rate qps, run $run: $sent sent, $answered answered, CPU $cpu s, server $srv s"
+            echo "$answered $cpu $srv $sent" >>"$WORK/rows"
         done
         qps="$(awk -v d="$DURATION" '{ print $1 / d }' "$WORK/rows" | summary '%.0f')"
         per="$(awk '{ print ($1 > 0 ? $2 * 1e6 / $1 : 0) }' "$WORK/rows" | summary '%.2f')"
         core="$(awk '{ print ($2 > 0 ? $1 / $2 : 0) }' "$WORK/rows" | summary '%.0f')"
         srv="$(awk '{ print ($1 > 0 ? $3 * 1e6 / $1 : 0) }' "$WORK/rows" | summary '%.2f')"
-        echo "| $rate | $tool | $qps | $per | $core | $srv |" >>"$WORK/table.md"
+        sentcore="$(awk '{ print ($2 > 0 ? $4 / $2 : 0) }' "$WORK/rows" | summary '%.0f')"
+        echo "| $rate | $tool | $qps | $per | $core | $sentcore | $srv |" >>"$WORK/table.md"
     done
 done
 if grep -q '"xdp_' "$WORK"/volley-xdp-*.json 2>/dev/null; then

@@ -977,6 +977,8 @@ fn own_descriptor_table() -> bool {
 /// Runs one worker to its end on the calling thread.
 pub(crate) fn run_worker(share: Share, common: Common) -> WorkerEnd {
     let own = own_descriptor_table();
+    // `--xdp`: this worker's AF_XDP socket binds to the queue of its number.
+    volley_transport::udp::xdp::set_worker(share.index);
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(_) => {
@@ -988,7 +990,13 @@ pub(crate) fn run_worker(share: Share, common: Common) -> WorkerEnd {
         }
     };
     let local = tokio::task::LocalSet::new();
-    let mut end = local.block_on(&rt, worker_main(share, common));
+    let linger = common.timeout * 2;
+    let mut end = local.block_on(&rt, async move {
+        let end = worker_main(share, common).await;
+        // `--xdp`: this worker's socket goes on reading its queue for the other workers' lanes.
+        volley_transport::udp::xdp::linger(linger).await;
+        end
+    });
     if !own {
         count_event(&mut end.events, "descriptor_table_shared");
     }

@@ -32,6 +32,9 @@ Examples:
   DoH over HTTP/1.1 with GET (the TLS and HTTP flags are those of volley run):
     volley bench --target https://127.0.0.1/dns-query --http 1.1 --doh-method get --ca ca.pem
 
+  A UDP server behind veth0, over kernel sockets and through AF_XDP (root):
+    volley bench --target udp://10.0.0.2:53 --xdp veth0
+
   What a query costs on the wire with persistent connections, then with a fresh connection
   for every query (one connection per query in flight):
     volley bench --transports udp,tcp,dot,doh2
@@ -124,6 +127,14 @@ pub struct BenchArgs {
     /// Seed of the link's random choices [default: a random one, printed].
     #[arg(long, value_name = "N", requires = "link")]
     pub link_seed: Option<u64>,
+
+    /// Each `--target udp://...` also through AF_XDP, as `volley run --xdp` sends (a row
+    /// `udp-xdp` under its `udp` row), over IFACE [default: the interface that routes to the
+    /// target]. Needs an external UDP target reached through an interface (XDP does not see
+    /// loopback, where the embedded responder listens), root, and a queue per generator
+    /// thread. docs/run.md.
+    #[arg(long, value_name = "IFACE", num_args = 0..=1, requires = "target", conflicts_with = "link")]
+    pub xdp: Option<Option<String>>,
 }
 
 /// The source addresses of `--fresh` runs against the embedded responder (on loopback any
@@ -224,6 +235,9 @@ pub fn run(a: BenchArgs) -> CliResult {
         embedded = Some(r);
     } else {
         cases = target_cases(&a)?;
+        if let Some(iface) = &a.xdp {
+            cases = with_xdp_rows(cases, iface.as_deref(), threads)?;
+        }
     }
     if let Some(l) = &link {
         for c in &mut cases {
@@ -411,6 +425,37 @@ fn target_cases(a: &BenchArgs) -> CliResult<Vec<Case>> {
         cases.push(Case { name: target.scheme.as_str().to_string(), target, lane });
     }
     Ok(cases)
+}
+
+/// `--xdp`: under each UDP row, the same target through AF_XDP (`udp-xdp`).
+fn with_xdp_rows(cases: Vec<Case>, iface: Option<&str>, threads: usize) -> CliResult<Vec<Case>> {
+    use volley_transport::udp::xdp::Xdp;
+    let mut out = Vec::new();
+    let mut opened: Option<(std::net::SocketAddr, Xdp)> = None;
+    for c in cases {
+        let udp = c.target.scheme == Scheme::Udp;
+        let (target, lane) = (c.target.clone(), c.lane.clone());
+        out.push(c);
+        if !udp {
+            continue;
+        }
+        let xdp = match &opened {
+            Some((t, x)) if *t == target.addr => x.clone(),
+            Some(_) => return Err(CliError::usage("--xdp: one UDP target per bench")),
+            None => {
+                let workers = threads.min(u32::MAX as usize) as u32;
+                let x = Xdp::open(target.addr, iface, None, workers).map_err(|e| CliError::usage(e.to_string()))?;
+                eprintln!("volley: --xdp: {}, {}", x.iface(), x.mode());
+                opened = Some((target.addr, x.clone()));
+                x
+            }
+        };
+        out.push(Case { name: "udp-xdp".to_string(), target, lane: LaneOptions { xdp: Some(xdp), ..lane } });
+    }
+    if opened.is_none() {
+        return Err(CliError::usage("--xdp: no --target udp://... to send through AF_XDP"));
+    }
+    Ok(out)
 }
 
 /// A private directory for the embedded responder's CA.

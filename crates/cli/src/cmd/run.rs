@@ -226,8 +226,9 @@ pub struct RunArgs {
     /// Send and receive UDP through an AF_XDP socket on IFACE [default: the interface that
     /// routes to the target], frames built by volley, answers redirected to it by an XDP
     /// program volley attaches (native where the driver allows it, generic elsewhere; the
-    /// results' events say which). Needs root (CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF), a real
-    /// or virtual interface (not loopback) and one worker thread. docs/run.md.
+    /// results' events say which). Needs root (CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF) and a real
+    /// or virtual interface (not loopback) with a queue per worker thread (-T): worker i's
+    /// socket is on queue i, its source ports are i modulo the workers. docs/run.md.
     #[arg(long, value_name = "IFACE", num_args = 0..=1, help_heading = "Connections")]
     pub xdp: Option<Option<String>>,
 
@@ -691,11 +692,6 @@ fn xdp_for(a: &RunArgs, target: &Target) -> CliResult<Option<volley_transport::u
     if target.scheme != Scheme::Udp {
         return Err(CliError::usage("--xdp: only UDP targets (udp://) go through AF_XDP"));
     }
-    if a.threads.is_some_and(|t| t > 1) {
-        return Err(CliError::usage(
-            "--xdp: one worker thread (-T 1) for now: a second would need the interface's answers steered to its queue",
-        ));
-    }
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((t, x)) = open.as_ref() {
         if *t == target.addr {
@@ -704,8 +700,12 @@ fn xdp_for(a: &RunArgs, target: &Target) -> CliResult<Option<volley_transport::u
         return Err(CliError::usage("--xdp: one target per run"));
     }
     let local = a.bind.as_ref().map(|s| s.first());
-    let x = Xdp::open(target.addr, iface.as_deref(), local).map_err(|e| CliError::usage(e.to_string()))?;
-    eprintln!("volley: --xdp: {}, queue 0, {}", x.iface(), x.mode());
+    let workers = worker_threads(a).min(u32::MAX as usize) as u32;
+    let x = Xdp::open(target.addr, iface.as_deref(), local, workers).map_err(|e| CliError::usage(e.to_string()))?;
+    match x.workers() {
+        1 => eprintln!("volley: --xdp: {}, queue 0, {}", x.iface(), x.mode()),
+        n => eprintln!("volley: --xdp: {}, queues 0-{} (one per worker), {}", x.iface(), n - 1, x.mode()),
+    }
     *open = Some((target.addr, x.clone()));
     Ok(Some(x))
 }

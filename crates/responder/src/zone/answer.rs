@@ -24,7 +24,7 @@
 
 use volley_wire::Rcode;
 
-use super::{is_below, rr, Node, QName, RrSet, Zone};
+use super::{is_below, rr, Node, QName, RrSet, Zone, TAIL_FIXED};
 
 /// Most CNAMEs followed for one answer (BIND restarts at most 11 times; Knot follows chains
 /// inside the zone without a stated limit but stops at loops).
@@ -107,15 +107,19 @@ impl<'a, 'z> Writer<'a, 'z> {
     /// Writes every record of `set` with this owner into `section`.
     fn set(&mut self, section: Section, owner: &[u8], set: &'z RrSet) {
         let mut targets = set.targets.iter().peekable();
-        for w in set.starts.windows(2) {
-            let (from, to) = (w[0] as usize, w[1] as usize);
+        // Each tail's length from its RDLENGTH (not from `set.starts`: one cache miss fewer).
+        let wire: &[u8] = &set.wire;
+        let mut from = 0;
+        while let Some(f) = wire.get(from..from + TAIL_FIXED) {
+            let to = (from + TAIL_FIXED + usize::from(u16::from_be_bytes([f[8], f[9]]))).min(wire.len());
             self.owner(owner);
             let at = self.out.len();
-            self.out.extend_from_slice(&set.wire[from..to]);
+            self.out.extend_from_slice(&wire[from..to]);
             while let Some(t) = targets.next_if(|t| (t.at as usize) < to) {
                 self.note_name(at + (t.at as usize - from), &t.name);
             }
             self.counts[section as usize] += 1;
+            from = to;
         }
     }
 
@@ -257,6 +261,10 @@ impl Zone {
             }
         }
         result.additional_at = w.out.len();
+        if wanted.is_none() && glue.is_none() {
+            w.finish();
+            return result;
+        }
         // Additional section: the addresses of the targets the zone holds, each name once.
         let mut done: [&[u8]; 64] = [&[]; 64];
         let mut n_done = 0;

@@ -11,7 +11,7 @@ use domain::base::rdata::ComposeRecordData;
 use domain::rdata::ZoneRecordData;
 use domain::zonefile::inplace::{Entry, Zonefile};
 
-use super::{is_below, name_text, rr, Node, RrSet, Target, Zone, Zones, TAIL_FIXED};
+use super::{is_below, name_text, rr, Node, RrSet, Tails, Target, Zone, Zones, TAIL_FIXED};
 
 /// Deepest `$INCLUDE` nesting.
 const MAX_INCLUDE_DEPTH: usize = 16;
@@ -347,7 +347,7 @@ pub(crate) type NodeMap = HashMap<Box<[u8]>, Node, foldhash::fast::RandomState>;
 
 impl RrSet {
     fn new(rtype: u16, covered: u16, ttl: u32) -> RrSet {
-        RrSet { rtype, covered, ttl, wire: Box::default(), starts: Box::new([0]), targets: Box::default() }
+        RrSet { rtype, covered, ttl, wire: Tails::default(), starts: Box::new([0]), targets: Box::default() }
     }
 
     /// The RDATA of record `i`.
@@ -363,7 +363,7 @@ impl RrSet {
             return false;
         }
         let at = self.wire.len();
-        let mut wire = std::mem::take(&mut self.wire).into_vec();
+        let mut wire = self.wire.to_vec();
         wire.reserve_exact(TAIL_FIXED + rdata.len());
         wire.extend_from_slice(&self.rtype.to_be_bytes());
         wire.extend_from_slice(&Class::IN.to_int().to_be_bytes());
@@ -371,7 +371,7 @@ impl RrSet {
         wire.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
         wire.extend_from_slice(rdata);
         let end = wire.len() as u32;
-        self.wire = wire.into_boxed_slice();
+        self.wire = Tails::from(&wire[..]);
         let mut starts = std::mem::take(&mut self.starts).into_vec();
         starts.push(end);
         self.starts = starts.into_boxed_slice();

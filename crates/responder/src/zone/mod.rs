@@ -160,12 +160,68 @@ pub(crate) struct RrSet {
     pub(crate) covered: u16,
     /// The TTL of every record of the set.
     pub(crate) ttl: u32,
-    /// The records' tails, one after the other.
-    pub(crate) wire: Box<[u8]>,
+    /// The records' tails, one after the other (in place when short: an A or AAAA record's).
+    pub(crate) wire: Tails,
     /// Where each record's tail starts in `wire`, and its end (so one more than records).
     pub(crate) starts: Box<[u32]>,
     /// Names in the RDATA that answers follow (CNAME, NS, MX, SRV targets).
     pub(crate) targets: Box<[Target]>,
+}
+
+/// Bytes kept in place up to [`Tails::INLINE`] long (one A or AAAA record's tail, the most
+/// common RRset), in a box of their own beyond: an answer from a large zone reads its RRset
+/// without one more cache miss (and the zone holds one allocation fewer per such set).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) enum Tails {
+    Inline(u8, [u8; Tails::INLINE]),
+    Boxed(Box<[u8]>),
+}
+
+impl Tails {
+    pub(crate) const INLINE: usize = 30;
+}
+
+impl Default for Tails {
+    fn default() -> Tails {
+        Tails::Inline(0, [0; Tails::INLINE])
+    }
+}
+
+impl From<&[u8]> for Tails {
+    fn from(b: &[u8]) -> Tails {
+        if b.len() <= Tails::INLINE {
+            let mut a = [0; Tails::INLINE];
+            a[..b.len()].copy_from_slice(b);
+            Tails::Inline(b.len() as u8, a)
+        } else {
+            Tails::Boxed(b.into())
+        }
+    }
+}
+
+impl std::ops::Deref for Tails {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Tails::Inline(n, a) => &a[..*n as usize],
+            Tails::Boxed(b) => b,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Tails {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            Tails::Inline(n, a) => &mut a[..*n as usize],
+            Tails::Boxed(b) => b,
+        }
+    }
+}
+
+impl fmt::Debug for Tails {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
 }
 
 /// A name inside a record's RDATA.

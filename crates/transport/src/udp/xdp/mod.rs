@@ -53,6 +53,8 @@ pub enum XdpError {
     Sys(&'static str, io::Error),
     #[error("--xdp: '{0}' already has an XDP program (another tool's? `ip link set dev {0} xdp off` removes it)")]
     Busy(String),
+    #[error("--xdp: {1} worker threads need {1} queues on '{0}', which has {2} (one AF_XDP socket per worker, each on its own queue)")]
+    TooFewQueues(String, u32, u32),
 }
 
 /// The run-wide side of `--xdp`: the interface, the attached program and its socket map.
@@ -63,7 +65,9 @@ pub struct Xdp(Arc<Inner>);
 struct Inner {
     iface: String,
     ifindex: u32,
-    queue: u32,
+    /// Worker threads: worker `i` binds its socket to queue `i`, and its lanes take source
+    /// ports `p` with `p % workers == i` (so that a rule on the port can steer its answers).
+    workers: u32,
     target: SocketAddr,
     src: IpAddr,
     src_mac: [u8; 6],
@@ -73,6 +77,27 @@ struct Inner {
     map: OwnedFd,
     _prog: OwnedFd,
     _link: OwnedFd,
+    /// The worker (index + 1; 0: none) whose lane holds each source port: an answer that
+    /// arrives on another worker's queue (the interface spread it by its own hash) is handed
+    /// to its owner through [`Inner::mail`].
+    owners: Box<[std::sync::atomic::AtomicU8]>,
+    /// Each worker's answers that arrived on another worker's queue.
+    mail: Box<[Mailbox]>,
+    /// Lanes running, in all workers: a worker's socket outlives its own lanes until none is
+    /// left ([`linger`]).
+    live_lanes: std::sync::atomic::AtomicU32,
+}
+
+/// An answer handed over from another worker's socket: destination port, receive time, bytes.
+type Mail = (u16, u64, Box<[u8]>);
+
+/// Answers handed over from other workers' sockets.
+#[derive(Default)]
+struct Mailbox {
+    items: std::sync::Mutex<Vec<Mail>>,
+    /// Set while items wait, so that an empty mailbox costs an atomic load, not a lock.
+    waiting: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Xdp {
@@ -83,9 +108,14 @@ impl std::fmt::Debug for Xdp {
 
 impl Xdp {
     /// Prepares AF_XDP for `target` over `iface` (the interface that routes to it when
-    /// `None`), from source address `local` (the route's own when `None`).
-    pub fn open(target: SocketAddr, iface: Option<&str>, local: Option<IpAddr>) -> Result<Xdp, XdpError> {
+    /// `None`), from source address `local` (the route's own when `None`), for `workers`
+    /// worker threads (one queue each: the interface needs as many).
+    pub fn open(target: SocketAddr, iface: Option<&str>, local: Option<IpAddr>, workers: u32) -> Result<Xdp, XdpError> {
         let r = route::resolve(target.ip(), iface)?;
+        let workers = workers.max(1);
+        if workers > r.queues.max(1) || workers > 255 {
+            return Err(XdpError::TooFewQueues(r.iface, workers, r.queues.max(1)));
+        }
         let src = local.unwrap_or(r.src);
         let map = bpf::xskmap(r.queues.max(1)).map_err(|e| sys("creating the socket map", e))?;
         let prog = bpf::load(target, map.as_raw_fd()).map_err(|e| sys("loading the XDP program", e))?;
@@ -115,7 +145,7 @@ impl Xdp {
         Ok(Xdp(Arc::new(Inner {
             iface: r.iface,
             ifindex: r.ifindex,
-            queue: 0,
+            workers,
             target,
             src,
             src_mac: r.src_mac,
@@ -125,7 +155,15 @@ impl Xdp {
             map,
             _prog: prog,
             _link: link,
+            owners: (0..65_536).map(|_| std::sync::atomic::AtomicU8::new(0)).collect(),
+            mail: (0..workers).map(|_| Mailbox::default()).collect(),
+            live_lanes: std::sync::atomic::AtomicU32::new(0),
         })))
+    }
+
+    /// Worker threads (and queues) used.
+    pub fn workers(&self) -> u32 {
+        self.0.workers
     }
 
     /// The interface used.
@@ -154,6 +192,30 @@ impl Xdp {
     }
 }
 
+impl Xdp {
+    /// The worker whose lane holds source port `port`.
+    fn owner(&self, port: u16) -> Option<u32> {
+        match self.0.owners[port as usize].load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            w => Some(u32::from(w) - 1),
+        }
+    }
+
+    fn set_owner(&self, port: u16, worker: Option<u32>) {
+        let v = worker.map_or(0, |w| w as u8 + 1);
+        self.0.owners[port as usize].store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Hands an answer that arrived on this worker's queue to worker `to`, whose lane sent the
+    /// query.
+    fn hand_over(&self, to: u32, port: u16, at: u64, msg: &[u8]) {
+        let Some(m) = self.0.mail.get(to as usize) else { return };
+        m.items.lock().unwrap_or_else(|e| e.into_inner()).push((port, at, msg.into()));
+        m.waiting.store(true, std::sync::atomic::Ordering::Release);
+        m.notify.notify_one();
+    }
+}
+
 fn sys(what: &'static str, e: io::Error) -> XdpError {
     match e.raw_os_error() {
         Some(libc::EPERM | libc::EACCES) => XdpError::Permission(what, e),
@@ -169,6 +231,14 @@ const BATCH: usize = 64;
 thread_local! {
     /// This worker's AF_XDP socket, while one of its lanes holds it.
     static SOCKET: RefCell<Weak<Socket>> = const { RefCell::new(Weak::new()) };
+    /// This thread's worker index ([`set_worker`]): the queue its socket binds to.
+    static WORKER: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Says which worker the calling thread is (0 for the first): its AF_XDP socket binds to the
+/// queue of that number. The engine calls it as each worker starts.
+pub fn set_worker(index: usize) {
+    WORKER.with(|w| w.set(index.min(u32::MAX as usize) as u32));
 }
 
 /// What the receive task hands a lane: its answers.
@@ -176,6 +246,9 @@ trait Sink {
     fn deliver(&self, msg: &[u8], at: u64);
     fn stray(&self, bytes: usize, at: u64);
     fn in_flight(&self) -> u32;
+    fn event(&self, what: &str);
+    /// The lane's frames put on the TX ring since the last kick left at `now`.
+    fn flush_sent(&self, now: u64);
 }
 
 struct LaneRx<X> {
@@ -183,6 +256,8 @@ struct LaneRx<X> {
     lane: Rc<Lane>,
     ids: RefCell<IdTable>,
     header: u64,
+    /// Queries on the TX ring, not kicked yet: (token, DNS bytes).
+    unsent: RefCell<Vec<(Token, usize)>>,
 }
 
 impl<X: Exchange> Sink for LaneRx<X> {
@@ -196,18 +271,41 @@ impl<X: Exchange> Sink for LaneRx<X> {
     fn in_flight(&self) -> u32 {
         self.lane.in_flight()
     }
+    fn event(&self, what: &str) {
+        self.x.event(what);
+    }
+    fn flush_sent(&self, now: u64) {
+        let mut unsent = self.unsent.borrow_mut();
+        if unsent.is_empty() {
+            return;
+        }
+        let mut bytes = 0;
+        for &(t, len) in unsent.iter() {
+            self.x.sent(t, len, now);
+            bytes += len as u64 + self.header;
+        }
+        let n = unsent.len() as u64;
+        unsent.clear();
+        self.x.wire(&WireStats { bytes_out: bytes, packets_out: n, ..WireStats::default() });
+    }
 }
 
 /// A worker's AF_XDP socket and the lanes that share it.
 struct Socket {
     xdp: Xdp,
+    /// This worker's index: its queue, its mailbox, its source ports' residue.
+    worker: u32,
     /// Registered with the runtime unless answers are read on a timer (`lazy`): a registered
     /// socket wakes the thread for every batch of answers the kernel hands it, which at 100k
     /// answers a second costs both the generator and the core that runs the interface's
     /// receive path (the responder's, on a veth pair).
     fd: Option<AsyncFd<i32>>,
     umem: RefCell<Umem>,
-    lanes: RefCell<HashMap<u16, Rc<dyn Sink>>>,
+    lanes: RefCell<HashMap<u16, Rc<dyn Sink>, PortHash>>,
+    /// Lanes with frames on the TX ring since the last kick (each once), and the wake-up of
+    /// the task that kicks: every lane that sends in one turn of the worker shares one kick.
+    unkicked: RefCell<Vec<Rc<dyn Sink>>>,
+    kick: Rc<tokio::sync::Notify>,
     /// Frames free to send from.
     free: RefCell<Vec<u64>>,
     /// Scheduled loads: read answers this often while some are due, not on every arrival.
@@ -221,12 +319,16 @@ impl Socket {
         if let Some(s) = SOCKET.with(|s| s.borrow().upgrade()) {
             return Ok(s);
         }
+        let worker = WORKER.with(Cell::get);
+        if worker >= xdp.0.workers {
+            return Err(io::Error::other(format!("worker {worker} of {}: no queue of its own", xdp.0.workers)));
+        }
         let mut umem = Umem::new(FRAMES)?;
         umem.fill_all(0..FRAMES / 2);
         // A socket closed a moment ago (the trial one of `open`, or a previous step's) frees its
         // queue only once the kernel's deferred release has run: busy until then.
         let mut tries = 0;
-        while let Err(e) = umem.bind(xdp.0.ifindex, xdp.0.queue, xdp.0.zero_copy) {
+        while let Err(e) = umem.bind(xdp.0.ifindex, worker, xdp.0.zero_copy) {
             tries += 1;
             // Up to 10 s: the release waits for an RCU grace period, long on a loaded machine.
             if e.raw_os_error() != Some(libc::EBUSY) || tries > 2_000 {
@@ -234,7 +336,7 @@ impl Socket {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        bpf::map_set(xdp.0.map.as_raw_fd(), xdp.0.queue, umem.fd())?;
+        bpf::map_set(xdp.0.map.as_raw_fd(), worker, umem.fd())?;
         let free = (FRAMES / 2..FRAMES).map(|i| u64::from(i) * ring::FRAME as u64).collect();
         // SAFETY: the descriptor stays open, and the same, while the AsyncFd lives: `fd` is
         // declared before `umem` in `Socket`, so it is deregistered before the socket closes.
@@ -245,17 +347,22 @@ impl Socket {
                     .map_err(|e| e.into_parts().1)?,
             ),
         };
+        let kick = Rc::new(tokio::sync::Notify::new());
         let s = Rc::new(Socket {
             xdp: xdp.clone(),
+            worker,
             fd,
             umem: RefCell::new(umem),
-            lanes: RefCell::new(HashMap::new()),
+            lanes: RefCell::new(HashMap::default()),
+            unkicked: RefCell::new(Vec::new()),
+            kick: kick.clone(),
             free: RefCell::new(free),
             lazy: Cell::new(lazy),
             announced: Cell::new(false),
         });
         SOCKET.with(|w| *w.borrow_mut() = Rc::downgrade(&s));
         tokio::task::spawn_local(receive(s.clone()));
+        tokio::task::spawn_local(kicker(Rc::downgrade(&s), kick));
         Ok(s)
     }
 
@@ -279,11 +386,15 @@ impl Socket {
                 if let Some((port, msg)) = frame::parse(frame, target) {
                     match lanes.get(&port) {
                         Some(l) => l.deliver(msg, at),
-                        None => {
-                            if let Some(l) = lanes.values().next() {
-                                l.stray(msg.len(), at);
+                        None => match self.xdp.owner(port) {
+                            // Another worker's lane: the interface put its answer on our queue.
+                            Some(w) if w != self.worker => self.xdp.hand_over(w, port, at, msg),
+                            _ => {
+                                if let Some(l) = lanes.values().next() {
+                                    l.stray(msg.len(), at);
+                                }
                             }
-                        }
+                        },
                     }
                 }
             }
@@ -293,15 +404,40 @@ impl Socket {
                 break;
             }
         }
+        drop(umem);
+        self.read_mail(&lanes);
         total
     }
 
-    /// Takes queued queries of `lane` into frames on the TX ring and has the kernel send them.
-    /// Returns how many went; 0 when no frame or ring slot was free.
-    fn send<X: Exchange>(
+    /// Delivers the answers other workers' sockets received for this worker's lanes.
+    fn read_mail(&self, lanes: &HashMap<u16, Rc<dyn Sink>, PortHash>) {
+        let mailbox = &self.xdp.0.mail[self.worker as usize];
+        if !mailbox.waiting.swap(false, std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        let items = std::mem::take(&mut *mailbox.items.lock().unwrap_or_else(|e| e.into_inner()));
+        for (port, at, msg) in items {
+            match lanes.get(&port) {
+                Some(l) => {
+                    l.event("xdp_answers_handed_over");
+                    l.deliver(&msg, at);
+                }
+                None => {
+                    if let Some(l) = lanes.values().next() {
+                        l.stray(msg.len(), at);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes queued queries of `lane` into frames on the TX ring; the kicker task has the
+    /// kernel send them once the worker's other lanes have had their turn. Returns how many
+    /// went on the ring; 0 when no frame or ring slot was free.
+    fn send<X: Exchange + 'static>(
         &self,
         lane: &Lane,
-        rx: &LaneRx<X>,
+        rx: &Rc<LaneRx<X>>,
         tpl: &Template,
         sport: u16,
         scratch: &mut Vec<u8>,
@@ -311,7 +447,8 @@ impl Socket {
         let mut free = self.free.borrow_mut();
         umem.complete(&mut free);
         let room = umem.tx_room().min(free.len()).min(BATCH);
-        let mut sent: [(Token, usize); BATCH] = [(0, 0); BATCH];
+        let mut unsent = rx.unsent.borrow_mut();
+        let was_empty = unsent.is_empty();
         let mut n = 0;
         let h = tpl.headers();
         while n < room {
@@ -335,30 +472,58 @@ impl Socket {
             f[h..h + scratch.len()].copy_from_slice(scratch);
             let len = tpl.finish(f, sport, scratch.len());
             umem.tx_push(addr, len as u32);
-            sent[n] = (t, scratch.len());
+            unsent.push((t, scratch.len()));
             n += 1;
         }
         if n == 0 {
             return 0;
         }
         umem.tx_commit();
+        if was_empty {
+            self.unkicked.borrow_mut().push(rx.clone());
+            self.kick.notify_one();
+        }
+        n
+    }
+
+    /// Has the kernel send what the TX ring holds, and tells each lane whose frames went when
+    /// they left.
+    fn kick_now(&self) {
+        let lanes = std::mem::take(&mut *self.unkicked.borrow_mut());
+        if lanes.is_empty() {
+            return;
+        }
         // The frames leave during the kick (copy mode sends in the system call): their
         // departure is its start, or an answer could come back before its query left.
-        let now = x.now();
-        if umem.kick().is_err() {
-            x.event("xdp_send_error");
+        let now = now();
+        let failed = self.umem.borrow_mut().kick().is_err();
+        for l in &lanes {
+            if failed {
+                l.event("xdp_send_error");
+            }
+            l.flush_sent(now);
         }
-        let mut bytes = 0;
-        for &(t, len) in &sent[..n] {
-            x.sent(t, len, now);
-            bytes += len as u64 + rx.header;
+        // The vector's room is kept for the next turn.
+        let mut u = self.unkicked.borrow_mut();
+        if u.is_empty() {
+            let mut lanes = lanes;
+            lanes.clear();
+            *u = lanes;
+        } else {
+            drop(u);
+            self.kick.notify_one();
         }
-        x.wire(&WireStats { bytes_out: bytes, packets_out: n as u64, ..WireStats::default() });
-        n
     }
 
     fn any_in_flight(&self) -> bool {
         self.lanes.borrow().values().any(|l| l.in_flight() > 0)
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        // The kicker ends (it finds the socket gone).
+        self.kick.notify_one();
     }
 }
 
@@ -384,6 +549,7 @@ async fn receive(s: Rc<Socket>) {
                 s.drain();
             }
             (Some(fd), _) => {
+                let mailbox = &s.xdp.0.mail[s.worker as usize];
                 tokio::select! {
                     biased;
                     g = fd.readable() => {
@@ -392,15 +558,60 @@ async fn receive(s: Rc<Socket>) {
                         g.clear_ready();
                         s.drain();
                     }
+                    _ = mailbox.notify.notified() => {
+                        s.drain();
+                    }
                     _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                 }
             }
         }
-        if Rc::strong_count(&s) == 1 {
+        // Its lanes are gone; but while another worker's lanes still wait for answers, some may
+        // arrive on this socket's queue: it keeps reading (and handing them over) until then.
+        if Rc::strong_count(&s) == 1 && s.xdp.0.live_lanes.load(std::sync::atomic::Ordering::Acquire) == 0 {
             return;
         }
     }
 }
+
+/// Called by a worker whose own work is done: waits while this thread's AF_XDP socket is still
+/// open, that is until no worker has lanes left (its receive task reads the answers that
+/// arrive on its queue for the others' lanes and hands them over), at most `bound`.
+pub async fn linger(bound: Duration) {
+    let start = std::time::Instant::now();
+    while SOCKET.with(|s| s.borrow().strong_count()) > 0 && start.elapsed() < bound {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// A worker socket's kicker: one `sendto` for what every lane put on the TX ring in one turn
+/// of the worker (it is woken by the first of them and runs after the others).
+async fn kicker(s: Weak<Socket>, kick: Rc<tokio::sync::Notify>) {
+    loop {
+        kick.notified().await;
+        let Some(s) = s.upgrade() else { return };
+        s.kick_now();
+    }
+}
+
+/// A hasher for source ports (a `u16` key): the port times an odd constant.
+#[derive(Default, Clone, Copy)]
+struct PortHasher(u64);
+
+impl std::hash::Hasher for PortHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u16(&mut self, n: u16) {
+        self.0 = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type PortHash = std::hash::BuildHasherDefault<PortHasher>;
 
 /// A lane made ready to run over AF_XDP: its worker's socket and its own source port.
 pub struct Prepared {
@@ -414,9 +625,23 @@ pub struct Prepared {
 pub fn prepare(xdp: &Xdp, opts: &LaneOptions) -> io::Result<Prepared> {
     let socket = Socket::get(xdp, opts.udp_lazy_receive)?;
     let src = opts.local.unwrap_or(xdp.0.src);
-    let reserve = std::net::UdpSocket::bind(SocketAddr::new(src, 0))?;
+    let reserve = reserve_port(src, socket.worker, xdp.0.workers)?;
     let template = Template::new(xdp.0.src_mac, xdp.0.dst_mac, src, xdp.0.target);
     Ok(Prepared { socket, reserve, template })
+}
+
+/// A kernel socket on `src` holding a free source port `p` with `p % workers == worker` (the
+/// ports the kernel offers are tried in turn; those that do not fit are let go after).
+fn reserve_port(src: IpAddr, worker: u32, workers: u32) -> io::Result<std::net::UdpSocket> {
+    let mut held = Vec::new();
+    for _ in 0..64 * workers.max(1) {
+        let s = std::net::UdpSocket::bind(SocketAddr::new(src, 0))?;
+        if u32::from(s.local_addr()?.port()) % workers.max(1) == worker {
+            return Ok(s);
+        }
+        held.push(s);
+    }
+    Err(io::Error::new(io::ErrorKind::AddrNotAvailable, "no free source port for this worker's queue"))
 }
 
 /// The driver of one UDP lane over AF_XDP (see the module's documentation).
@@ -443,8 +668,11 @@ pub async fn drive<X: Exchange + 'static>(prepared: io::Result<Prepared>, addr: 
         lane: lane.clone(),
         ids: RefCell::new(IdTable::with_capacity(64)),
         header: meter::udp_header(addr),
+        unsent: RefCell::new(Vec::with_capacity(BATCH)),
     });
     p.socket.lanes.borrow_mut().insert(sport, rx.clone());
+    p.socket.xdp.set_owner(sport, Some(p.socket.worker));
+    p.socket.xdp.0.live_lanes.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     // The path is said once per worker socket, not per lane.
     if !p.socket.announced.replace(true) {
         x.event(p.socket.xdp.event());
@@ -462,6 +690,10 @@ pub async fn drive<X: Exchange + 'static>(prepared: io::Result<Prepared>, addr: 
         }
         lane.wait().await;
     }
+    // What this lane put on the ring last leaves now, not with a later turn's kick.
+    p.socket.kick_now();
     p.socket.lanes.borrow_mut().remove(&sport);
+    p.socket.xdp.set_owner(sport, None);
+    p.socket.xdp.0.live_lanes.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     drop(p.reserve);
 }
