@@ -513,6 +513,10 @@ impl Socket {
             drop(u);
             self.kick.notify_one();
         }
+        // And reads what has come back (no system call): a worker behind its schedule sends
+        // turn after turn, and answers left on the RX ring meanwhile would overflow it (the
+        // kernel drops them: timeouts that are the generator's, not the server's).
+        self.drain();
     }
 
     fn any_in_flight(&self) -> bool {
