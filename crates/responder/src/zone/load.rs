@@ -285,13 +285,16 @@ fn scan_error(path: &Path, text: &str, shift: usize) -> ZoneError {
     }
 }
 
+/// An entry the end of the file cut off: its first line, and what it left open.
+type Unclosed = (u32, &'static str);
+
 /// The first line of each entry the scanner returns (a record or an `$INCLUDE`), in order:
 /// the scanner does not say where an entry came from, so the text's entries are counted
 /// here. An entry is a line that is not blank, a comment or an `$ORIGIN` or `$TTL`
 /// directive, continued over the line ends inside parentheses or a quoted string. Also the
 /// `$TTL` directives: (line, seconds). And the first line of an entry the end of the file cuts
 /// off inside parentheses or a quoted string, with what was left open.
-fn entry_lines(text: &[u8]) -> (Vec<u32>, Vec<(u32, u32)>, Option<(u32, &'static str)>) {
+fn entry_lines(text: &[u8]) -> (Vec<u32>, Vec<(u32, u32)>, Option<Unclosed>) {
     let mut lines = Vec::new();
     let mut ttls = Vec::new();
     let mut line: u32 = 1;
