@@ -201,6 +201,12 @@ fn zone_errors_name_file_and_line() {
     // panicked on a TXT record there: found by the zone_file fuzz target) or a quoted string.
     let e = load_err(&format!("{head}www A 192.0.2.1\n@ IN (TXT \"a\"\nmail A 192.0.2.2\n"));
     assert_eq!(e, "bad.zone:6: '(' opened in this entry is not closed before the end of the file");
+    // A TXT record and a comment the end of the file cuts off (no line end): it panicked too;
+    // a file's last line needs no line end.
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "last.zone", &format!("{head}x TXT abc ;c"));
+    let a = answerer(load(&[p]).unwrap(), false);
+    assert!(ask(&a, "x.example.test", 16, None).contains("\"abc\""));
     let e = load_err(&format!("{head}www TXT \"a\n"));
     assert_eq!(e, "bad.zone:5: a quoted string opened in this entry is not closed before the end of the file");
 }
