@@ -207,6 +207,9 @@ fn zone_errors_name_file_and_line() {
     let p = write(dir.path(), "last.zone", &format!("{head}x TXT abc ;c"));
     let a = answerer(load(&[p]).unwrap(), false);
     assert!(ask(&a, "x.example.test", 16, None).contains("\"abc\""));
+    // The scanner quotes the token it could not take, line ends and all: one line still.
+    let e = load_err(&format!("{head}\"$ORIGIN x.\n$TTL 3\" A 192.0.2.1\n"));
+    assert!(e.starts_with("bad.zone:") && e.contains("unknown control") && !e.contains('\n'), "{e}");
     let e = load_err(&format!("{head}www TXT \"a\n"));
     assert_eq!(e, "bad.zone:5: a quoted string opened in this entry is not closed before the end of the file");
 }
