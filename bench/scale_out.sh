@@ -2,6 +2,7 @@
 # A run split into parts (docs/scale-out.md): what coordination costs.
 #
 #   bash bench/scale_out.sh                      # RATE=50000 DURATION=5 PARTS_LIST="2 5 10 20 50"
+#   HOT_PATH=0 SKEW_RUNS=3 PARTS_LIST=7 bash bench/scale_out.sh   # the start skew of 7 parts, 3 times
 #
 # 1. The hot path: one part's CPU per answer with and without a coordinator (the same UDP run at
 #    RATE on one generator core, as `--parts 1 --coordinator` and as a plain run): the worker
@@ -15,6 +16,8 @@ RATE="${RATE:-50000}"
 DURATION="${DURATION:-5}"
 PART_RATE="${PART_RATE:-200}"
 PARTS_LIST="${PARTS_LIST:-2 5 10 20 50}"
+HOT_PATH="${HOT_PATH:-1}"     # 0: leave out part 1 (the hot path)
+SKEW_RUNS="${SKEW_RUNS:-1}"   # runs of each N in part 2
 need /usr/bin/time jq taskset
 check_cores
 volley="$(volley_bin_copy)"
@@ -37,9 +40,11 @@ coordinate() { # N OUT: starts a coordinator, sets COORD_PID and COORD_ADDR
     die "the coordinator printed no address: $(cat "$out.err")"
 }
 
-log "hot path: $url at $RATE qps for ${DURATION}s, plain and with a coordinator"
 rows=()
-for mode in plain coordinated; do
+modes="plain coordinated"
+[ "$HOT_PATH" = 0 ] && modes=""
+[ -n "$modes" ] && log "hot path: $url at $RATE qps for ${DURATION}s, plain and with a coordinator"
+for mode in $modes; do
     for rep in 1 2 3; do
         extra=()
         if [ "$mode" = coordinated ]; then
@@ -60,9 +65,10 @@ done
 
 log "coordination: parts at $PART_RATE qps each for ${DURATION}s"
 skew_rows=()
-for n in $PARTS_LIST; do
+for n in $(for n in $PARTS_LIST; do for r in $(seq 1 "$SKEW_RUNS"); do echo "$n"; done; done); do
     coordinate "$n" "$WORK/m$n.json"
     part_pids=()
+    rm -f "$WORK"/m"$n"-part-*.json
     for i in $(seq 0 $((n - 1))); do
         "$volley" run "$url" -Q "$((PART_RATE * n))" -l "${DURATION}s" -T 1 --parts "$n" --coordinator "$COORD_ADDR" \
             -q --progress never -o "$WORK/m$n-part-{part}.json" 2>>"$WORK/m$n.parts.err" &
@@ -94,13 +100,15 @@ stop_pid "$SERVE_PID"
     echo "\`bash bench/scale_out.sh\` (RATE=$RATE, DURATION=$DURATION, PART_RATE=$PART_RATE); \`volley serve -T 1\` on"
     echo "core $SERVER_CORE. $(machine_line)."
     echo
-    echo "One part at $RATE qps over UDP on core $CLIENT_CORE, plain and with a coordinator (\`--parts 1"
-    echo "--coordinator\`): CPU per answer of the worker threads and of the whole process."
-    echo
-    echo "| run | rep | answered of sent | workers µs/answer | process µs/answer |"
-    echo "| --- | ---: | ---: | ---: | ---: |"
-    printf '%s\n' "${rows[@]}"
-    echo
+    if [ -n "$modes" ]; then
+        echo "One part at $RATE qps over UDP on core $CLIENT_CORE, plain and with a coordinator (\`--parts 1"
+        echo "--coordinator\`): CPU per answer of the worker threads and of the whole process."
+        echo
+        echo "| run | rep | answered of sent | workers µs/answer | process µs/answer |"
+        echo "| --- | ---: | ---: | ---: | ---: |"
+        printf '%s\n' "${rows[@]}"
+        echo
+    fi
     echo "N parts on this machine (sharing its cores), $PART_RATE qps each: the start skew (latest actual"
     echo "start minus earliest), the median part's start against the one given, the largest clock offset"
     echo "measured, the coordinator's CPU per part per second of the run, and \`volley merge\` of the"

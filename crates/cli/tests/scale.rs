@@ -670,6 +670,58 @@ fn a_split_limit_search_starts_each_step_together_and_finds_the_single_limit() {
     drop(server);
 }
 
+/// A split search by simulated clients: each step's clients go whole to the parts (client `c`
+/// to part `c mod N`), so each part's share follows the step's count, and the coordinator's
+/// record of the shares does too (not the first step's count).
+#[test]
+fn a_split_search_by_clients_records_each_steps_shares() {
+    let server = Server::start_with(&["--max-qps", "200", "-T", "1"]);
+    let target = server.udp_url();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("limit.json");
+    let search = ["--by", "clients", "--client-rate", "20", "--start", "5", "--max", "64", "--step-duration", "2s"];
+    let search_rest = ["--refine", "1", "-t", "300ms", "-T", "1", "--progress", "never"];
+    let coord = Coord::start(Command::new(volley()), "127.0.0.1:0", 2, &out, &["--wait", "60s"]);
+    let children: Vec<Child> = (0..2)
+        .map(|_| {
+            Command::new(volley())
+                .args(["limit", &target, "--parts", "2", "--coordinator", &coord.addr])
+                .args(search)
+                .args(search_rest)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start a part")
+        })
+        .collect();
+    for c in children {
+        let (code, err) = finish_part(c);
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let (code, said, doc) = coord.finish();
+    assert_eq!(code, Some(0), "{said}");
+    let doc = doc.expect("the search's file");
+    let s = &doc["searches"][0];
+    let steps = s["steps"].as_array().unwrap();
+    let runs = s["runs"].as_array().unwrap();
+    let mut counts = Vec::new();
+    for (step, run) in steps.iter().zip(runs) {
+        let clients = step["load"].as_f64().unwrap().round() as u64;
+        counts.push(clients);
+        check_accounting(run);
+        assert_eq!(run["load"]["clients"].as_u64(), Some(clients), "{step}");
+        let list = run["scale"]["part_list"].as_array().unwrap();
+        for (i, p) in list.iter().enumerate() {
+            let mine = clients / 2 + u64::from((i as u64) < clients % 2);
+            let share = p["share"].as_f64().unwrap();
+            assert!((share - mine as f64 / clients as f64).abs() < 1e-9, "step of {clients} clients, part {i}: {p}");
+        }
+    }
+    assert!(counts.iter().any(|&c| c % 2 == 1) && counts.iter().any(|&c| c != counts[0]), "steps {counts:?}");
+    drop(server);
+}
+
 /// A part of a split limit search killed during a step: the step is incomplete, so the search
 /// stops there; the coordinator writes the step (naming the lost part with its share), says
 /// so, exits 3, and tells the other part the search is over (it exits 0).

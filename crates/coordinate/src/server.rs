@@ -207,6 +207,11 @@ impl Session {
             // No part joins a search under way: it would miss steps.
             st.closed = true;
             st.start = None;
+            // A search by clients splits each step's clients whole (as each part does): the
+            // shares follow the step's count, not the first step's.
+            if st.first.as_ref().and_then(|(_, h)| h.limit.as_ref()).is_some_and(|l| l.by == "clients") {
+                st.items = load.round().max(1.0) as u64;
+            }
             for s in st.slots.iter_mut() {
                 s.ready = false;
                 s.started = false;

@@ -1178,12 +1178,18 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
     // giving its core away between readings. A pure spin held the core until the kernel
     // preempted it: with more waiting threads than cores (parts sharing a machine), a thread
     // preempted so ran again a time slice later, past the start (7 parts on 2 cores: up to
-    // 1 ms late). Yielding, every waiting thread reads the clock every few microseconds.
+    // 1 ms late). Yielding, every waiting thread reads the clock every few microseconds; but
+    // the fair scheduler pushes a thread that yields often behind those that do not (a
+    // neighbour's build, a part already started), so where it may the thread waits at
+    // real-time priority, yielding only to the other waiting threads, and drops it at the
+    // start (it sleeps at that priority too, so that its wake-up does not queue behind them).
+    let realtime = RealtimeWait::enter();
     sleep_until(&precise_timer(&w), start.saturating_sub(START_SPIN_NS)).await;
     while now_ns() < start {
         std::thread::yield_now();
     }
     let woke_late_ns = now_ns().saturating_sub(start);
+    drop(realtime);
     let end = c.duration_ns.map(|d| start + d);
     w.inner.borrow_mut().rec().set_start(start);
     if !w.clients.is_empty() {
@@ -1355,6 +1361,38 @@ impl Worker {
 }
 
 /// Sleeps until `at` on the precise timer, or tokio's when there is none.
+/// The calling thread at real-time priority (SCHED_FIFO 1) while it lives, where the process
+/// may (root or CAP_SYS_NICE; else nothing changes); its policy before is restored on drop.
+struct RealtimeWait(Option<(libc::c_int, libc::sched_param)>);
+
+impl RealtimeWait {
+    fn enter() -> RealtimeWait {
+        // SAFETY: sched_getscheduler/sched_getparam/sched_setscheduler(2) on the calling
+        // thread (0) with params this function owns.
+        unsafe {
+            let policy = libc::sched_getscheduler(0);
+            let mut before = std::mem::zeroed::<libc::sched_param>();
+            if policy < 0 || policy == libc::SCHED_FIFO || libc::sched_getparam(0, &mut before) != 0 {
+                return RealtimeWait(None);
+            }
+            let rt = libc::sched_param { sched_priority: 1 };
+            if libc::sched_setscheduler(0, libc::SCHED_FIFO, &rt) != 0 {
+                return RealtimeWait(None);
+            }
+            RealtimeWait(Some((policy, before)))
+        }
+    }
+}
+
+impl Drop for RealtimeWait {
+    fn drop(&mut self) {
+        if let Some((policy, before)) = self.0 {
+            // SAFETY: as in `enter`.
+            unsafe { libc::sched_setscheduler(0, policy, &before) };
+        }
+    }
+}
+
 async fn sleep_until(timer: &Option<PreciseTimer>, at: u64) {
     match timer {
         Some(t) => {
@@ -1536,6 +1574,28 @@ async fn replay_schedule(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The start wait raises the thread to SCHED_FIFO where the process may (CAP_SYS_NICE:
+    /// root here, as in CI) and gives the thread its policy back when it ends; where it may not, nothing changes.
+    #[test]
+    fn the_start_wait_is_real_time_where_permitted_and_restored() {
+        std::thread::spawn(|| {
+            // SAFETY: sched_getscheduler(2) on the calling thread.
+            let policy = || unsafe { libc::sched_getscheduler(0) };
+            let before = policy();
+            // CAP_SYS_NICE (bit 23) in the effective set: permitted.
+            let status = std::fs::read_to_string("/proc/self/status").unwrap();
+            let caps = status.lines().find_map(|l| l.strip_prefix("CapEff:")).unwrap();
+            let permitted = u64::from_str_radix(caps.trim(), 16).unwrap() & (1 << 23) != 0;
+            let wait = RealtimeWait::enter();
+            assert_eq!(wait.0.is_some(), permitted);
+            assert_eq!(policy(), if permitted { libc::SCHED_FIFO } else { before });
+            drop(wait);
+            assert_eq!(policy(), before);
+        })
+        .join()
+        .unwrap();
+    }
     use volley_metrics::{Collector, WireStats};
     use volley_wire::{QType, QueryOptions};
 
