@@ -17,6 +17,7 @@ mod connections;
 mod histogram;
 mod recorder;
 mod result;
+mod trace;
 
 pub use collector::{Collected, Collector, Progress};
 pub use connections::ConnHistograms;
@@ -27,6 +28,7 @@ pub use counters::{Counters, ErrorKind, Unexpected, Unsent, Wait, WireStats};
 pub use histogram::{Histogram, SparseHistogram};
 pub use recorder::{GroupAcc, Recorder, SecondSample, SendTimes, TransportWaits, WorkerFinal, WorkerMessage};
 pub use result::*;
+pub use trace::{QueryTrace, TraceBuf, TraceFate, TraceSlot, TracedQuery, MAX_TRACE};
 
 /// Version tag of the results file; bump on any incompatible change (docs/results-schema.md).
 pub const SCHEMA: &str = "volley.results/1";
