@@ -527,6 +527,7 @@ fn run_step(
         tc_fallback: false,
         part: volley_engine::part::Part::WHOLE,
         start: None,
+        trace_queries: r.trace_queries.unwrap_or(0),
     };
     let plan = if plan.duration.is_none() && plan.count.is_none() {
         Plan { duration: Some(Duration::from_secs(1)), ..plan }
