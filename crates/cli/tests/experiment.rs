@@ -178,6 +178,81 @@ fn timeline_of_every_query(doc: &Value, path: &std::path::Path, text: &str) {
     assert!(!doh2.contains("class=\"held-up\""), "DoH/2 holds up none");
 }
 
+/// head-of-line against servers of the user's (`--target`): the server cannot say which answers
+/// it delayed, so the UDP row's slow answers are taken as its own delays (nothing holds up UDP)
+/// and `held_up` is a row's slow answers beyond them. The embedded responder started as an
+/// external target (delaying 1 in 25 by 1 s, TCP and DoT in order) shows DoT holding up queries,
+/// UDP none, as against the responder the experiment starts itself; without a UDP target no
+/// `held_up` is derived.
+#[test]
+fn head_of_line_against_a_target_derives_held_up_from_udp() {
+    let server = Server::start_encrypted(&["--delay", "1s:1/25", "--in-order"]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hol.json");
+    let (udp, dot) = (format!("udp={}", server.url("udp")), format!("dot={}", server.url("tls")));
+    let out = experiment(&[
+        "run",
+        "head-of-line",
+        "--quick",
+        "--progress",
+        "never",
+        "--target",
+        &udp,
+        "--target",
+        &dot,
+        "--ca",
+        server.ca_str(),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let text = &out.stdout;
+    // Its UDP row's slow answers: the server's 4 delays of 100 queries.
+    assert_eq!(cell(&doc, "udp", "delayed"), 4.0, "{text}");
+    assert_eq!(cell(&doc, "udp", "held_up"), 0.0, "{text}");
+    assert_eq!(cell(&doc, "dot", "delayed"), 4.0, "{text}");
+    assert!(cell(&doc, "dot", "held_up") >= 1.0, "DoT in order holds up queries: {text}");
+    // Its slow answers are the delayed ones and the held-up ones.
+    let dot_step = doc["steps"].as_array().unwrap().iter().find(|s| s["row"] == "dot").unwrap();
+    assert_eq!(dot_step["figures"]["slow"].as_f64().unwrap(), 4.0 + cell(&doc, "dot", "held_up"));
+    assert!(dot_step["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("UDP row's 4 slow")));
+    // Rows on the embedded responder keep its own count.
+    assert_eq!(cell(&doc, "doh2", "held_up"), 0.0, "{text}");
+    // The dot-ooo block has no UDP row: nothing derived.
+    let ooo = doc["table"]["rows"].as_array().unwrap().iter().find(|r| r["name"] == "dot-ooo").unwrap();
+    assert!(ooo["cells"]["held_up"]["measured"].is_null(), "{ooo}");
+    assert_eq!(doc["holds"], true, "{text}");
+
+    // Without a UDP target: no held_up for the DoT target.
+    let file = dir.path().join("dot-only.toml");
+    std::fs::write(
+        &file,
+        "name = \"dot-only\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\ntransport = [\"udp\", \"dot\"]\n\
+         queries = \"random\"\ncount = 50\nconcurrency = 50\nconnections = [1]\ntimeout = \"5s\"\n\
+         [[columns]]\nname = \"held_up\"\nfigure = \"held_up\"\n",
+    )
+    .unwrap();
+    let out = experiment(&[
+        "run",
+        file.to_str().unwrap(),
+        "--progress",
+        "never",
+        "--target",
+        &dot,
+        "--ca",
+        server.ca_str(),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let row = |n: &str| doc["table"]["rows"].as_array().unwrap().iter().find(|r| r["name"] == n).unwrap().clone();
+    assert!(row("dot")["cells"]["held_up"]["measured"].is_null(), "{}", out.stdout);
+    // The UDP row ran against the embedded responder, which counts its own delays (none here).
+    assert_eq!(row("udp")["cells"]["held_up"]["measured"], 0.0, "{}", out.stdout);
+}
+
 #[test]
 fn overhead_quick() {
     let (doc, _) = quick("overhead");
