@@ -1,7 +1,8 @@
 //! Measurements: what happened to every query, in bounded memory.
 //!
 //! The load engine records into a [`Recorder`] per worker thread (no locks, no per-query
-//! storage); each worker sends one [`SecondSample`] per second to a [`Collector`], which
+//! storage but the opt-in trace of a run's first N queries, in a buffer of N made before the
+//! run: [`TraceBuf`]); each worker sends one [`SecondSample`] per second to a [`Collector`], which
 //! merges them into the per-second series and the totals of a [`RunResult`], the one
 //! summary type every printer (text, JSON, later CSV/HTML) reads.
 //!
