@@ -28,7 +28,7 @@ fn quick(name: &str) -> (Value, String) {
 fn quick_to(name: &str, path: &std::path::Path) -> (Value, String) {
     let out = experiment(&["run", name, "--quick", "--progress", "never", "-o", path.to_str().unwrap()]);
     assert!(out.status.success(), "{name}: {}\n{}", out.stdout, out.stderr);
-    let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let doc: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     assert_eq!(doc["schema"], "volley.experiment/1");
     assert_eq!(doc["spec"]["name"], name);
     assert_eq!(doc["quick"], true);
