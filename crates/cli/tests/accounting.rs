@@ -32,6 +32,61 @@ fn drop_one_in_ten_times_out_exactly_one_in_ten() {
     }
 }
 
+/// `--trace-queries N`: the run's first N queries one by one, in order of issue, each with the
+/// fate it has in the totals: one query at a time against a server dropping 1 in 10 (the 10th,
+/// 20th, ... query it sees, `volley run`'s probe query counted), so every 10th query timed out;
+/// queries past N are in the totals only.
+#[test]
+fn trace_of_the_first_queries_has_their_fates() {
+    let s = Server::start_with(&["--drop", "1/10"]);
+    let url = s.udp_url();
+    let r = run_volley(&[
+        &url,
+        "--name",
+        "www.example.test",
+        "-n",
+        "60",
+        "-c",
+        "1",
+        "-t",
+        "300ms",
+        "--trace-queries",
+        "35",
+    ]);
+    let v = r.ok();
+    check_accounting(v);
+    assert_eq!(total(v, "timed_out"), 6, "{:#}", v["totals"]);
+    let t = &v["query_trace"];
+    assert_eq!(t["limit"], 35);
+    let qs = t["queries"].as_array().unwrap();
+    assert_eq!(qs.len(), 35, "the first 35 queries, no more");
+    let mut last_issue = 0;
+    for (i, q) in qs.iter().enumerate() {
+        assert_eq!(q["index"], i as u64, "{q}");
+        let issued = q["issued_ns"].as_u64().unwrap();
+        assert!(issued >= last_issue, "in order of issue: {q}");
+        last_issue = issued;
+        if q["fate"] == "timed_out" {
+            assert!(q["latency_ns"].is_null(), "{q}");
+        } else {
+            assert_eq!(q["fate"], "answered", "query {i}: {q}");
+            assert_eq!(q["detail"], "NOERROR", "{q}");
+            let l = q["latency_ns"].as_u64().unwrap();
+            assert!(l > 0 && l <= v["latency"]["max_ns"].as_u64().unwrap(), "{q}");
+        }
+    }
+    let dropped: Vec<usize> = (0..qs.len()).filter(|&i| qs[i]["fate"] == "timed_out").collect();
+    assert!(dropped.len() >= 3 && dropped[0] < 10, "{dropped:?}");
+    assert!(dropped.windows(2).all(|w| w[1] - w[0] == 10), "every 10th query: {dropped:?}");
+    // Without the flag: no trace.
+    let r = run_volley(&[&url, "--name", "www.example.test", "-n", "5", "-t", "300ms"]);
+    assert!(r.ok().get("query_trace").is_none());
+    // At most 10,000: bad input, exit 2.
+    let r = run_volley(&[&url, "-n", "5", "--trace-queries", "10001"]);
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("--trace-queries"), "{}", r.stderr);
+}
+
 #[test]
 fn drop_label_never_answered() {
     let s = Server::start();

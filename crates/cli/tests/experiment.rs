@@ -21,10 +21,14 @@ fn experiment(args: &[&str]) -> Output {
 /// measured, the study's figures shown, and returns the JSON document and the text.
 fn quick(name: &str) -> (Value, String) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("exp.json");
+    quick_to(name, &dir.path().join("exp.json"))
+}
+
+/// [`quick`], the JSON document written to `path`.
+fn quick_to(name: &str, path: &std::path::Path) -> (Value, String) {
     let out = experiment(&["run", name, "--quick", "--progress", "never", "-o", path.to_str().unwrap()]);
     assert!(out.status.success(), "{name}: {}\n{}", out.stdout, out.stderr);
-    let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let doc: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     assert_eq!(doc["schema"], "volley.experiment/1");
     assert_eq!(doc["spec"]["name"], name);
     assert_eq!(doc["quick"], true);
@@ -75,16 +79,178 @@ fn cell(doc: &Value, row: &str, column: &str) -> f64 {
 /// up queries behind them, UDP and DoH/2 hold up none; DoT answered out of order holds up none.
 #[test]
 fn head_of_line_blocks_dot_and_doh1_not_udp_and_doh2() {
-    let (doc, text) = quick("head-of-line");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hol.json");
+    let (doc, text) = quick_to("head-of-line", &path);
     for row in ["udp", "dot", "doh1", "doh2", "doh3", "doq", "dot-ooo"] {
         assert_eq!(cell(&doc, row, "delayed"), 4.0, "{row}\n{text}");
     }
+    for t in ["udp", "dot", "doh1", "doh2", "doh3", "doq"] {
+        let row = format!("{t}-baseline");
+        assert_eq!(cell(&doc, &row, "delayed"), 0.0, "{row}\n{text}");
+        assert_eq!(cell(&doc, &row, "held_up"), 0.0, "{row}\n{text}");
+    }
+    timeline_of_every_query(&doc, &path, &text);
     assert!(cell(&doc, "dot", "held_up") >= 1.0, "{text}");
     assert!(cell(&doc, "doh1", "held_up") >= 1.0, "{text}");
     assert_eq!(cell(&doc, "udp", "held_up"), 0.0, "{text}");
     assert_eq!(cell(&doc, "doh2", "held_up"), 0.0, "{text}");
     assert_eq!(cell(&doc, "dot-ooo", "held_up"), 0.0, "{text}");
     assert_eq!(doc["holds"], true, "{text}");
+}
+
+/// Each query's response time in the head-of-line document: row -> latency (ms) by index.
+fn traces(doc: &Value) -> Vec<(String, String, Vec<f64>)> {
+    let mut out = Vec::new();
+    for st in doc["steps"].as_array().unwrap() {
+        let row = st["row"].as_str().unwrap().to_string();
+        let trace = &st["results"][0]["query_trace"];
+        assert_eq!(trace["limit"], 100, "{row}: {trace}");
+        let qs = trace["queries"].as_array().unwrap();
+        assert_eq!(qs.len(), 100, "{row}: a trace of every query");
+        let lat: Vec<f64> = qs
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                assert_eq!(q["index"], i as u64, "{row}: in order of issue");
+                assert_eq!(q["fate"], "answered", "{row}: {q}");
+                q["latency_ns"].as_f64().unwrap() / 1e6
+            })
+            .collect();
+        out.push((row, st["point"]["transport"].as_str().unwrap().to_string(), lat));
+    }
+    out
+}
+
+/// seeds/003's figure 1: every run keeps each query's response time in order of issue
+/// (`query_trace`); the queries the server delayed (those slow over UDP: nothing holds one UDP
+/// query up behind another) are slow on every transport, nothing is slow in the baseline, and
+/// DoH/2 is slow on those alone. `volley report --experiment` draws a timeline per run: one per
+/// transport in the baseline and in the delayed block, its delayed queries marked.
+fn timeline_of_every_query(doc: &Value, path: &std::path::Path, text: &str) {
+    let all = traces(doc);
+    let slow = |lat: &[f64]| -> Vec<usize> { (0..lat.len()).filter(|&i| lat[i] >= 500.0).collect() };
+    let udp = &all.iter().find(|(r, _, _)| r == "udp").unwrap().2;
+    let delayed = slow(udp);
+    assert_eq!(delayed.len() as f64, cell(doc, "udp", "delayed"), "{text}");
+    for (row, _, lat) in &all {
+        if row.ends_with("-baseline") {
+            assert!(slow(lat).is_empty(), "{row}: slow without a delay: {lat:?}");
+        } else {
+            for &i in &delayed {
+                assert!(lat[i] >= 500.0, "{row}: delayed query {i} answered in {} ms", lat[i]);
+            }
+        }
+    }
+    let doh2 = &all.iter().find(|(r, _, _)| r == "doh2").unwrap().2;
+    assert_eq!(slow(doh2), delayed, "DoH/2: only the delayed queries are slow");
+    let dot = &all.iter().find(|(r, _, _)| r == "dot").unwrap().2;
+    assert!(slow(dot).len() > delayed.len(), "DoT in order: queries held up behind the delayed ones");
+
+    let page = path.with_extension("html");
+    let mut cmd = Command::new(volley());
+    cmd.args(["report", "--experiment", path.to_str().unwrap(), "-o", page.to_str().unwrap()]);
+    let out = run_cmd(&mut cmd, RUN_WAIT);
+    assert!(out.status.success(), "{}", out.stderr);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("data-chart=\"head-of-line_timelines\""), "no timeline figure");
+    let charts: Vec<&str> =
+        html.split("<svg class=\"timeline\"").skip(1).map(|c| &c[..c.find("</svg>").unwrap()]).collect();
+    assert_eq!(charts.len(), all.len(), "one timeline per run");
+    for (row, transport, _) in &all {
+        let head = format!(" data-row=\"{row}\" data-transport=\"{transport}\"");
+        let chart = charts.iter().find(|c| c.starts_with(&head)).unwrap_or_else(|| panic!("no timeline of {row}"));
+        assert_eq!(chart.matches("<circle ").count(), 100, "{row}: a point per query");
+        let marked = chart.matches("<circle class=\"delayed\"").count();
+        if row.ends_with("-baseline") || row == "dot-ooo" {
+            // No delay; or no UDP run in its block to tell the delays apart.
+            assert_eq!(marked, 0, "{row}");
+        } else {
+            assert_eq!(marked, delayed.len(), "{row}: the delayed queries marked");
+            for &i in &delayed {
+                assert!(chart.contains(&format!("class=\"delayed\" data-q=\"{i}\"")), "{row}: query {i}");
+            }
+        }
+    }
+    let dot = charts.iter().find(|c| c.starts_with(" data-row=\"dot\"")).unwrap();
+    assert!(dot.contains("class=\"held-up\""), "DoT's held-up queries marked");
+    let doh2 = charts.iter().find(|c| c.starts_with(" data-row=\"doh2\"")).unwrap();
+    assert!(!doh2.contains("class=\"held-up\""), "DoH/2 holds up none");
+}
+
+/// head-of-line against servers of the user's (`--target`): the server cannot say which answers
+/// it delayed, so the UDP row's slow answers are taken as its own delays (nothing holds up UDP)
+/// and `held_up` is a row's slow answers beyond them. The embedded responder started as an
+/// external target (delaying 1 in 25 by 1 s, TCP and DoT in order) shows DoT holding up queries,
+/// UDP none, as against the responder the experiment starts itself; without a UDP target no
+/// `held_up` is derived.
+#[test]
+fn head_of_line_against_a_target_derives_held_up_from_udp() {
+    let server = Server::start_encrypted(&["--delay", "1s:1/25", "--in-order"]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hol.json");
+    let (udp, dot) = (format!("udp={}", server.url("udp")), format!("dot={}", server.url("tls")));
+    let out = experiment(&[
+        "run",
+        "head-of-line",
+        "--quick",
+        "--progress",
+        "never",
+        "--target",
+        &udp,
+        "--target",
+        &dot,
+        "--ca",
+        server.ca_str(),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let text = &out.stdout;
+    // Its UDP row's slow answers: the server's 4 delays of 100 queries.
+    assert_eq!(cell(&doc, "udp", "delayed"), 4.0, "{text}");
+    assert_eq!(cell(&doc, "udp", "held_up"), 0.0, "{text}");
+    assert_eq!(cell(&doc, "dot", "delayed"), 4.0, "{text}");
+    assert!(cell(&doc, "dot", "held_up") >= 1.0, "DoT in order holds up queries: {text}");
+    // Its slow answers are the delayed ones and the held-up ones.
+    let dot_step = doc["steps"].as_array().unwrap().iter().find(|s| s["row"] == "dot").unwrap();
+    assert_eq!(dot_step["figures"]["slow"].as_f64().unwrap(), 4.0 + cell(&doc, "dot", "held_up"));
+    assert!(dot_step["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("UDP row's 4 slow")));
+    // Rows on the embedded responder keep its own count.
+    assert_eq!(cell(&doc, "doh2", "held_up"), 0.0, "{text}");
+    // The dot-ooo block has no UDP row: nothing derived.
+    let ooo = doc["table"]["rows"].as_array().unwrap().iter().find(|r| r["name"] == "dot-ooo").unwrap();
+    assert!(ooo["cells"]["held_up"]["measured"].is_null(), "{ooo}");
+    assert_eq!(doc["holds"], true, "{text}");
+
+    // Without a UDP target: no held_up for the DoT target.
+    let file = dir.path().join("dot-only.toml");
+    std::fs::write(
+        &file,
+        "name = \"dot-only\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\ntransport = [\"udp\", \"dot\"]\n\
+         queries = \"random\"\ncount = 50\nconcurrency = 50\nconnections = [1]\ntimeout = \"5s\"\n\
+         [[columns]]\nname = \"held_up\"\nfigure = \"held_up\"\n",
+    )
+    .unwrap();
+    let out = experiment(&[
+        "run",
+        file.to_str().unwrap(),
+        "--progress",
+        "never",
+        "--target",
+        &dot,
+        "--ca",
+        server.ca_str(),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let row = |n: &str| doc["table"]["rows"].as_array().unwrap().iter().find(|r| r["name"] == n).unwrap().clone();
+    assert!(row("dot")["cells"]["held_up"]["measured"].is_null(), "{}", out.stdout);
+    // The UDP row ran against the embedded responder, which counts its own delays (none here).
+    assert_eq!(row("udp")["cells"]["held_up"]["measured"], 0.0, "{}", out.stdout);
 }
 
 #[test]

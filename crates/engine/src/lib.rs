@@ -85,6 +85,9 @@ pub struct Plan {
     /// When to start: asked once every worker is ready (sockets made, connections open).
     /// None: a moment after they are.
     pub start: Option<StartAt>,
+    /// Keep the first this many queries one by one (order of issue, issue time, latency,
+    /// fate: the results' `query_trace`; at most [`volley_metrics::MAX_TRACE`]); 0: none.
+    pub trace_queries: u64,
 }
 
 /// Says when a run starts, as Unix nanoseconds (`--start-at`, or a coordinator's answer to
@@ -536,6 +539,7 @@ pub fn run(
         duration_ns: plan.duration.map(|d| d.as_nanos() as u64),
         interrupt: interrupt.clone(),
         out: tx,
+        trace_queries: plan.trace_queries,
     };
     let mut handles = Vec::with_capacity(threads);
     let mut sockets_made = 0;
@@ -817,6 +821,7 @@ pub fn run(
             }),
         }),
         scale: None,
+        query_trace: got.trace.take(),
     })
 }
 

@@ -46,6 +46,8 @@ pub struct Entry {
     pub timed: bool,
     /// A UDP retry of it waits in its lane: counted as a send again when it leaves.
     pub retx: bool,
+    /// Its id in the worker's query trace (`--trace-queries`); 0: not traced.
+    pub trace: u32,
 }
 
 #[derive(Debug, Default)]

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use volley_metrics::{Close, ErrorKind, Handshake, Recorder, Unexpected, Unsent, Wait};
+use volley_metrics::{Close, ErrorKind, Handshake, Recorder, TraceFate, Unexpected, Unsent, Wait};
 use volley_transport::{spawn_lane, ConnPolicy, Exchange, Lane, LaneOptions, Target, Token};
 use volley_wire::{question_key, Header, Rcode};
 
@@ -288,6 +288,7 @@ impl Worker {
         let (lo, n) = (range.start as usize, range.len());
         let g = self.lanes.get(lo).map_or(0, |s| s.group);
         inn.rec().issued(now, g);
+        let trace = inn.rec().trace_issue(now);
         // Lanes that can send soon first (not backing off after a failure), then any with room.
         let pick = |i: usize, strict: bool| {
             let l = &self.lanes[lo + i].lane;
@@ -301,6 +302,7 @@ impl Worker {
         };
         let Some(i) = found else {
             inn.rec().failed(now, ErrorKind::Overload, g);
+            inn.rec().trace_end(trace, None, TraceFate::Failed(ErrorKind::Overload));
             return;
         };
         if !first_fit {
@@ -329,6 +331,7 @@ impl Worker {
             key,
             lane_mark,
             deadline,
+            trace,
             ..Default::default()
         });
         inn.deadlines.push_back((deadline, t));
@@ -373,16 +376,24 @@ impl Worker {
                 Self::untimed(&mut inn, &e);
                 let slot = &self.lanes[e.lane as usize];
                 slot.lane.release();
-                match e.again {
+                let fate = match e.again {
                     // Its last connection ended without its answer, and it had not left again:
                     // the server's close is its fate, not a silence.
-                    Some(kind) => inn.rec().failed(now, kind, slot.group),
-                    None if e.left => inn.rec().timed_out(now, slot.group),
+                    Some(kind) => {
+                        inn.rec().failed(now, kind, slot.group);
+                        TraceFate::Failed(kind)
+                    }
+                    None if e.left => {
+                        inn.rec().timed_out(now, slot.group);
+                        TraceFate::TimedOut
+                    }
                     None => {
                         let why = self.unsent_why(&e);
                         inn.rec().unsent(now, why, slot.group);
+                        TraceFate::Unsent(why)
                     }
-                }
+                };
+                inn.rec().trace_end(e.trace, None, fate);
                 self.refill(&mut inn, now);
             }
         }
@@ -684,23 +695,31 @@ impl Worker {
             count_event(&mut inn.events, UDP_EARLIER_EVENT);
         }
         let rec = inn.rec();
-        match Header::parse(msg) {
+        let (fate, truncated) = match Header::parse(msg) {
             // Not a response (QR clear), on a stream that carries only this query's answer.
-            Ok(h) if !h.is_response() => rec.failed(now, ErrorKind::Malformed, g),
+            Ok(h) if !h.is_response() => (TraceFate::Failed(ErrorKind::Malformed), false),
             Ok(h) => match question_key(msg) {
-                Ok(k) if k == e.key => {
-                    rec.answered(now, latency, h.rcode().0, h.truncated(), msg.len(), g);
-                    rec.service_time(service);
-                }
-                Ok(_) => rec.failed(now, ErrorKind::Mismatch, g),
+                Ok(k) if k == e.key => (TraceFate::Answered(h.rcode().0), h.truncated()),
+                Ok(_) => (TraceFate::Failed(ErrorKind::Mismatch), false),
                 // Error responses (FORMERR, NOTIMP...) may carry no question: still an answer.
                 Err(_) if h.qdcount == 0 && h.rcode() != Rcode::NOERROR => {
-                    rec.answered(now, latency, h.rcode().0, h.truncated(), msg.len(), g);
-                    rec.service_time(service);
+                    (TraceFate::Answered(h.rcode().0), h.truncated())
                 }
-                Err(_) => rec.failed(now, ErrorKind::Malformed, g),
+                Err(_) => (TraceFate::Failed(ErrorKind::Malformed), false),
             },
-            Err(_) => rec.failed(now, ErrorKind::Malformed, g),
+            Err(_) => (TraceFate::Failed(ErrorKind::Malformed), false),
+        };
+        match fate {
+            TraceFate::Answered(rcode) => {
+                rec.answered(now, latency, rcode, truncated, msg.len(), g);
+                rec.service_time(service);
+                rec.trace_end(e.trace, Some(latency), fate);
+            }
+            TraceFate::Failed(kind) => {
+                rec.failed(now, kind, g);
+                rec.trace_end(e.trace, None, fate);
+            }
+            _ => {}
         }
         self.refill(&mut inn, now);
     }
@@ -750,6 +769,7 @@ impl Worker {
             let slot = &self.lanes[e.lane as usize];
             slot.lane.release();
             inn.rec().failed(now, kind, slot.group);
+            inn.rec().trace_end(e.trace, None, TraceFate::Failed(kind));
             self.refill(&mut inn, now);
         }
     }
@@ -929,6 +949,8 @@ pub(crate) struct Common {
     pub duration_ns: Option<u64>,
     pub interrupt: Arc<AtomicBool>,
     pub out: std::sync::mpsc::Sender<volley_metrics::WorkerMessage>,
+    /// Trace each worker's first this many queries (0: none).
+    pub trace_queries: u64,
 }
 
 /// The start of a run: each worker says it is ready (sockets made, the connections the run
@@ -1122,7 +1144,11 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
             deadlines: VecDeque::new(),
             retries: vec![VecDeque::new(); groups],
             // Its start is set once the run's clock starts: until then every count is second 0's.
-            rec: Some(Recorder::with_groups(share.index, u64::MAX, c.out.clone(), groups)),
+            rec: Some({
+                let mut r = Recorder::with_groups(share.index, u64::MAX, c.out.clone(), groups);
+                r.set_trace(c.trace_queries);
+                r
+            }),
             cursor: Cursor::new(&c.queries, share.stripe),
             issued: 0,
             quota: share.quota,
@@ -1701,6 +1727,7 @@ mod tests {
             duration_ns: None,
             interrupt: Arc::default(),
             out: tx,
+            trace_queries: 0,
         };
         let share = Share {
             index: 0,

@@ -71,6 +71,12 @@ pub fn validate(spec: &Spec) -> Result<(), Invalid> {
                     }
                 }
             }
+            if let Some(n) = q.trace_queries.filter(|&n| n == 0 || n > volley_metrics::MAX_TRACE) {
+                return Err((
+                    Some("trace_queries".into()),
+                    format!("trace_queries {n}: expected 1 to {}", volley_metrics::MAX_TRACE),
+                ));
+            }
             if let Some(d) = q.server.as_ref().and_then(|s| s.delay.as_ref()) {
                 if let Err(e) = d.parse::<volley_responder::DelayRule>() {
                     return Err((Some(d.clone()), format!("server.delay {e}")));

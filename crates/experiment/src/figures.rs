@@ -14,8 +14,12 @@ pub const FIGURES: &[(&str, &str)] = &[
     ("p99_ms", "99th percentile latency, ms"),
     ("max_ms", "highest latency, ms"),
     ("slow", "answers slower than the runs' slow_over"),
-    ("delayed", "answers the server held back on purpose (its delay rule)"),
-    ("held_up", "slow answers besides those the server delayed: queries held up behind another"),
+    ("delayed", "answers the server held back on purpose (its delay rule; a target's: its UDP row's slow answers)"),
+    (
+        "held_up",
+        "slow answers besides those the server delayed: queries held up behind another (a target's: slow minus \
+         its UDP row's slow)",
+    ),
     ("bytes", "bytes on the wire per answered query, both directions, headers included"),
     ("packets", "packets on the wire per answered query, both directions"),
     ("handshake_rtts", "median connection handshake time in round-trip times"),

@@ -384,7 +384,52 @@ pub fn run(
     }
     pool.finish();
     result?;
+    held_up_of_targets(&mut records, opts);
     Ok(Outcome { steps: records, interrupted, seconds: started.elapsed().as_secs_f64() })
+}
+
+/// `held_up` where the server cannot say which answers it delayed (a target of the user's):
+/// the same queries over UDP to that server are never held up behind one another (each
+/// datagram on its own), so the UDP row's slow answers are the server's own delays (`delayed`),
+/// and a row's slow answers beyond them were held up: `held_up = slow - slow(udp)`. Only for steps
+/// against a user's target whose block also ran a UDP row against a user's target (the same
+/// server, `--target udp=...`), at the same point (link, connections) and repetition.
+fn held_up_of_targets(records: &mut [StepRecord], opts: &Options) {
+    if !opts.targets.contains_key("udp") {
+        return;
+    }
+    let udp_slow = |s: &StepRecord| -> Option<f64> {
+        records
+            .iter()
+            .find(|u| {
+                u.step.point.transport == "udp"
+                    && u.step.block == s.step.block
+                    && u.step.repetition == s.step.repetition
+                    && u.step.point.link == s.step.point.link
+                    && u.step.point.connections == s.step.point.connections
+            })
+            .and_then(|u| u.figures.get("slow").copied())
+    };
+    let derived: Vec<Option<(f64, f64)>> = records
+        .iter()
+        .map(|s| {
+            let external = opts.targets.contains_key(&s.step.point.transport);
+            match (external, s.figures.get("delayed"), s.figures.get("slow")) {
+                (true, None, Some(&slow)) => udp_slow(s).map(|u| ((slow - u).max(0.0), u)),
+                _ => None,
+            }
+        })
+        .collect();
+    for (s, d) in records.iter_mut().zip(derived) {
+        if let Some((h, u)) = d {
+            s.figures.insert("held_up".into(), h);
+            s.figures.insert("delayed".into(), u);
+            s.warnings.push(format!(
+                "delayed, held_up: the UDP row's {u} slow answers are the server's own delays (nothing holds up \
+                 UDP), the slow answers beyond them were held up"
+            ));
+        }
+    }
 }
 
 /// Measures one step.
@@ -527,6 +572,7 @@ fn run_step(
         tc_fallback: false,
         part: volley_engine::part::Part::WHOLE,
         start: None,
+        trace_queries: r.trace_queries.unwrap_or(0),
     };
     let plan = if plan.duration.is_none() && plan.count.is_none() {
         Plan { duration: Some(Duration::from_secs(1)), ..plan }

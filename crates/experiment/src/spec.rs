@@ -87,6 +87,9 @@ pub struct Runs {
     /// A figure's setting: answers slower than this count as `slow` (and `held_up` when the
     /// server did not delay them) (default 500ms).
     pub slow_over: Option<String>,
+    /// Keep each run's first N queries one by one (order of issue, issue time, latency,
+    /// fate: the run's `query_trace`, drawn as a timeline by `volley report`; at most 10000).
+    pub trace_queries: Option<u64>,
     /// The embedded responder's settings for these runs.
     pub server: Option<Server>,
     /// Limit search settings (`measure = "limit"`).

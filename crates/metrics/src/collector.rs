@@ -40,6 +40,10 @@ pub struct Collector {
     /// Connections draining so far (drains begun minus ended), for the series' `draining`.
     draining: i64,
     draining_peak: u64,
+    /// The workers' query traces (`--trace-queries`), each with its worker's number, and the
+    /// number asked for.
+    trace: Vec<(usize, Vec<crate::TraceSlot>)>,
+    trace_cap: usize,
 }
 
 /// What the collector hands over at the end of a run.
@@ -63,6 +67,8 @@ pub struct Collected {
     pub groups: Vec<GroupAcc>,
     /// The most connections draining at the end of any second.
     pub draining_peak: u64,
+    /// The first queries' trace, when one was asked for.
+    pub trace: Option<crate::QueryTrace>,
 }
 
 impl Collector {
@@ -87,6 +93,8 @@ impl Collector {
             active: 0,
             draining: 0,
             draining_peak: 0,
+            trace: Vec::new(),
+            trace_cap: 0,
         }
     }
 
@@ -143,6 +151,10 @@ impl Collector {
                 for (a, b) in self.groups.iter_mut().zip(f.groups.iter()) {
                     a.merge(b);
                 }
+                if f.trace_cap > 0 {
+                    self.trace_cap = self.trace_cap.max(f.trace_cap);
+                    self.trace.push((f.worker, f.trace));
+                }
                 self.finals += 1;
                 if let Some(w) = self.watermarks.get_mut(f.worker) {
                     *w = u32::MAX;
@@ -191,6 +203,7 @@ impl Collector {
             conns: self.conns,
             groups: self.groups,
             draining_peak: self.draining_peak,
+            trace: (self.trace_cap > 0).then(|| crate::QueryTrace::of_workers(self.trace_cap as u64, &self.trace)),
         }
     }
 }

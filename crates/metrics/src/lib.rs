@@ -1,7 +1,8 @@
 //! Measurements: what happened to every query, in bounded memory.
 //!
 //! The load engine records into a [`Recorder`] per worker thread (no locks, no per-query
-//! storage); each worker sends one [`SecondSample`] per second to a [`Collector`], which
+//! storage but the opt-in trace of a run's first N queries, in a buffer of N made before the
+//! run: [`TraceBuf`]); each worker sends one [`SecondSample`] per second to a [`Collector`], which
 //! merges them into the per-second series and the totals of a [`RunResult`], the one
 //! summary type every printer (text, JSON, later CSV/HTML) reads.
 //!
@@ -17,6 +18,7 @@ mod connections;
 mod histogram;
 mod recorder;
 mod result;
+mod trace;
 
 pub use collector::{Collected, Collector, Progress};
 pub use connections::ConnHistograms;
@@ -27,6 +29,7 @@ pub use counters::{Counters, ErrorKind, Unexpected, Unsent, Wait, WireStats};
 pub use histogram::{Histogram, SparseHistogram};
 pub use recorder::{GroupAcc, Recorder, SecondSample, SendTimes, TransportWaits, WorkerFinal, WorkerMessage};
 pub use result::*;
+pub use trace::{QueryTrace, TraceBuf, TraceFate, TraceSlot, TracedQuery, MAX_TRACE};
 
 /// Version tag of the results file; bump on any incompatible change (docs/results-schema.md).
 pub const SCHEMA: &str = "volley.results/1";

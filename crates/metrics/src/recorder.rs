@@ -46,6 +46,10 @@ pub struct WorkerFinal {
     pub conns: ConnHistograms,
     /// Per group of clients (mixtures of profiles and transports), when there are several.
     pub groups: Vec<GroupAcc>,
+    /// The trace of the worker's first queries (`--trace-queries`): its capacity (0: off)
+    /// and what it holds.
+    pub trace_cap: usize,
+    pub trace: Vec<crate::TraceSlot>,
 }
 
 /// Totals of one group of clients (a profile on a transport) in a mixture.
@@ -166,6 +170,7 @@ pub struct Recorder {
     peak_on_wire: u64,
     conns: ConnHistograms,
     groups: Vec<GroupAcc>,
+    trace: crate::TraceBuf,
     out: Sender<WorkerMessage>,
 }
 
@@ -192,6 +197,7 @@ impl Recorder {
             peak_on_wire: 0,
             conns: ConnHistograms::default(),
             groups: if groups > 1 { vec![GroupAcc::default(); groups] } else { Vec::new() },
+            trace: crate::TraceBuf::default(),
             out,
         }
     }
@@ -200,6 +206,30 @@ impl Recorder {
     /// opened before the clock started) stays in second 0.
     pub fn set_start(&mut self, start_ns: u64) {
         self.start_ns = start_ns;
+    }
+
+    /// Keeps a trace of the worker's first `n` queries (at most [`crate::MAX_TRACE`]): the
+    /// buffer is allocated here, once.
+    pub fn set_trace(&mut self, n: u64) {
+        self.trace = crate::TraceBuf::new(n);
+    }
+
+    /// A query issued at `now_ns`: its trace id, 0 when it is not traced (see
+    /// [`crate::TraceBuf::issue`]).
+    #[inline]
+    pub fn trace_issue(&mut self, now_ns: u64) -> u32 {
+        if self.trace.cap() == 0 {
+            return 0;
+        }
+        self.trace.issue(now_ns.saturating_sub(self.start_ns))
+    }
+
+    /// The fate of traced query `id` (0: not traced).
+    #[inline]
+    pub fn trace_end(&mut self, id: u32, latency_ns: Option<u64>, fate: crate::TraceFate) {
+        if id != 0 {
+            self.trace.end(id, latency_ns, fate);
+        }
     }
 
     /// Moves to the second containing `now_ns`, flushing the finished one. Call it at least
@@ -447,6 +477,8 @@ impl Recorder {
             cpu_ns,
             conns: self.conns,
             groups: self.groups,
+            trace_cap: self.trace.cap(),
+            trace: self.trace.slots().to_vec(),
         }));
     }
 }

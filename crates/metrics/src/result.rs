@@ -107,6 +107,10 @@ pub struct RunResult {
     /// each part's share, clock offset and start, and the start skew.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub scale: Option<ScaleInfo>,
+    /// The run's first queries one by one (`--trace-queries N`, at most 10,000): each one's
+    /// order of issue, issue time, latency and fate. Absent unless asked for.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub query_trace: Option<crate::QueryTrace>,
 }
 
 /// Which part of a split run a result is, and how it started.

@@ -284,6 +284,30 @@ pub fn latency_over_time_series(runs: &[NamedRun]) -> ChartData {
     c
 }
 
+/// Each traced query's response time against its number in order of issue (`--trace-queries`,
+/// the results' `query_trace`; seeds/003's figure 1): a line per run through its answered
+/// queries (queries without an answer leave a gap). x: query number; y: response time in ns
+/// (log scale). Empty for runs without a trace.
+pub fn query_trace_series(runs: &[NamedRun]) -> ChartData {
+    let mut c = ChartData::new(
+        "query_trace",
+        "Response time per query, in order of issue (the first queries of the run)",
+        Axis::new("query number", Scale::Linear, Unit::Number),
+        Axis::new("response time", Scale::Log, Unit::Nanos),
+    );
+    for (i, run) in runs.iter().enumerate() {
+        let Some(t) = &run.result.query_trace else { continue };
+        c.series.push(Series {
+            name: label(runs, run, "response time"),
+            run: i,
+            shade: 0,
+            style: Style::Line,
+            points: t.queries.iter().filter_map(|q| q.latency_ns.map(|l| (q.index as f64, l.max(1) as f64))).collect(),
+        });
+    }
+    c
+}
+
 /// Queries per second over time: queries sent (solid) and answers (dashed) in each second.
 /// x: second since start; y: per second.
 pub fn qps_series(runs: &[NamedRun]) -> ChartData {
@@ -531,12 +555,14 @@ pub fn limit_latency_series(searches: &[LimitResult]) -> ChartData {
 }
 
 /// Every chart of a set of runs that has something to show, in the report's order: response
-/// rate, latency percentiles, latency over time, QPS, connections, handshake CDF.
+/// rate, latency percentiles, latency over time, the traced queries' response times, QPS,
+/// connections, handshake CDF.
 pub fn all_charts(runs: &[NamedRun]) -> Vec<ChartData> {
     [
         response_rate_series(runs),
         latency_percentile_series(runs),
         latency_over_time_series(runs),
+        query_trace_series(runs),
         qps_series(runs),
         connections_series(runs),
         handshake_cdf_series(runs),

@@ -227,6 +227,7 @@ fn section(out: &mut String, k: usize, name: &str, doc: &Value) -> io::Result<()
             figure(out, &c)?;
         }
     }
+    timelines(out, &id, doc, &rows);
     for c in &columns {
         bars(out, &id, c, &rows);
     }
@@ -394,5 +395,204 @@ fn bars(out: &mut String, id: &str, column: &Value, rows: &[&Value]) {
         "<figure class=\"chart\" data-chart=\"{}\">{svg}<figcaption>{}: measured per row, the study's figure marked</figcaption></figure>",
         esc(&format!("{id}_{name}_bars")),
         esc(title)
+    );
+}
+
+/// A duration as an experiment file writes it ("500ms", "1s", "250us", "2.5s"), in ns.
+fn duration_ns(d: &str) -> Option<u64> {
+    let d = d.trim();
+    let split = d.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (n, unit) = d.split_at(split);
+    let n: f64 = n.parse().ok()?;
+    let mult = match unit {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        "m" => 60e9,
+        _ => return None,
+    };
+    Some((n * mult) as u64)
+}
+
+/// One traced query as the timeline draws it: its number, its latency (None: no answer) and
+/// its fate.
+struct Traced {
+    index: u64,
+    latency_ns: Option<u64>,
+    fate: String,
+}
+
+/// The first repetition's query trace of a step (`results[0].query_trace`), if it has one.
+fn trace_of(step: &Value) -> Option<Vec<Traced>> {
+    let q = step["results"].as_array()?.first()?["query_trace"]["queries"].as_array()?;
+    Some(
+        q.iter()
+            .filter_map(|t| {
+                Some(Traced {
+                    index: t["index"].as_u64()?,
+                    latency_ns: t["latency_ns"].as_u64(),
+                    fate: s(t, "fate").to_string(),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// seeds/003's figure 1, drawn from the runs' query traces (`trace_queries`): for every block
+/// of runs with traces a row of small charts, one per transport, each query's response time
+/// (log scale) against its number (order of issue). The queries the server delayed are marked:
+/// those slow (over the block's `slow_over`) in the block's UDP run, where nothing holds one
+/// query up behind another, so that its slow queries are the server's delays (the experiment's
+/// rows send the same queries in the same order); other slow queries were held up. Queries
+/// without an answer sit on the top edge. Blocks in the file's order: the baseline first.
+fn timelines(out: &mut String, id: &str, doc: &Value, rows: &[&Value]) {
+    let spec = &doc["spec"];
+    let label_of =
+        |row: &str| rows.iter().find(|r| s(r, "name") == row).map_or(row.to_string(), |r| s(r, "label").to_string());
+    // Per block: (row, transport, trace) of each step's first repetition, in order.
+    let mut blocks: BTreeMap<u64, Vec<(String, String, Vec<Traced>)>> = BTreeMap::new();
+    for st in doc["steps"].as_array().into_iter().flatten() {
+        if st["repetition"].as_u64().unwrap_or(1) != 1 {
+            continue;
+        }
+        let Some(trace) = trace_of(st) else { continue };
+        if trace.is_empty() {
+            continue;
+        }
+        let block = st["block"].as_u64().unwrap_or(0);
+        blocks.entry(block).or_default().push((
+            s(st, "row").to_string(),
+            s(&st["point"], "transport").to_string(),
+            trace,
+        ));
+    }
+    if blocks.is_empty() {
+        return;
+    }
+    // Every chart on one scale: the lowest and highest latency, in powers of ten.
+    let lats = blocks.values().flatten().flat_map(|(_, _, t)| t.iter().filter_map(|q| q.latency_ns));
+    let (lo, hi) = lats.fold((u64::MAX, 0u64), |(lo, hi), l| (lo.min(l.max(1)), hi.max(l)));
+    if hi == 0 {
+        return;
+    }
+    let lo_e = (lo as f64).log10().floor();
+    let hi_e = (hi as f64).log10().ceil().max(lo_e + 1.0);
+    let n_max = blocks.values().flatten().flat_map(|(_, _, t)| t.iter().map(|q| q.index + 1)).max().unwrap_or(1).max(2);
+    let (w, h, left, top, bottom) = (260.0, 170.0, 46.0, 22.0, 28.0);
+    let (pw, ph) = (w - left - 8.0, h - top - bottom);
+    let x_of = |i: u64| left + i as f64 / (n_max - 1) as f64 * pw;
+    let y_of = |ns: u64| top + ph - ((ns.max(1) as f64).log10() - lo_e) / (hi_e - lo_e) * ph;
+    let tick = |e: f64| {
+        let ns = 10f64.powf(e);
+        if ns >= 1e9 {
+            format!("{}s", num(ns / 1e9))
+        } else if ns >= 1e6 {
+            format!("{}ms", num(ns / 1e6))
+        } else {
+            format!("{}us", num(ns / 1e3))
+        }
+    };
+    let _ = writeln!(out, "<figure class=\"chart timelines\" data-chart=\"{}\">", esc(&format!("{id}_timelines")));
+    for (block, charts) in &blocks {
+        let runs = &spec["runs"][*block as usize];
+        let slow_over = |r: &Value| r["slow_over"].as_str().and_then(duration_ns);
+        let quick = if doc["quick"] == true { slow_over(&runs["quick"]) } else { None };
+        let over = quick.or_else(|| slow_over(runs)).unwrap_or(500_000_000);
+        // The server's delays: the queries slow over UDP in this block (None: no UDP run, slow
+        // queries are not told apart).
+        let delayed: Option<std::collections::BTreeSet<u64>> = charts
+            .iter()
+            .find(|(_, t, _)| t == "udp")
+            .map(|(_, _, tr)| tr.iter().filter(|q| q.latency_ns.is_some_and(|l| l >= over)).map(|q| q.index).collect());
+        let server = &runs["server"];
+        let mut says = match server["delay"].as_str() {
+            Some(d) => format!("The server delays {d} (DURATION:N/M)"),
+            None => "No delay (baseline)".to_string(),
+        };
+        if let Some(o) = server["in_order"].as_bool() {
+            says.push_str(if o { ", TCP and DoT answered in order" } else { ", TCP and DoT answered out of order" });
+        }
+        if delayed.is_none() {
+            says.push_str(
+                ": no UDP run here to tell the server's delays from queries held up (slow queries in purple)",
+            );
+        }
+        let _ = writeln!(out, "<div class=\"timeline-row\" data-block=\"{block}\"><p>{}</p>", esc(&says));
+        for (row, transport, trace) in charts {
+            let label = label_of(row);
+            let mut svg = format!(
+                "<svg class=\"timeline\" data-row=\"{}\" data-transport=\"{}\" viewBox=\"0 0 {w} {h}\" width=\"{w}\" \
+                 height=\"{h}\" role=\"img\" font-family=\"sans-serif\" font-size=\"10\"><title>{}: response time per query</title>\
+                 <text x=\"{left}\" y=\"13\" font-size=\"12\" font-weight=\"bold\">{}</text>",
+                esc(row),
+                esc(transport),
+                esc(&label),
+                esc(&label)
+            );
+            let mut e = lo_e;
+            while e <= hi_e + 1e-9 {
+                let y = y_of(10f64.powf(e) as u64);
+                let _ = write!(
+                    svg,
+                    "<line x1=\"{left}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\
+                     <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+                    left + pw,
+                    left - 3.0,
+                    y + 3.0,
+                    tick(e)
+                );
+                e += 1.0;
+            }
+            let _ = write!(
+                svg,
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">query number (0 to {})</text>",
+                left + pw / 2.0,
+                h - 6.0,
+                n_max - 1
+            );
+            // Layers: the fast answers, then the slow ones, the server's delays on top.
+            let mut layers = [String::new(), String::new(), String::new()];
+            for q in trace {
+                let x = x_of(q.index);
+                match q.latency_ns {
+                    Some(l) => {
+                        let (layer, class, colour, r) = match &delayed {
+                            Some(d) if d.contains(&q.index) => (2, "delayed", "#d62728", 3.2),
+                            Some(_) if l >= over => (1, "held-up", "#ff7f0e", 2.2),
+                            None if l >= over => (1, "slow", "#9467bd", 2.2),
+                            _ => (0, "answered", "#1f77b4", 2.2),
+                        };
+                        let _ = write!(
+                            layers[layer],
+                            "<circle class=\"{class}\" data-q=\"{}\" cx=\"{x:.1}\" cy=\"{:.1}\" r=\"{r}\" fill=\"{colour}\"/>",
+                            q.index,
+                            y_of(l)
+                        );
+                    }
+                    None => {
+                        let _ = write!(
+                            layers[2],
+                            "<text class=\"unanswered\" data-q=\"{}\" x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" \
+                             fill=\"#000\">x<title>{}</title></text>",
+                            q.index,
+                            top + 3.0,
+                            esc(&q.fate)
+                        );
+                    }
+                }
+            }
+            layers.iter().for_each(|l| svg.push_str(l));
+            svg.push_str("</svg>");
+            out.push_str(&svg);
+        }
+        out.push_str("</div>\n");
+    }
+    let _ = writeln!(
+        out,
+        "<figcaption>Response time of each query in the order it was issued (seeds/003, figure 1), one chart per \
+         transport; log scale. Red: delayed by the server (the queries slow over UDP in the same block); orange: \
+         slower than the block's slow_over but not delayed: held up behind another; blue: the others; x on the \
+         top edge: no answer.</figcaption></figure>"
     );
 }

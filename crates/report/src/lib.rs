@@ -40,8 +40,8 @@ pub use bench::{bench_table, write_bench_table, BenchRow};
 pub use chart::{
     all_charts, cdf_points, connections_series, handshake_cdf_series, has_connections, latency_over_time_series,
     latency_percentile_series, limit_latency_series, limit_series, link_series, percentile_points, qps_series,
-    response_rate_series, target_cpu_series, Axis, Band, ChartData, LimitResult, LimitStep, Marker, Scale, Series,
-    Style, Unit, SLOWEST_PERCENTILES,
+    query_trace_series, response_rate_series, target_cpu_series, Axis, Band, ChartData, LimitResult, LimitStep, Marker,
+    Scale, Series, Style, Unit, SLOWEST_PERCENTILES,
 };
 pub use compare::{
     compare, write_compare_json, write_compare_text, Better, Comparison, Figure, GroupStat, Metric, Side, Verdict,

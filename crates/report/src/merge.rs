@@ -318,6 +318,18 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
     // every field known here is then combined from all parts.
     let mut result = earliest_run.result.clone();
     result.link = merge_links(runs.iter().map(|r| r.result.link.as_ref()));
+    // The parts' query traces on the earliest part's clock (their issue times from their own
+    // starts), the first of them by issue time.
+    let shifted: Vec<volley_metrics::QueryTrace> = runs
+        .iter()
+        .filter_map(|r| {
+            let mut t = r.result.query_trace.clone()?;
+            let by = r.result.started_unix_ms.saturating_sub(earliest) * 1_000_000;
+            t.queries.iter_mut().for_each(|q| q.issued_ns += by);
+            Some(t)
+        })
+        .collect();
+    result.query_trace = volley_metrics::QueryTrace::merge(&shifted.iter().collect::<Vec<_>>());
     result.schema = SCHEMA.to_string();
     result.volley_version = env!("CARGO_PKG_VERSION").to_string();
     result.status = status;

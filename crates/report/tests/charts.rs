@@ -282,3 +282,36 @@ fn link_drops_and_queue_over_time() {
     assert_eq!(points(&c, "queued"), [(0.0, 6.0), (1.0, 1.0), (2.0, 8.0)]);
     assert!(all_charts(std::slice::from_ref(&run)).iter().any(|c| c.id == "link"));
 }
+
+/// The traced queries (`--trace-queries`): each answered query's response time against its
+/// number, unanswered ones left out; no chart without a trace.
+#[test]
+fn query_trace_is_response_time_per_query() {
+    use volley_metrics::{QueryTrace, TracedQuery};
+    let mut run = known();
+    assert!(query_trace_series(std::slice::from_ref(&run)).is_empty(), "no trace, no line");
+    assert!(!all_charts(std::slice::from_ref(&run)).iter().any(|c| c.id == "query_trace"));
+    let q = |index: u64, latency_ns: Option<u64>, fate: &str| TracedQuery {
+        index,
+        issued_ns: 0,
+        latency_ns,
+        fate: fate.into(),
+        detail: None,
+    };
+    run.result.query_trace = Some(QueryTrace {
+        limit: 4,
+        queries: vec![
+            q(0, Some(1_000_000), "answered"),
+            q(1, None, "timed_out"),
+            q(2, Some(1_000_000_000), "answered"),
+            q(3, Some(2_000_000), "answered"),
+        ],
+    });
+    let c = query_trace_series(std::slice::from_ref(&run));
+    assert_eq!(c.id, "query_trace");
+    assert_eq!(c.y.scale, Scale::Log);
+    assert_eq!(c.series[0].points, [(0.0, 1e6), (2.0, 1e9), (3.0, 2e6)]);
+    assert!(all_charts(std::slice::from_ref(&run)).iter().any(|c| c.id == "query_trace"));
+    let svg = render_svg(&c, CHART_SIZE).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("Response time per query"));
+}

@@ -150,6 +150,7 @@ fn sample(plan: Plan) -> RunResult {
         warnings: Vec::new(),
         part: None,
         scale: None,
+        query_trace: None,
     }
 }
 

@@ -303,6 +303,7 @@ pub fn run(a: BenchArgs) -> CliResult {
             tc_fallback: false,
             part: volley_engine::Part::WHOLE,
             start: None,
+            trace_queries: 0,
         };
         check_target(&mut plan)?;
         let srv0 = embedded.as_ref().map(|r| r.cpu_ns());

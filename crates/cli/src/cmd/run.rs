@@ -288,6 +288,12 @@ pub struct RunArgs {
     #[arg(long = "target-pid", value_name = "PID", help_heading = "Output")]
     pub target_pid: Vec<u32>,
 
+    /// Keep the run's first N queries one by one in the results (`query_trace`: each one's
+    /// order of issue, issue time, latency and fate), for a per-query timeline; at most 10000,
+    /// in a buffer of that size (memory does not grow with the run).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000), help_heading = "Output")]
+    pub trace_queries: Option<u64>,
+
     /// Rewrite FILE (atomically) every second with the run's live figures in OpenMetrics /
     /// Prometheus text, for scraping during long runs (e.g. by node_exporter's textfile collector).
     #[arg(long, value_name = "FILE", help_heading = "Output")]
@@ -454,6 +460,7 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         tc_fallback: a.tc_fallback,
         part: super::scale::static_part(a)?.unwrap_or_default(),
         start: None,
+        trace_queries: a.trace_queries.unwrap_or(0),
     })
 }
 
