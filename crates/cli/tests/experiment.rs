@@ -146,6 +146,17 @@ fn timeline_of_every_query(doc: &Value, path: &std::path::Path, text: &str) {
     assert_eq!(slow(doh2), delayed, "DoH/2: only the delayed queries are slow");
     let dot = &all.iter().find(|(r, _, _)| r == "dot").unwrap().2;
     assert!(slow(dot).len() > delayed.len(), "DoT in order: queries held up behind the delayed ones");
+    // In order, a query waits for the slow one before it, never for one after it: the
+    // responder writes what it has when the request in hand waits (DoH/1.1 held every
+    // pipelined answer until the first delayed one was answered).
+    let first = delayed[0];
+    for row in ["dot", "doh1"] {
+        let lat = &all.iter().find(|(r, _, _)| r == row).unwrap().2;
+        assert!(
+            lat[..first].iter().all(|&l| l < 500.0),
+            "{row}: held up before the first delayed query {first}: {lat:?}"
+        );
+    }
 
     let page = path.with_extension("html");
     let mut cmd = Command::new(volley());

@@ -56,7 +56,9 @@ async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, hand
     if h2 {
         Box::pin(serve_h2(io, ctx, sock, cork)).await;
     } else {
-        Box::pin(serve_h1(Batched { inner: io, buf: Vec::new(), at: 0, read_idle: false }, ctx, sock.peer)).await;
+        let stalled = Rc::new(std::cell::Cell::new(false));
+        let io = Batched { inner: io, buf: Vec::new(), at: 0, read_idle: false, stalled: stalled.clone() };
+        Box::pin(serve_h1(io, stalled, ctx, sock.peer)).await;
     }
 }
 
@@ -229,6 +231,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Corked<S> {
 /// leave in one TLS record and one write. That is what hyper's `pipeline_flush` does, but
 /// hyper's own buffer is not written out when the connection ends with a parse error (its
 /// automatic 431 or 414 for an oversized head was lost); here a shutdown writes what is held.
+/// Nor is anything held while the request in hand waits (a delayed answer, a body to come):
+/// the responses before it leave then, not after it.
 struct Batched<S> {
     inner: S,
     buf: Vec<u8>,
@@ -236,6 +240,8 @@ struct Batched<S> {
     at: usize,
     /// The last read found nothing waiting (or the end): a flush writes through.
     read_idle: bool,
+    /// The request being answered is waiting ([`serve_h1`] sets it): a flush writes through.
+    stalled: Rc<std::cell::Cell<bool>>,
 }
 
 impl<S: AsyncWrite + Unpin> Batched<S> {
@@ -305,9 +311,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Batched<S> {
         true
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        if !self.read_idle && self.buf.len() < CORK_MAX {
+        if !self.read_idle && !self.stalled.get() && self.buf.len() < CORK_MAX {
             // More requests were read: their responses go with these (hyper polls the read
-            // side again, and flushes after it).
+            // side again, and flushes after it). Not when the request in hand waits: hyper
+            // reads no further until it is answered, so these would wait with it.
             return Poll::Ready(Ok(()));
         }
         ready!(self.poll_drain(cx))?;
@@ -666,11 +673,30 @@ async fn h1_request(
     }
 }
 
-async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>, peer: Option<std::net::IpAddr>) {
+/// Serves HTTP/1.1 on `io`; `stalled` says, each time hyper polls the request in hand,
+/// whether it is waiting (hyper polls it before it flushes, so the flush knows).
+async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(
+    io: S,
+    stalled: Rc<std::cell::Cell<bool>>,
+    ctx: Rc<Ctx>,
+    peer: Option<std::net::IpAddr>,
+) {
     let served = Rc::new(std::cell::Cell::new(0u64));
     let svc = {
         let ctx = ctx.clone();
-        hyper::service::service_fn(move |req| h1_request(ctx.clone(), req, served.clone(), peer))
+        hyper::service::service_fn(move |req| {
+            let answer = h1_request(ctx.clone(), req, served.clone(), peer);
+            let stalled = stalled.clone();
+            async move {
+                let mut answer = std::pin::pin!(answer);
+                std::future::poll_fn(|cx| {
+                    let r = answer.as_mut().poll(cx);
+                    stalled.set(r.is_pending());
+                    r
+                })
+                .await
+            }
+        })
     };
     // The header read timeout runs from the moment hyper waits for a request head, so it is
     // the keep-alive idle timeout too: no request for that long, and the connection closes.
