@@ -177,6 +177,14 @@ fn assert_rows_match(merged: &[u64], single: &[u64], slack: u64, what: &str) {
     }
 }
 
+/// Whether this process may raise a thread to real-time priority (CAP_SYS_NICE, bit 23 of the
+/// effective capabilities), as the parts' start wait does where it may.
+fn may_use_real_time() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = status.lines().find_map(|l| l.strip_prefix("CapEff:")).unwrap_or("0");
+    u64::from_str_radix(caps.trim(), 16).unwrap_or(0) & (1 << 23) != 0
+}
+
 const RATE: u64 = 1_400;
 const COUNT: u64 = 4_200;
 
@@ -246,10 +254,13 @@ fn parts_on_separate_hosts_merge_into_the_single_run() {
             assert!(p["clock_offset_ns"].is_i64() && p["rtt_ns"].is_u64(), "{p:#}");
         }
         let skew = scale["start_skew_ns"].as_u64().expect("start skew measured");
-        // Printed for docs/scale-out.md; bounded only against a start that did not synchronise
-        // at all (parts started by their own clocks would be seconds apart).
+        // Where the parts may wait for the start at real-time priority (CAP_SYS_NICE: root
+        // here), under 1 ms however busy the machine (docs/scale-out.md, "The start wait": 7
+        // parts read 0.03 ms at a load average of 12); else bounded only against a start that
+        // did not synchronise at all (parts started by their own clocks would be seconds apart).
         eprintln!("N={n}: start skew {:.3} ms", skew as f64 / 1e6);
-        assert!(skew < 100_000_000, "N={n}: start skew {skew} ns:\n{said}");
+        let bound = if may_use_real_time() { 1_000_000 } else { 100_000_000 };
+        assert!(skew < bound, "N={n}: start skew {skew} ns:\n{said}");
         // Each part's own file is complete and names its part.
         for i in 0..n {
             let p = read_results(&dir.path().join(format!("part-{n}-{i}.json"))).unwrap();
