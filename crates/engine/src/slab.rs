@@ -50,9 +50,14 @@ pub struct Entry {
     pub trace: u32,
 }
 
+/// The entries, and beside them each slot's tag: its generation while live, 0 while free.
+/// A token is checked against the tags alone (4 bytes a slot, 16 to a cache line), so that the
+/// checks of the hot path (is a query still live? the deadline sweep's look at a query answered
+/// a timeout ago) touch a small array rather than an entry of its own cache lines each.
 #[derive(Debug, Default)]
 pub struct Slab {
     entries: Vec<Entry>,
+    tags: Vec<u32>,
     free: Vec<u32>,
     live: usize,
 }
@@ -64,13 +69,19 @@ impl Slab {
             Some(i) => i,
             None => {
                 self.entries.push(Entry::default());
+                self.tags.push(0);
                 (self.entries.len() - 1) as u32
             }
         };
         let slot = &mut self.entries[idx as usize];
-        e.gen = slot.gen.wrapping_add(1);
+        // Generation 0 marks a free slot in the tags: never given.
+        e.gen = match slot.gen.wrapping_add(1) {
+            0 => 1,
+            g => g,
+        };
         e.live = true;
         *slot = e;
+        self.tags[idx as usize] = e.gen;
         self.live += 1;
         ((e.gen as u64) << 32) | (idx as u64 + 1)
     }
@@ -78,8 +89,8 @@ impl Slab {
     #[inline]
     fn index(&self, t: Token) -> Option<usize> {
         let idx = (t as u32).checked_sub(1)? as usize;
-        let e = self.entries.get(idx)?;
-        (e.live && e.gen == (t >> 32) as u32).then_some(idx)
+        let gen = (t >> 32) as u32;
+        (gen != 0 && *self.tags.get(idx)? == gen).then_some(idx)
     }
 
     #[inline]
@@ -98,6 +109,7 @@ impl Slab {
         let i = self.index(t)?;
         let e = &mut self.entries[i];
         e.live = false;
+        self.tags[i] = 0;
         self.free.push(i as u32);
         self.live -= 1;
         Some(*e)
@@ -130,5 +142,24 @@ mod tests {
         assert!(s.remove(a).is_none());
         assert!(!s.contains(0));
         assert_eq!(s.live(), 1);
+    }
+
+    /// A slot's generation wraps round past 0 (which marks a free slot): its tokens still
+    /// match while live and never after.
+    #[test]
+    fn generations_wrap_past_zero() {
+        let mut s = Slab::default();
+        let a = s.insert(Entry::default());
+        s.remove(a);
+        s.entries[0].gen = u32::MAX;
+        let before = (u64::from(u32::MAX) << 32) | 1;
+        let b = s.insert(Entry { lane: 7, ..Default::default() });
+        assert_eq!(b >> 32, 1, "generation 0 skipped");
+        assert!(s.contains(b) && !s.contains(before));
+        assert_eq!(s.get_mut(b).map(|e| e.lane), Some(7));
+        assert_eq!(s.remove(b).map(|e| e.lane), Some(7));
+        assert!(!s.contains(b));
+        assert!(!s.contains(1), "a token of generation 0 never matches");
+        assert_eq!(s.live(), 0);
     }
 }

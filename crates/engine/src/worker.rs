@@ -297,8 +297,10 @@ impl Worker {
         let found = if first_fit {
             (0..n).find(|&i| pick(i, true)).or_else(|| (0..n).find(|&i| pick(i, false)))
         } else {
-            let order = |k: usize| (inn.rr + k) % n;
-            (0..n).map(order).find(|&i| pick(i, true)).or_else(|| (0..n).map(order).find(|&i| pick(i, false)))
+            // In turn from `rr`, wrapping round (no division per query).
+            let rr = if inn.rr < n { inn.rr } else { inn.rr % n.max(1) };
+            let order = (rr..n).chain(0..rr);
+            order.clone().find(|&i| pick(i, true)).or_else(|| order.clone().find(|&i| pick(i, false)))
         };
         let Some(i) = found else {
             inn.rec().failed(now, ErrorKind::Overload, g);
@@ -306,7 +308,7 @@ impl Worker {
             return;
         };
         if !first_fit {
-            inn.rr = (i + 1) % n;
+            inn.rr = if i + 1 < n { i + 1 } else { 0 };
         }
         let lane = lo + i;
         let (query, seed) = match what {

@@ -26,7 +26,7 @@ pub use connections::{
     Close, ConnCounters, ConnectionSummary, DrainEnd, DrainSummary, EarlyData, Handshake, SecondConnections,
 };
 pub use counters::{Counters, ErrorKind, Unexpected, Unsent, Wait, WireStats};
-pub use histogram::{Histogram, SparseHistogram};
+pub use histogram::{Histogram, SparseHistogram, Tally};
 pub use recorder::{GroupAcc, Recorder, SecondSample, SendTimes, TransportWaits, WorkerFinal, WorkerMessage};
 pub use result::*;
 pub use trace::{QueryTrace, TraceBuf, TraceFate, TraceSlot, TracedQuery, MAX_TRACE};

@@ -1,7 +1,7 @@
 use std::sync::mpsc::Sender;
 
 use crate::connections::{ConnHistograms, SecondHandshakes};
-use crate::{Close, Counters, EarlyData, ErrorKind, Handshake, Histogram, Unexpected, Unsent, Wait, WireStats};
+use crate::{Close, Counters, EarlyData, ErrorKind, Handshake, Histogram, Tally, Unexpected, Unsent, Wait, WireStats};
 
 const NS: u64 = 1_000_000_000;
 
@@ -159,14 +159,23 @@ pub struct Recorder {
     worker: usize,
     start_ns: u64,
     second: u32,
+    /// When the next second begins on the run's clock (`start_ns + (second + 1) s`,
+    /// saturating): the hot path compares against it instead of dividing at every event.
+    next_at: u64,
     cur: Counters,
-    cur_latency: Histogram,
+    // The figures recorded for every query are tallies (see [`Tally`]), made histograms when
+    // sent to the collector.
+    cur_latency: Tally,
     cur_handshake: SecondHandshakes,
-    latency: Histogram,
-    lateness: Histogram,
-    schedule_lateness: Histogram,
+    latency: Tally,
+    lateness: Tally,
+    schedule_lateness: Tally,
     waits: TransportWaits,
-    send: SendTimes,
+    /// [`SendTimes`]: its histograms as tallies, and its counts.
+    service_time: Tally,
+    generator_delay: Tally,
+    departed_kernel: u64,
+    departed_fallback: u64,
     peak_on_wire: u64,
     conns: ConnHistograms,
     groups: Vec<GroupAcc>,
@@ -186,14 +195,18 @@ impl Recorder {
             worker,
             start_ns,
             second: 0,
+            next_at: start_ns.saturating_add(NS),
             cur: Counters::default(),
-            cur_latency: Histogram::new(2),
+            cur_latency: Tally::new(2),
             cur_handshake: SecondHandshakes::default(),
-            latency: Histogram::new(3),
-            lateness: Histogram::new(3),
-            schedule_lateness: Histogram::new(3),
+            latency: Tally::new(3),
+            lateness: Tally::new(3),
+            schedule_lateness: Tally::new(3),
             waits: TransportWaits::default(),
-            send: SendTimes::default(),
+            service_time: Tally::new(3),
+            generator_delay: Tally::new(3),
+            departed_kernel: 0,
+            departed_fallback: 0,
             peak_on_wire: 0,
             conns: ConnHistograms::default(),
             groups: if groups > 1 { vec![GroupAcc::default(); groups] } else { Vec::new() },
@@ -206,6 +219,12 @@ impl Recorder {
     /// opened before the clock started) stays in second 0.
     pub fn set_start(&mut self, start_ns: u64) {
         self.start_ns = start_ns;
+        self.next_at = self.boundary();
+    }
+
+    /// The start of the second after the current one.
+    fn boundary(&self) -> u64 {
+        self.start_ns.saturating_add((u64::from(self.second) + 1) * NS)
     }
 
     /// Keeps a trace of the worker's first `n` queries (at most [`crate::MAX_TRACE`]): the
@@ -236,6 +255,9 @@ impl Recorder {
     /// once a second even when idle so that the live view and the series advance.
     #[inline]
     pub fn tick(&mut self, now_ns: u64) {
+        if now_ns < self.next_at {
+            return;
+        }
         let s = (now_ns.saturating_sub(self.start_ns) / NS) as u32;
         if s > self.second {
             self.flush(s);
@@ -248,12 +270,13 @@ impl Recorder {
             second: self.second,
             watermark: next,
             counters: std::mem::take(&mut self.cur),
-            latency: self.cur_latency.clone(),
+            latency: self.cur_latency.histogram(),
             handshake: Box::new(self.cur_handshake.clone()),
         };
         self.cur_latency.reset();
         self.cur_handshake.reset();
         self.second = next;
+        self.next_at = self.boundary();
         // The collector outlives the workers; a send error means the run is being torn down.
         let _ = self.out.send(WorkerMessage::Second(sample));
     }
@@ -303,18 +326,18 @@ impl Recorder {
     /// kernel (`kernel`) or by volley's clock. Once per query that left.
     #[inline]
     pub fn departed(&mut self, delay_ns: u64, kernel: bool) {
-        self.send.generator_delay.record(delay_ns);
+        self.generator_delay.record(delay_ns);
         if kernel {
-            self.send.kernel += 1;
+            self.departed_kernel += 1;
         } else {
-            self.send.fallback += 1;
+            self.departed_fallback += 1;
         }
     }
 
     /// An answered query's service time: from its departure to its answer's arrival.
     #[inline]
     pub fn service_time(&mut self, ns: u64) {
-        self.send.service_time.record(ns);
+        self.service_time.record(ns);
     }
 
     /// The most queries on the wire (sent, not yet ended) at one moment of the run.
@@ -467,11 +490,16 @@ impl Recorder {
         self.flush(next);
         let _ = self.out.send(WorkerMessage::Final(WorkerFinal {
             worker: self.worker,
-            latency: self.latency,
-            lateness: self.lateness,
-            schedule_lateness: self.schedule_lateness,
+            latency: self.latency.histogram(),
+            lateness: self.lateness.histogram(),
+            schedule_lateness: self.schedule_lateness.histogram(),
             waits: Box::new(self.waits),
-            send: Box::new(self.send),
+            send: Box::new(SendTimes {
+                service_time: self.service_time.histogram(),
+                generator_delay: self.generator_delay.histogram(),
+                kernel: self.departed_kernel,
+                fallback: self.departed_fallback,
+            }),
             peak_on_wire: self.peak_on_wire,
             in_flight,
             cpu_ns,

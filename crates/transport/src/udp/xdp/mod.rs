@@ -249,6 +249,9 @@ trait Sink {
     fn event(&self, what: &str);
     /// The lane's frames put on the TX ring since the last kick left at `now`.
     fn flush_sent(&self, now: u64);
+    /// Reports the bytes and packets of the answers delivered since the last call (once per
+    /// read of the RX ring, as the socket path reports each batch of datagrams).
+    fn flush_received(&self);
 }
 
 struct LaneRx<X> {
@@ -258,12 +261,21 @@ struct LaneRx<X> {
     header: u64,
     /// Queries on the TX ring, not kicked yet: (token, DNS bytes).
     unsent: RefCell<Vec<(Token, usize)>>,
+    /// Answers delivered and not yet reported to the engine's wire counts: (bytes, packets).
+    received: Cell<(u64, u64)>,
 }
 
 impl<X: Exchange> Sink for LaneRx<X> {
     fn deliver(&self, msg: &[u8], at: u64) {
         deliver(msg, &mut self.ids.borrow_mut(), &*self.x, at);
-        self.x.wire(&WireStats { bytes_in: msg.len() as u64 + self.header, packets_in: 1, ..WireStats::default() });
+        let (bytes, packets) = self.received.get();
+        self.received.set((bytes + msg.len() as u64 + self.header, packets + 1));
+    }
+    fn flush_received(&self) {
+        let (bytes_in, packets_in) = self.received.take();
+        if packets_in > 0 {
+            self.x.wire(&WireStats { bytes_in, packets_in, ..WireStats::default() });
+        }
     }
     fn stray(&self, bytes: usize, at: u64) {
         self.x.unexpected(Unexpected::UnknownId, bytes, at);
@@ -406,6 +418,9 @@ impl Socket {
         }
         drop(umem);
         self.read_mail(&lanes);
+        for l in lanes.values() {
+            l.flush_received();
+        }
         total
     }
 
@@ -673,6 +688,7 @@ pub async fn drive<X: Exchange + 'static>(prepared: io::Result<Prepared>, addr: 
         ids: RefCell::new(IdTable::with_capacity(64)),
         header: meter::udp_header(addr),
         unsent: RefCell::new(Vec::with_capacity(BATCH)),
+        received: Cell::new((0, 0)),
     });
     p.socket.lanes.borrow_mut().insert(sport, rx.clone());
     p.socket.xdp.set_owner(sport, Some(p.socket.worker));
