@@ -61,8 +61,8 @@ async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, hand
     }
 }
 
-/// The first read of an HTTP/1.1 connection's first request head, and the most it grows
-/// to by doubling (beyond it hyper reads the rest, and answers 431 past `MAX_HEAD`).
+/// The buffer an HTTP/1.1 connection's first request head is first read into; it doubles as
+/// it fills, to at most `MAX_HEAD` (hyper then reads the rest, and answers 431).
 const HEAD_FIRST: usize = 512;
 
 /// Reads an HTTP/1.1 connection's first request head until it is whole (an empty line) or
