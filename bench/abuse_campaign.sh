@@ -20,7 +20,8 @@
 # second, default 200), DURATION (20 s), GOOD_QPS (100), LINES (all: none slowloris-tcp
 # slowloris-dot slowloris-doh1 idle-tcp stall-tcp stall-dot rapid-reset continuation
 # big-headers doq-streams doh3-streams long-url udp-garbage dot-0rtt doq-0rtt doh3-0rtt),
-# SERVERS ("volley unbound dnsdist").
+# SERVERS ("volley unbound dnsdist"), VOLLEY_SERVE_ARGS (more options for `volley serve`, e.g.
+# "--request-timeout 60s" to see what closing slow connections costs the good client).
 #
 # The 0-RTT lines start volley with --zero-rtt (it takes early data); the peers keep their
 # defaults (neither takes TLS early data: the replayed ClientHello resumes, or not, without it).
@@ -149,7 +150,8 @@ serves() {
 start_volley() {
     local zero=()
     case "$line" in *-0rtt) zero=(--zero-rtt) ;; esac
-    start_responder "$VOLLEY_BIN" "${zero[@]}" --dot-port 0 --doh-port 0 --doq-port 0 --doh3-port 0 --cert "$CERT" --key "$KEY"
+    # shellcheck disable=SC2086 # VOLLEY_SERVE_ARGS: words
+    start_responder "$VOLLEY_BIN" "${zero[@]}" ${VOLLEY_SERVE_ARGS:-} --dot-port 0 --doh-port 0 --doq-port 0 --doh3-port 0 --cert "$CERT" --key "$KEY"
     SRV_PID="$SERVE_PID"
     UDP_PORT="$SERVE_UDP"
     TCP_PORT="$SERVE_TCP"

@@ -56,10 +56,59 @@ async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, hand
     if h2 {
         Box::pin(serve_h2(io, ctx, sock, cork)).await;
     } else {
+        let Some(io) = first_head(io, &ctx).await else { return };
         let stalled = Rc::new(std::cell::Cell::new(false));
         let io = Batched { inner: io, buf: Vec::new(), at: 0, read_idle: false, stalled: stalled.clone() };
         Box::pin(serve_h1(io, stalled, ctx, sock.peer)).await;
     }
+}
+
+/// The buffer an HTTP/1.1 connection's first request head is first read into; it doubles as
+/// it fills, to at most `MAX_HEAD` (hyper then reads the rest, and answers 431).
+const HEAD_FIRST: usize = 512;
+
+/// Reads an HTTP/1.1 connection's first request head until it is whole (an empty line) or
+/// `MAX_HEAD` long, then gives the connection back with those bytes to be read again:
+/// hyper gets it only then. hyper allocates an 8 KiB write buffer when it takes a
+/// connection and a read buffer of 8 KiB at its first read, grown to 16 KiB at its second,
+/// and keeps both: a client dribbling a head a byte at a time (slowloris) held 24 KiB of
+/// them until the timeout, here a buffer the size of what it sent. Within `--idle-timeout`
+/// from the handshake, as hyper's header read timeout was (`closed_idle`, no response);
+/// None when the connection ends first.
+async fn first_head<S: AsyncRead + Unpin>(mut io: Prefixed<S>, ctx: &Ctx) -> Option<Prefixed<S>> {
+    use tokio::io::AsyncReadExt;
+    let mut head: Vec<u8> = Vec::new();
+    let read = async {
+        loop {
+            if head.len() == head.capacity() {
+                let want = (head.capacity() * 2).clamp(HEAD_FIRST, request::MAX_HEAD);
+                head.reserve_exact(want - head.len());
+            }
+            let from = head.len().saturating_sub(2);
+            match io.read_buf(&mut head).await {
+                Ok(0) => return !head.is_empty(),
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+            let tail = &head[from..];
+            if tail.windows(2).any(|w| w == b"\n\n")
+                || tail.windows(3).any(|w| w == b"\n\r\n")
+                || head.len() >= request::MAX_HEAD
+            {
+                return true;
+            }
+        }
+    };
+    match tokio::time::timeout(ctx.idle_timeout, read).await {
+        Ok(true) => {}
+        Ok(false) => return None,
+        Err(_) => {
+            add(&ctx.counters.closed_idle, 1);
+            return None;
+        }
+    }
+    io.unread(head);
+    Some(io)
 }
 
 /// A DoH connection's TCP socket (open as long as the connection) and its client's address
@@ -70,11 +119,21 @@ struct Sock {
     peer: Option<std::net::IpAddr>,
 }
 
-/// A stream that first yields bytes received before it (TLS early data).
+/// A stream that first yields bytes received before it (TLS early data, an HTTP/1.1
+/// connection's first head).
 struct Prefixed<S> {
     early: Vec<u8>,
     at: usize,
     inner: S,
+}
+
+impl<S> Prefixed<S> {
+    /// Puts `bytes` back before what is left to yield.
+    fn unread(&mut self, mut bytes: Vec<u8>) {
+        bytes.extend_from_slice(&self.early[self.at..]);
+        self.early = bytes;
+        self.at = 0;
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
@@ -684,10 +743,12 @@ async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     let served = Rc::new(std::cell::Cell::new(0u64));
     let svc = {
         let ctx = ctx.clone();
+        // Boxed: the connection is then Unpin, so that it can be polled without its shutdown
+        // and give the stream back (below).
         hyper::service::service_fn(move |req| {
             let answer = h1_request(ctx.clone(), req, served.clone(), peer);
             let stalled = stalled.clone();
-            async move {
+            Box::pin(async move {
                 let mut answer = std::pin::pin!(answer);
                 std::future::poll_fn(|cx| {
                     let r = answer.as_mut().poll(cx);
@@ -695,7 +756,7 @@ async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(
                     r
                 })
                 .await
-            }
+            })
         })
     };
     // The header read timeout runs from the moment hyper waits for a request head, so it is
@@ -710,10 +771,19 @@ async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(
         // A request head (a long URL, say) is read into at most this much; beyond it hyper
         // answers 431 and closes, instead of growing the buffer to its default ~400 KiB.
         .max_buf_size(request::MAX_HEAD);
-    let conn = b.serve_connection(hyper_util::rt::TokioIo::new(io), svc);
-    if let Err(e) = conn.await {
+    let mut conn = b.serve_connection(hyper_util::rt::TokioIo::new(io), svc);
+    if let Err(e) = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)).await {
         if e.is_timeout() {
             add(&ctx.counters.closed_idle, 1);
+            return;
         }
     }
+    // hyper is done: the client closed, or a response closed the connection (`Connection:
+    // close`, or an error such as 431 for a head over 16 KiB, sent while the rest of that
+    // head was still coming). Close (the held responses, close_notify, FIN), then read what
+    // the client still sends for a moment: closed with unread input, the socket would answer
+    // it with a RST, which can destroy the response before the client reads it.
+    let mut io = conn.into_parts().io.into_inner();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), tokio::io::AsyncWriteExt::shutdown(&mut io)).await;
+    crate::tcp::linger(&mut io).await;
 }

@@ -491,7 +491,7 @@ pub(crate) async fn connection<S: Stream>(mut stream: S, ctx: Rc<Ctx>, transport
 /// too, for at most [`LINGER`], so that the kernel does not answer queries already on their
 /// way with a RST (which could destroy answers the client has not read yet). The client
 /// sees the FIN, not a reset.
-async fn linger<S: Stream>(stream: &mut S) {
+pub(crate) async fn linger<S: AsyncRead + Unpin>(stream: &mut S) {
     use tokio::io::AsyncReadExt;
     // On the heap, and only while lingering: an array here would sit in every connection's
     // future (its task) for the connection's whole life, idle or not.
