@@ -72,7 +72,10 @@ struct Place<'a> {
 }
 
 impl Place<'_> {
+    /// The error `msg` at `span` of the file, on one line (values quoted from the file may
+    /// hold line ends: escaped).
     fn at(&self, span: Option<std::ops::Range<usize>>, msg: impl std::fmt::Display) -> String {
+        let msg = volley_wire::display::one_line(&msg.to_string(), usize::MAX);
         match span {
             Some(s) => {
                 let line =
@@ -423,6 +426,10 @@ mod tests {
         let e = parse("name = \"x\"\n[light\n").unwrap_err();
         assert!(e.starts_with("p.toml:2:") && !e.contains('\n'), "one line: {e}");
         assert!(load("/nonexistent.toml").unwrap_err().contains("unknown profile"));
+        // A value quoted in the message, with a line end in it (found by the client_profile
+        // fuzz target: fuzz/regressions/client_profile/).
+        let e = parse("name = \"x\"\n[light]\nidle_timeout = \"19\\n9s\"\n").unwrap_err();
+        assert_eq!(e, "p.toml:3: light.idle_timeout: invalid duration '19\\n9s'");
     }
 
     /// What the command line refuses, a profile refuses too, at its line.

@@ -268,6 +268,24 @@ fn decode_rdata(msg: &[u8], rtype: QType, data: &[u8], start: usize, end: usize)
     }
 }
 
+/// Text from outside (a file's value, a parser's message quoting it) made fit for a one-line
+/// error: control characters (line ends included) escaped, and cut after `max` characters.
+pub fn one_line(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max.saturating_add(8)));
+    for (n, c) in text.chars().enumerate() {
+        if n == max {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// A Unix time in nanoseconds as an RFC 3339 UTC timestamp with `frac_digits` digits of the
 /// second (0 to 9), e.g. `2026-11-21T03:04:05.678Z` with 3: for the timestamps results and
 /// clients files carry.

@@ -283,31 +283,12 @@ fn scan_error(path: &Path, text: &str, shift: usize) -> ZoneError {
                 }
                 "missing origin" => "relative name but no origin: set one with $ORIGIN".to_string(),
                 "missing last owner" => "record without an owner name, and none before it".to_string(),
-                w => one_line(w),
+                w => volley_wire::display::one_line(w, 120),
             };
             ZoneError::At { file: path.to_path_buf(), line, what }
         }
-        _ => ZoneError::Zone { file: path.to_path_buf(), what: one_line(text) },
+        _ => ZoneError::Zone { file: path.to_path_buf(), what: volley_wire::display::one_line(text, 120) },
     }
-}
-
-/// The scanner's message on one line: it quotes the token it could not take, which may hold
-/// line ends and other control characters (a quoted string, an escaped `$ORIGIN`); those are
-/// escaped, and a message longer than 120 characters is cut.
-fn one_line(what: &str) -> String {
-    let mut out = String::with_capacity(what.len().min(128));
-    for (n, c) in what.chars().enumerate() {
-        if n == 120 {
-            out.push_str("...");
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// An entry the end of the file cut off: its first line, and what it left open.
