@@ -160,6 +160,32 @@ fn finish_part(mut c: Child) -> (Option<i32>, String) {
     (status.code(), err)
 }
 
+/// A split limit search: one part per command (`volley` on its host), each `volley limit
+/// TARGET --parts N --coordinator ADDR ARGS`; every part and the coordinator end with 0.
+/// Returns what the coordinator said and the search's file.
+fn split_search(cmds: Vec<Command>, target: &str, coord: Coord, args: &[&str]) -> (String, Value) {
+    let n = cmds.len().to_string();
+    let children: Vec<Child> = cmds
+        .into_iter()
+        .map(|mut c| {
+            c.args(["limit", target, "--parts", &n, "--coordinator", &coord.addr])
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start a part")
+        })
+        .collect();
+    for c in children {
+        let (code, err) = finish_part(c);
+        assert_eq!(code, Some(0), "N={n}: {err}");
+    }
+    let (code, said, doc) = coord.finish();
+    assert_eq!(code, Some(0), "N={n}:\n{said}");
+    (said, doc.expect("the search's file"))
+}
+
 fn rows(v: &Value, key: &str) -> Vec<u64> {
     v["series"].as_array().unwrap().iter().map(|r| r[key].as_u64().unwrap()).collect()
 }
@@ -611,28 +637,8 @@ fn a_split_limit_search_starts_each_step_together_and_finds_the_single_limit() {
     for n in [2u32, 3] {
         let out = dir.path().join(format!("limit-{n}.json"));
         let coord = Coord::start(Hosts::volley(&coord_ns), "198.18.0.3:0", n, &out, &["--wait", "60s"]);
-        let parts_arg = n.to_string();
-        let children: Vec<Child> = parts_ns
-            .iter()
-            .take(n as usize)
-            .map(|ns| {
-                Hosts::volley(ns)
-                    .args(["limit", &target, "--parts", &parts_arg, "--coordinator", &coord.addr])
-                    .args(search)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .expect("start a part")
-            })
-            .collect();
-        for c in children {
-            let (code, err) = finish_part(c);
-            assert_eq!(code, Some(0), "N={n}: {err}");
-        }
-        let (code, said, doc) = coord.finish();
-        assert_eq!(code, Some(0), "N={n}:\n{said}");
-        let doc = doc.expect("the search's file");
+        let cmds = parts_ns.iter().take(n as usize).map(|ns| Hosts::volley(ns)).collect();
+        let (said, doc) = split_search(cmds, &target, coord, &search);
         assert_eq!(doc["schema"], "volley.limit/1");
         assert_eq!(doc["parts"].as_u64(), Some(u64::from(n)));
         let s = &doc["searches"][0];
@@ -693,26 +699,8 @@ fn a_split_search_by_clients_records_each_steps_shares() {
     let search = ["--by", "clients", "--client-rate", "20", "--start", "5", "--max", "64", "--step-duration", "2s"];
     let search_rest = ["--refine", "1", "-t", "300ms", "-T", "1", "--progress", "never"];
     let coord = Coord::start(Command::new(volley()), "127.0.0.1:0", 2, &out, &["--wait", "60s"]);
-    let children: Vec<Child> = (0..2)
-        .map(|_| {
-            Command::new(volley())
-                .args(["limit", &target, "--parts", "2", "--coordinator", &coord.addr])
-                .args(search)
-                .args(search_rest)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("start a part")
-        })
-        .collect();
-    for c in children {
-        let (code, err) = finish_part(c);
-        assert_eq!(code, Some(0), "{err}");
-    }
-    let (code, said, doc) = coord.finish();
-    assert_eq!(code, Some(0), "{said}");
-    let doc = doc.expect("the search's file");
+    let args: Vec<&str> = search.iter().chain(&search_rest).copied().collect();
+    let (_, doc) = split_search((0..2).map(|_| Command::new(volley())).collect(), &target, coord, &args);
     let s = &doc["searches"][0];
     let steps = s["steps"].as_array().unwrap();
     let runs = s["runs"].as_array().unwrap();
