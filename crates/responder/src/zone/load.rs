@@ -11,6 +11,7 @@ use domain::base::rdata::ComposeRecordData;
 use domain::rdata::ZoneRecordData;
 use domain::zonefile::inplace::{Entry, Zonefile};
 
+use super::names::{self, Names};
 use super::{is_below, name_text, rr, Node, RrSet, Tails, Target, Zone, Zones, TAIL_FIXED};
 
 /// Deepest `$INCLUDE` nesting.
@@ -500,7 +501,6 @@ fn compile(mut reader: Reader, path: &Path) -> Result<Zone, ZoneError> {
     for (name, node) in nodes.iter_mut() {
         node.cut = *name != apex && node.get(rr::NS).is_some();
         has_cuts |= node.cut;
-        node.sets.shrink_to_fit();
     }
     let mut negative_soa = nodes[&apex].get(rr::SOA).cloned().unwrap_or_else(|| unreachable!("the apex has the SOA"));
     let rd = negative_soa.rdata(0);
@@ -511,6 +511,11 @@ fn compile(mut reader: Reader, path: &Path) -> Result<Zone, ZoneError> {
     let ttl = negative_soa.ttl.min(minimum);
     negative_soa.wire[4..8].copy_from_slice(&ttl.to_be_bytes());
     negative_soa.ttl = ttl;
+    let negative_soa = names::encode_one(&negative_soa);
+    let nodes = Names::build(nodes).map_err(|names::TooLarge| ZoneError::Zone {
+        file: path.to_path_buf(),
+        what: "too large: its names and records take more than 32 GiB".into(),
+    })?;
     let (mut labels, mut at) = (0u8, 0);
     while apex[at] != 0 {
         labels += 1;

@@ -3,11 +3,12 @@
 //! A zone file (RFC 1035 master file) is read at start by NLnet Labs' zone file scanner (the
 //! `domain` crate: `$ORIGIN`, `$TTL`, `$INCLUDE`, relative names, every common record type and
 //! RFC 3597's `TYPEnnn` / `\# len hex` for the others) and compiled into volley's own lookup
-//! structure ([`load`]): a hash map from each owner name (lowercased wire form) to its node, whose
-//! RRsets are pre-encoded (TYPE, CLASS, TTL, RDLENGTH and RDATA of each record, ready to copy
-//! behind a compressed owner name), with the names in their RDATA that answers follow (CNAME
-//! targets, NS, MX and SRV targets for the additional section) kept apart. Empty non-terminals
-//! are nodes too, so that "does this name exist" is one lookup.
+//! structure ([`load`], then `names.rs`): every owner name (lowercased wire form) with its node in
+//! one buffer, found by an open-addressing hash table; a node's RRsets are pre-encoded (TYPE,
+//! CLASS, TTL, RDLENGTH and RDATA of each record, ready to copy behind a compressed owner name),
+//! with the names in their RDATA that answers follow (CNAME targets, NS, MX and SRV targets for
+//! the additional section) kept apart. Empty non-terminals are nodes too, so that "does this
+//! name exist" is one lookup, and a node knows whether it has a wildcard child.
 //!
 //! The answer engine asks [`Zones::find`] for the zone of each question (one hash lookup per
 //! distinct apex depth); [`Zone::answer`] (in `answer.rs`) then writes what an authoritative
@@ -15,6 +16,7 @@
 
 mod answer;
 mod load;
+mod names;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -44,7 +46,7 @@ pub(crate) mod rr {
 pub struct Zones {
     zones: Vec<Zone>,
     /// Lowercased wire apex → index in `zones`.
-    by_apex: HashMap<Box<[u8]>, usize>,
+    by_apex: HashMap<Box<[u8]>, usize, foldhash::fast::FixedState>,
     /// The distinct label counts of the apexes, deepest first: a name is looked up at these
     /// depths only, and the deepest zone that holds it wins.
     depths: Vec<u8>,
@@ -106,11 +108,13 @@ pub struct Zone {
     pub(crate) apex: Box<[u8]>,
     /// Labels of the apex (0 for the root).
     pub(crate) labels: u8,
-    /// Every name of the zone (owners and empty non-terminals), lowercased wire form.
-    pub(crate) nodes: load::NodeMap,
+    /// Every name of the zone (owners and empty non-terminals), lowercased wire form, with
+    /// its RRsets.
+    pub(crate) nodes: names::Names,
     /// The SOA record as the authority section of a negative answer carries it: TTL the
-    /// smaller of the SOA's TTL and its MINIMUM field (RFC 2308 section 5).
-    pub(crate) negative_soa: RrSet,
+    /// smaller of the SOA's TTL and its MINIMUM field (RFC 2308 section 5); encoded as a
+    /// node's RRset is.
+    pub(crate) negative_soa: Box<[u8]>,
     /// Records loaded (duplicates counted once).
     pub(crate) records: usize,
     /// Whether any name below the apex has NS records (a delegation).
@@ -134,7 +138,7 @@ impl Zone {
     }
 }
 
-/// The RRsets of one name.
+/// The RRsets of one name, as the zone is read (then laid out by `names.rs`).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Node {
     pub(crate) sets: Vec<RrSet>,
