@@ -88,6 +88,23 @@ impl Zones {
         self.zones.is_empty()
     }
 
+    /// For a query message about to be answered: asks the CPU to fetch the hash table slot of
+    /// its question's name in its zone ([`Zones::prefetch_node`] next, once the slots of a
+    /// batch are on their way). Only a hint: answers do not change.
+    pub(crate) fn prefetch_slot(&self, query: &[u8]) -> Option<(&Zone, u64)> {
+        let name = query.get(volley_wire::HEADER_LEN..query.len().min(volley_wire::HEADER_LEN + 255))?;
+        let q = QName::new(name)?;
+        let zone = self.find(&q)?;
+        Some((zone, zone.nodes.prefetch_slot(q.wire())))
+    }
+
+    /// Asks the CPU to fetch the node a hint of [`Zones::prefetch_slot`] leads to.
+    pub(crate) fn prefetch_node(hint: Option<(&Zone, u64)>) {
+        if let Some((zone, hash)) = hint {
+            zone.nodes.prefetch_node(hash);
+        }
+    }
+
     /// The deepest zone whose apex is `name` or one of its ancestors.
     pub(crate) fn find(&self, name: &QName) -> Option<&Zone> {
         for &d in &self.depths {

@@ -307,3 +307,39 @@ fn zones_with_and_without_cuts_agree() {
     let r = ask(&plain, "a.nope.example.test", 1, None);
     assert!(r.contains("status: NXDOMAIN"), "{r}");
 }
+
+/// Two loads of one zone hold the same names and nodes (wherever the buffer put them), and
+/// a zone with one record more differs.
+#[test]
+fn loads_of_one_zone_compare_equal() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "example.zone", ZONE);
+    let (a, b) = (load(std::slice::from_ref(&p)).unwrap(), load(std::slice::from_ref(&p)).unwrap());
+    assert!(a == b);
+    assert_eq!(a.zones()[0].nodes.names().count(), a.zones()[0].names());
+    let q = write(dir.path(), "more.zone", &format!("{ZONE}more IN A 192.0.2.1\n"));
+    assert!(a != load(&[q]).unwrap());
+}
+
+/// Prefetching is a hint: whatever the messages hold, it changes no answer and never panics.
+#[test]
+fn prefetch_changes_no_answer() {
+    let (_d, a) = example();
+    let names = ["www.example.test", "nope.example.test", "x.sub.example.test", "other.test", "example.test"];
+    let mut queries: Vec<Vec<u8>> = names
+        .iter()
+        .map(|n| {
+            let mut q = Vec::new();
+            QueryTemplate::new(&n.parse::<Name>().unwrap(), QType(1), QueryOptions::default()).write(7, &mut q);
+            q
+        })
+        .collect();
+    let before: Vec<String> = names.iter().map(|n| ask(&a, n, 1, None)).collect();
+    queries.extend([vec![], vec![0; 12], vec![0xFF; 300], [&[0u8; 12][..], &[63; 200]].concat()]);
+    for _ in 0..3 {
+        a.prefetch(queries.iter().map(|q| &q[..]));
+    }
+    a.prefetch(std::iter::repeat(&queries[0][..]).take(1000));
+    let after: Vec<String> = names.iter().map(|n| ask(&a, n, 1, None)).collect();
+    assert_eq!(before, after);
+}
