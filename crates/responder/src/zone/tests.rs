@@ -339,7 +339,7 @@ fn prefetch_changes_no_answer() {
     for _ in 0..3 {
         a.prefetch(queries.iter().map(|q| &q[..]));
     }
-    a.prefetch(std::iter::repeat(&queries[0][..]).take(1000));
+    a.prefetch(std::iter::repeat_n(&queries[0][..], 1000));
     let after: Vec<String> = names.iter().map(|n| ask(&a, n, 1, None)).collect();
     assert_eq!(before, after);
 }
