@@ -391,12 +391,13 @@ pub(crate) type NodeMap = HashMap<Box<[u8]>, Node, foldhash::fast::RandomState>;
 
 impl RrSet {
     fn new(rtype: u16, covered: u16, ttl: u32) -> RrSet {
-        RrSet { rtype, covered, ttl, wire: Tails::default(), starts: Box::new([0]), targets: Box::default() }
+        RrSet { rtype, covered, ttl, wire: Tails::default(), ends: Vec::new(), targets: Vec::new() }
     }
 
     /// The RDATA of record `i`.
     pub(crate) fn rdata(&self, i: usize) -> &[u8] {
-        &self.wire[self.starts[i] as usize + TAIL_FIXED..self.starts[i + 1] as usize]
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.wire[start + TAIL_FIXED..self.ends[i] as usize]
     }
 
     /// Appends a record with this RDATA; false if the set holds it already (RRsets are sets,
@@ -407,18 +408,27 @@ impl RrSet {
             return false;
         }
         let at = self.wire.len();
-        let mut wire = self.wire.to_vec();
-        wire.reserve_exact(TAIL_FIXED + rdata.len());
-        wire.extend_from_slice(&self.rtype.to_be_bytes());
-        wire.extend_from_slice(&Class::IN.to_int().to_be_bytes());
-        wire.extend_from_slice(&self.ttl.to_be_bytes());
-        wire.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
-        wire.extend_from_slice(rdata);
-        let end = wire.len() as u32;
-        self.wire = Tails::from(&wire[..]);
-        let mut starts = std::mem::take(&mut self.starts).into_vec();
-        starts.push(end);
-        self.starts = starts.into_boxed_slice();
+        let end = at + TAIL_FIXED + rdata.len();
+        let mut fixed = [0u8; TAIL_FIXED];
+        fixed[..2].copy_from_slice(&self.rtype.to_be_bytes());
+        fixed[2..4].copy_from_slice(&Class::IN.to_int().to_be_bytes());
+        fixed[4..8].copy_from_slice(&self.ttl.to_be_bytes());
+        fixed[8..].copy_from_slice(&(rdata.len() as u16).to_be_bytes());
+        match &mut self.wire {
+            Tails::Inline(n, a) if end <= Tails::INLINE => {
+                a[at..at + TAIL_FIXED].copy_from_slice(&fixed);
+                a[at + TAIL_FIXED..end].copy_from_slice(rdata);
+                *n = end as u8;
+            }
+            _ => {
+                let mut wire = Vec::with_capacity(end);
+                wire.extend_from_slice(&self.wire);
+                wire.extend_from_slice(&fixed);
+                wire.extend_from_slice(rdata);
+                self.wire = Tails::Boxed(wire.into_boxed_slice());
+            }
+        }
+        self.ends.push(end as u32);
         let name_at = match self.rtype {
             rr::NS | rr::CNAME => Some(0),
             rr::MX => Some(2),
@@ -426,9 +436,7 @@ impl RrSet {
             _ => None,
         };
         if let Some((off, name)) = name_at.and_then(|off| wire_name(rdata, off).map(|n| (off, n))) {
-            let mut targets = std::mem::take(&mut self.targets).into_vec();
-            targets.push(Target { at: (at + TAIL_FIXED + off) as u32, name });
-            self.targets = targets.into_boxed_slice();
+            self.targets.push(Target { at: (at + TAIL_FIXED + off) as u32, name });
         }
         true
     }

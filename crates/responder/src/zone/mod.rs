@@ -171,8 +171,9 @@ impl Node {
     }
 }
 
-/// An RRset, pre-encoded: for each record TYPE, CLASS, TTL, RDLENGTH and RDATA (the owner
-/// name is written in front of each when answering).
+/// An RRset as the zone is read (laid out for answering by `names.rs`), pre-encoded: for each
+/// record TYPE, CLASS, TTL, RDLENGTH and RDATA (the owner name is written in front of each when
+/// answering).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RrSet {
     pub(crate) rtype: u16,
@@ -183,15 +184,15 @@ pub(crate) struct RrSet {
     pub(crate) ttl: u32,
     /// The records' tails, one after the other (in place when short: an A or AAAA record's).
     pub(crate) wire: Tails,
-    /// Where each record's tail starts in `wire`, and its end (so one more than records).
-    pub(crate) starts: Box<[u32]>,
+    /// Where each record's tail ends in `wire` (the next one starts there).
+    pub(crate) ends: Vec<u32>,
     /// Names in the RDATA that answers follow (CNAME, NS, MX, SRV targets).
-    pub(crate) targets: Box<[Target]>,
+    pub(crate) targets: Vec<Target>,
 }
 
 /// Bytes kept in place up to [`Tails::INLINE`] long (one A or AAAA record's tail, the most
-/// common RRset), in a box of their own beyond: an answer from a large zone reads its RRset
-/// without one more cache miss (and the zone holds one allocation fewer per such set).
+/// common RRset), in a box of their own beyond: a zone being read holds one allocation fewer
+/// per such set.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Tails {
     Inline(u8, [u8; Tails::INLINE]),
@@ -205,18 +206,6 @@ impl Tails {
 impl Default for Tails {
     fn default() -> Tails {
         Tails::Inline(0, [0; Tails::INLINE])
-    }
-}
-
-impl From<&[u8]> for Tails {
-    fn from(b: &[u8]) -> Tails {
-        if b.len() <= Tails::INLINE {
-            let mut a = [0; Tails::INLINE];
-            a[..b.len()].copy_from_slice(b);
-            Tails::Inline(b.len() as u8, a)
-        } else {
-            Tails::Boxed(b.into())
-        }
     }
 }
 
@@ -259,7 +248,7 @@ pub(crate) const TAIL_FIXED: usize = 10;
 
 impl RrSet {
     pub(crate) fn len(&self) -> usize {
-        self.starts.len() - 1
+        self.ends.len()
     }
 }
 
