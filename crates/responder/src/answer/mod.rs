@@ -241,8 +241,9 @@ impl Answerer {
 
     /// Before answering a batch of queries (those a `recvmmsg` read): asks the CPU to fetch
     /// what answering them from a zone reads, the hash table slots of all their names first,
-    /// then the nodes those slots point to, so that the cache misses of a batch (two per
-    /// name of a large zone) overlap instead of stalling each answer in turn. Only a hint:
+    /// then the nodes those slots point to (or, for a name the zone does not hold, its
+    /// parent's slot, then node), so that the cache misses of a batch (two per name of a large
+    /// zone) overlap instead of stalling each answer in turn. Only a hint:
     /// what is answered does not change. Nothing to do without `--zone`; at most
     /// [`PREFETCH_BATCH`] queries are looked at.
     pub fn prefetch<'q>(&self, queries: impl Iterator<Item = &'q [u8]>) {
@@ -253,8 +254,11 @@ impl Answerer {
             *hint = zones.prefetch_slot(query);
             n += 1;
         }
+        for hint in &mut hints[..n] {
+            *hint = Zones::prefetch_node(*hint);
+        }
         for &hint in &hints[..n] {
-            Zones::prefetch_node(hint);
+            Zones::prefetch_parent(hint);
         }
     }
 

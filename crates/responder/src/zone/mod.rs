@@ -91,17 +91,37 @@ impl Zones {
     /// For a query message about to be answered: asks the CPU to fetch the hash table slot of
     /// its question's name in its zone ([`Zones::prefetch_node`] next, once the slots of a
     /// batch are on their way). Only a hint: answers do not change.
-    pub(crate) fn prefetch_slot(&self, query: &[u8]) -> Option<(&Zone, u64)> {
+    pub(crate) fn prefetch_slot(&self, query: &[u8]) -> Option<Prefetch<'_>> {
         let name = query.get(volley_wire::HEADER_LEN..query.len().min(volley_wire::HEADER_LEN + 255))?;
         let q = QName::new(name)?;
         let zone = self.find(&q)?;
-        Some((zone, zone.nodes.prefetch_slot(q.wire())))
+        // The parent too, for a name the zone does not hold (where its answer looks next), in
+        // a zone without cuts and below the apex.
+        let parent = (!zone.has_cuts && q.labels > zone.labels)
+            .then(|| q.suffix(q.labels as usize - 1).map(names::Names::hash))
+            .flatten();
+        Some(Prefetch { zone, hash: zone.nodes.prefetch_slot(q.wire()), parent })
     }
 
-    /// Asks the CPU to fetch the node a hint of [`Zones::prefetch_slot`] leads to.
-    pub(crate) fn prefetch_node(hint: Option<(&Zone, u64)>) {
-        if let Some((zone, hash)) = hint {
-            zone.nodes.prefetch_node(hash);
+    /// Asks the CPU to fetch the node a hint of [`Zones::prefetch_slot`] leads to, or, where
+    /// the zone does not hold the name, the slot of its parent: then returns the hint for
+    /// that, to give [`Zones::prefetch_parent`] once the batch's slots are on their way.
+    pub(crate) fn prefetch_node(hint: Option<Prefetch<'_>>) -> Option<Prefetch<'_>> {
+        let h = hint?;
+        if h.zone.nodes.prefetch_node(h.hash) {
+            return None;
+        }
+        let parent = h.parent?;
+        if let Some(s) = h.zone.nodes.slot_of(parent) {
+            names::prefetch(s);
+        }
+        Some(Prefetch { zone: h.zone, hash: parent, parent: None })
+    }
+
+    /// Asks the CPU to fetch the node of the parent a hint of [`Zones::prefetch_node`] names.
+    pub(crate) fn prefetch_parent(hint: Option<Prefetch<'_>>) {
+        if let Some(h) = hint {
+            h.zone.nodes.prefetch_node(h.hash);
         }
     }
 
@@ -116,6 +136,15 @@ impl Zones {
         }
         None
     }
+}
+
+/// What [`Zones::prefetch_slot`] found out about a query: its zone, the hash of its name, and
+/// that of its parent where the answer may look there.
+#[derive(Clone, Copy)]
+pub(crate) struct Prefetch<'z> {
+    zone: &'z Zone,
+    hash: u64,
+    parent: Option<u64>,
 }
 
 /// One zone, compiled.

@@ -123,7 +123,7 @@ fn advise_huge<T>(v: &Vec<T>) {
 
 /// Asks the CPU to bring the cache line of `v` in (a hint: no fault, no effect on results).
 #[inline(always)]
-fn prefetch<T>(v: &T) {
+pub(crate) fn prefetch<T>(v: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint; it reads nothing the program sees and cannot fault.
     unsafe {
@@ -228,33 +228,44 @@ impl Names {
     /// returns its hash, for [`Names::prefetch_node`].
     pub(crate) fn prefetch_slot(&self, name: &[u8]) -> u64 {
         let h = HASH.hash_one(name);
-        if let Some(s) = self.slots.get(h as usize & self.slots.len().wrapping_sub(1)) {
+        if let Some(s) = self.slot_of(h) {
             prefetch(s);
         }
         h
     }
 
+    /// The slot where a lookup of a name with this hash starts.
+    pub(crate) fn slot_of(&self, h: u64) -> Option<&u64> {
+        self.slots.get(h as usize & self.slots.len().wrapping_sub(1))
+    }
+
     /// Asks the CPU to fetch the node of the first slot that holds the hash's tag (reading the
-    /// slots that [`Names::prefetch_slot`] asked for).
-    pub(crate) fn prefetch_node(&self, h: u64) {
+    /// slots that [`Names::prefetch_slot`] asked for); false if no slot holds it (the name is
+    /// not in the zone).
+    pub(crate) fn prefetch_node(&self, h: u64) -> bool {
         if self.slots.is_empty() {
-            return;
+            return false;
         }
         let mask = self.slots.len() - 1;
         let mut i = h as usize & mask;
         loop {
             let s = self.slots[i];
             if s == 0 {
-                return;
+                return false;
             }
             if s >> 32 == h >> 32 {
                 if let Some(b) = self.nodes.get(((s as u32) as usize - 1) * ALIGN) {
                     prefetch(b);
                 }
-                return;
+                return true;
             }
             i = (i + 1) & mask;
         }
+    }
+
+    /// The hash of a name (lowercased wire form), as [`Names::prefetch_slot`] computes it.
+    pub(crate) fn hash(name: &[u8]) -> u64 {
+        HASH.hash_one(name)
     }
 
     /// The node of `name` (lowercased wire form).
