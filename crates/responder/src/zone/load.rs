@@ -79,6 +79,9 @@ struct Reader {
     /// Owners of the records read before the SOA, to check once the apex is known.
     before_soa: Vec<(Box<[u8]>, Place)>,
     records: usize,
+    /// Octets the nodes will take laid out ([`Names::build`]), padding included: counted as
+    /// they are read, so that laying them out needs no pass of its own.
+    room: usize,
     /// Scratch for each record's owner and RDATA.
     owner: Vec<u8>,
     rdata: Vec<u8>,
@@ -115,7 +118,10 @@ impl Reader {
         }
         let node = match self.nodes.get_mut(self.owner.as_slice()) {
             Some(node) => node,
-            None => self.nodes.entry(self.owner.as_slice().into()).or_default(),
+            None => {
+                self.room += names::node_room(self.owner.len());
+                self.nodes.entry(self.owner.as_slice().into()).or_default()
+            }
         };
         // CNAME and other data (RFC 1034 section 3.6.2; RRSIG and NSEC may sit beside it,
         // RFC 4035), checked on the later record.
@@ -136,15 +142,19 @@ impl Reader {
             };
             return Err(self.at(place, format!("{} {what}", name_text(&self.owner))));
         }
-        let added = match node.sets.iter_mut().find(|s| s.rtype == rtype && s.covered == covered) {
-            Some(set) => set.push(&self.rdata),
+        let (added, set) = match node.sets.iter_mut().position(|s| s.rtype == rtype && s.covered == covered) {
+            Some(i) => (node.sets[i].push(&self.rdata), &node.sets[i]),
             None => {
                 let mut set = RrSet::new(rtype, covered, ttl);
                 set.push(&self.rdata);
+                self.room += names::SET_FIXED;
                 node.sets.push(set);
-                true
+                (true, &node.sets[node.sets.len() - 1])
             }
         };
+        if added {
+            self.room += TAIL_FIXED + self.rdata.len() + set.targets.last().map_or(0, |t| 5 + t.name.len());
+        }
         self.records += usize::from(added);
         Ok(())
     }
@@ -391,20 +401,19 @@ pub(crate) type NodeMap = HashMap<Box<[u8]>, Node, foldhash::fast::RandomState>;
 
 impl RrSet {
     fn new(rtype: u16, covered: u16, ttl: u32) -> RrSet {
-        RrSet { rtype, covered, ttl, wire: Tails::default(), ends: Vec::new(), targets: Vec::new() }
+        RrSet { rtype, covered, ttl, wire: Tails::default(), targets: Vec::new() }
     }
 
     /// The RDATA of record `i`.
     pub(crate) fn rdata(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        &self.wire[start + TAIL_FIXED..self.ends[i] as usize]
+        self.tails().nth(i).map_or(&[], |t| &t[TAIL_FIXED..])
     }
 
     /// Appends a record with this RDATA; false if the set holds it already (RRsets are sets,
     /// RFC 2181 section 5). Every record takes the set's TTL, its first record's
     /// (RFC 2181 section 5.2; as BIND does).
     fn push(&mut self, rdata: &[u8]) -> bool {
-        if (0..self.len()).any(|i| self.rdata(i) == rdata) {
+        if self.tails().any(|t| &t[TAIL_FIXED..] == rdata) {
             return false;
         }
         let at = self.wire.len();
@@ -428,7 +437,6 @@ impl RrSet {
                 self.wire = Tails::Boxed(wire.into_boxed_slice());
             }
         }
-        self.ends.push(end as u32);
         let name_at = match self.rtype {
             rr::NS | rr::CNAME => Some(0),
             rr::MX => Some(2),
@@ -468,6 +476,7 @@ fn load_zone(path: &Path) -> Result<Zone, ZoneError> {
         first: None,
         before_soa: Vec::new(),
         records: 0,
+        room: 0,
         owner: Vec::with_capacity(256),
         rdata: Vec::with_capacity(1024),
     };
@@ -503,6 +512,7 @@ fn compile(mut reader: Reader, path: &Path) -> Result<Zone, ZoneError> {
         }
     }
     for name in missing {
+        reader.room += names::node_room(name.len());
         nodes.entry(name).or_default();
     }
     let mut has_cuts = false;
@@ -520,7 +530,7 @@ fn compile(mut reader: Reader, path: &Path) -> Result<Zone, ZoneError> {
     negative_soa.wire[4..8].copy_from_slice(&ttl.to_be_bytes());
     negative_soa.ttl = ttl;
     let negative_soa = names::encode_one(&negative_soa);
-    let nodes = Names::build(nodes).map_err(|names::TooLarge| ZoneError::Zone {
+    let nodes = Names::build(nodes, reader.room).map_err(|names::TooLarge| ZoneError::Zone {
         file: path.to_path_buf(),
         what: "too large: its names and records take more than 32 GiB".into(),
     })?;

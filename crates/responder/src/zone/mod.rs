@@ -213,8 +213,6 @@ pub(crate) struct RrSet {
     pub(crate) ttl: u32,
     /// The records' tails, one after the other (in place when short: an A or AAAA record's).
     pub(crate) wire: Tails,
-    /// Where each record's tail ends in `wire` (the next one starts there).
-    pub(crate) ends: Vec<u32>,
     /// Names in the RDATA that answers follow (CNAME, NS, MX, SRV targets).
     pub(crate) targets: Vec<Target>,
 }
@@ -276,8 +274,21 @@ pub(crate) struct Target {
 pub(crate) const TAIL_FIXED: usize = 10;
 
 impl RrSet {
+    /// Each record's tail (from its RDLENGTH).
+    pub(crate) fn tails(&self) -> impl Iterator<Item = &[u8]> {
+        let wire: &[u8] = &self.wire;
+        let mut from = 0;
+        std::iter::from_fn(move || {
+            let f = wire.get(from..from + TAIL_FIXED)?;
+            let to = (from + TAIL_FIXED + usize::from(u16::from_be_bytes([f[8], f[9]]))).min(wire.len());
+            let tail = &wire[from..to];
+            from = to;
+            Some(tail)
+        })
+    }
+
     pub(crate) fn len(&self) -> usize {
-        self.ends.len()
+        self.tails().count()
     }
 }
 

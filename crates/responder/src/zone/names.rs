@@ -35,7 +35,13 @@ const CUT: u8 = 1;
 const WILDCARD_CHILD: u8 = 2;
 
 const NODE_FIXED: usize = 4;
-const SET_FIXED: usize = 14;
+pub(crate) const SET_FIXED: usize = 14;
+
+/// Room for a node with a name this long, its padding included; its RRsets ([`SET_FIXED`]
+/// each) and their records and targets come on top.
+pub(crate) fn node_room(name_len: usize) -> usize {
+    NODE_FIXED + name_len + ALIGN + LINE
+}
 
 /// The hash of names: foldhash with a fixed seed (the table is built once from the zone file;
 /// questions only look up, so they cannot lengthen its probe sequences), the same on every run
@@ -135,17 +141,11 @@ pub(crate) fn prefetch<T>(v: &T) {
 
 impl Names {
     /// Lays the nodes out (dropping the map as it goes); marks the nodes that have a wildcard
-    /// child.
-    pub(crate) fn build(nodes: NodeMap) -> Result<Names, TooLarge> {
+    /// child. `room`: the octets they take, padding included, as [`node_room`] and the sizes
+    /// of their RRsets count them (were it short, the buffer would grow: slower, still right).
+    pub(crate) fn build(nodes: NodeMap, room: usize) -> Result<Names, TooLarge> {
         let len = nodes.len();
-        // The nodes' sizes, and room for the padding that keeps small nodes inside a cache
-        // line, and to start on one.
-        let room: usize = nodes
-            .iter()
-            .map(|(name, node)| node_size(name, node))
-            .map(|size| if size <= LINE { size + LINE } else { size })
-            .sum::<usize>()
-            + LINE;
+        let room = room + LINE;
         if room / ALIGN >= u32::MAX as usize {
             return Err(TooLarge);
         }
@@ -183,6 +183,7 @@ impl Names {
                 wild.push(at);
             }
         }
+        debug_assert!(buf.len() <= room, "the reader counted {room} octets for {}", buf.len());
         let mut names = Names { nodes: buf, slots, len };
         for at in wild {
             let name_len = names.nodes[at] as usize;
