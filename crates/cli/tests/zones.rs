@@ -236,22 +236,26 @@ impl Drop for Named {
     }
 }
 
-fn zone_dir() -> tempfile::TempDir {
+fn zone_dir_with(zone: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
-    fs::write(dir.path().join("example.test.zone"), ZONE).unwrap();
+    fs::write(dir.path().join("example.test.zone"), zone).unwrap();
     fs::write(dir.path().join("example.test.inc"), INCLUDED).unwrap();
     dir
 }
 
-#[test]
-fn answers_as_bind_does_for_the_same_zone_file() {
-    let dir = zone_dir();
-    let zone = dir.path().join("example.test.zone");
-    let named = Named::start(dir.path());
+fn zone_dir() -> tempfile::TempDir {
+    zone_dir_with(ZONE)
+}
+
+/// Asks named and volley, both serving `dir`'s zone, each question over UDP, TCP and with
+/// DO set; returns volley (still serving) and the questions whose answers differ.
+fn compare_with_named(dir: &Path, questions: &[(&str, &str)]) -> (Server, Vec<String>) {
+    let zone = dir.join("example.test.zone");
+    let named = Named::start(dir);
     let volley = Server::start_with(&["--zone", zone.to_str().unwrap()]);
     let vport = volley.udp_addr().port();
     let mut differ = Vec::new();
-    for &(name, qtype) in QUESTIONS {
+    for &(name, qtype) in questions {
         for extra in [&[][..], &["+tcp"][..], &["+norec", "+dnssec"][..]] {
             let theirs = kdig(named.port, name, qtype, extra).unwrap_or_else(|e| panic!("{e}\n{}", named.log()));
             // `-p 0` gives UDP and TCP a free port each.
@@ -263,6 +267,14 @@ fn answers_as_bind_does_for_the_same_zone_file() {
             }
         }
     }
+    (volley, differ)
+}
+
+#[test]
+fn answers_as_bind_does_for_the_same_zone_file() {
+    let dir = zone_dir();
+    let (volley, differ) = compare_with_named(dir.path(), QUESTIONS);
+    let vport = volley.udp_addr().port();
     assert!(differ.is_empty(), "volley and named differ:\n{}", differ.join("\n"));
     // The questions cover each kind of answer.
     let kinds: BTreeSet<(String, bool, bool)> = QUESTIONS
@@ -276,6 +288,28 @@ fn answers_as_bind_does_for_the_same_zone_file() {
     {
         assert!(kinds.contains(&(kind.0.to_string(), kind.1, kind.2)), "no answer of kind {kind:?}: {kinds:?}");
     }
+}
+
+/// The same zone without its delegation: volley finds names in a zone without cuts another
+/// way (walking up from the name to its closest encloser), and answers as named still does.
+#[test]
+fn answers_as_bind_does_for_a_zone_without_delegations() {
+    let zone: String =
+        ZONE.lines().filter(|l| !l.starts_with("sub") && !l.starts_with("ns.sub")).map(|l| format!("{l}\n")).collect();
+    assert!(!zone.contains("IN  NS    ns.sub"));
+    let dir = zone_dir_with(&zone);
+    let more = [
+        ("x.sub.example.test", "A"),
+        ("a.b.nope.example.test", "A"),
+        ("x.b.c.example.test", "A"),
+        ("*.wild.example.test", "A"),
+        ("a.b.x.wild.example.test", "TXT"),
+        ("a.b.x.cnamewild.example.test", "AAAA"),
+        ("x.h1.hosts.example.test", "A"),
+    ];
+    let questions: Vec<(&str, &str)> = QUESTIONS.iter().copied().chain(more).collect();
+    let (_volley, differ) = compare_with_named(dir.path(), &questions);
+    assert!(differ.is_empty(), "volley and named differ:\n{}", differ.join("\n"));
 }
 
 #[test]

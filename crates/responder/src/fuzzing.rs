@@ -139,7 +139,7 @@ pub fn zone_file(data: &[u8]) {
     let mut names: Vec<Vec<u8>> = Vec::new();
     for zone in zones.zones() {
         names.push(zone.apex.to_vec());
-        names.extend(zone.nodes.keys().take(16).map(|k| k.to_vec()));
+        names.extend(zone.nodes.names().take(16).map(|k| k.to_vec()));
         let mut below = vec![1, b'x'];
         below.extend_from_slice(&zone.apex);
         names.push(below);

@@ -133,6 +133,10 @@ pub(crate) fn serve(
             let n = n as usize;
             let now = Instant::now();
             let (mut dropped, mut delayed, mut nready, mut limited) = (0u64, 0u64, 0usize, 0u64);
+            answerer.prefetch((0..n).map(|i| {
+                let len = (b.hdrs[i].msg_len as usize).min(RECV_BUF);
+                &b.recv[i * RECV_BUF..i * RECV_BUF + len]
+            }));
             for i in 0..n {
                 if let Some(rate) = &client_rate {
                     if !rate.admit(peer_ip(&b.addrs[i])) {

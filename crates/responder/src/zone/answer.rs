@@ -24,7 +24,8 @@
 
 use volley_wire::Rcode;
 
-use super::{is_below, rr, Node, QName, RrSet, Zone, TAIL_FIXED};
+use super::names::{NodeRef, SetRef};
+use super::{is_below, rr, QName, Zone, TAIL_FIXED};
 
 /// Most CNAMEs followed for one answer (BIND restarts at most 11 times; Knot follows chains
 /// inside the zone without a stated limit but stops at loops).
@@ -60,9 +61,9 @@ enum Section {
 /// The outcome of looking a name up in the zone.
 enum Found<'z> {
     /// The name's node (or the wildcard's that stands for it).
-    Node(&'z Node),
+    Node(NodeRef<'z>),
     /// The name is at or below a zone cut: the cut's node and name.
-    Referral(&'z Node, &'z [u8]),
+    Referral(NodeRef<'z>, &'z [u8]),
     /// No such name, no wildcard.
     NxDomain,
 }
@@ -105,10 +106,10 @@ impl<'a, 'z> Writer<'a, 'z> {
     }
 
     /// Writes every record of `set` with this owner into `section`.
-    fn set(&mut self, section: Section, owner: &[u8], set: &'z RrSet) {
-        let mut targets = set.targets.iter().peekable();
-        // Each tail's length from its RDLENGTH (not from `set.starts`: one cache miss fewer).
-        let wire: &[u8] = &set.wire;
+    fn set(&mut self, section: Section, owner: &[u8], set: SetRef<'z>) {
+        let mut targets = set.targets().peekable();
+        // Each tail's length from its RDLENGTH.
+        let wire: &[u8] = set.wire;
         let mut from = 0;
         while let Some(f) = wire.get(from..from + TAIL_FIXED) {
             let to = (from + TAIL_FIXED + usize::from(u16::from_be_bytes([f[8], f[9]]))).min(wire.len());
@@ -116,7 +117,7 @@ impl<'a, 'z> Writer<'a, 'z> {
             let at = self.out.len();
             self.out.extend_from_slice(&wire[from..to]);
             while let Some(t) = targets.next_if(|t| (t.at as usize) < to) {
-                self.note_name(at + (t.at as usize - from), &t.name);
+                self.note_name(at + (t.at as usize - from), t.name);
             }
             self.counts[section as usize] += 1;
             from = to;
@@ -137,6 +138,21 @@ impl Zone {
             if let Some(node) = self.nodes.get(name) {
                 return Found::Node(node);
             }
+            // No cuts: the closest encloser is the nearest ancestor the zone holds (the names
+            // between an owner and the apex are all nodes), the apex at worst.
+            let mut at = 0;
+            while at + self.apex.len() < name.len() {
+                at += 1 + name[at] as usize;
+                let Some(encloser) = self.nodes.get(&name[at..]) else { continue };
+                if !encloser.wildcard_child() {
+                    return Found::NxDomain;
+                }
+                return match self.wildcard(&name[at..]) {
+                    Some(node) => Found::Node(node),
+                    None => Found::NxDomain,
+                };
+            }
+            return Found::NxDomain;
         }
         // Label offsets of the name, leftmost first.
         let mut starts = [0u8; 128];
@@ -160,7 +176,7 @@ impl Zone {
                         None => Found::NxDomain,
                     };
                 }
-                Some(node) if node.cut && !(i == 0 && qtype == rr::DS) => return Found::Referral(node, here),
+                Some(node) if node.cut() && !(i == 0 && qtype == rr::DS) => return Found::Referral(node, here),
                 Some(node) if i == 0 => return Found::Node(node),
                 Some(_) => {}
             }
@@ -172,7 +188,7 @@ impl Zone {
     }
 
     /// The wildcard child (`*.ENCLOSER`) of a closest encloser, if the zone has one.
-    fn wildcard(&self, encloser: &[u8]) -> Option<&Node> {
+    fn wildcard(&self, encloser: &[u8]) -> Option<NodeRef<'_>> {
         let mut key = [0u8; 255];
         let len = encloser.len() + 2;
         if len > key.len() {
@@ -191,8 +207,8 @@ impl Zone {
         let mut result =
             ZoneAnswer { rcode: Rcode::NOERROR, authoritative: true, referral: false, additional_at: 0, additional: 0 };
         // Sets in the answer whose targets' addresses go in the additional section.
-        let mut wanted: Option<&RrSet> = None;
-        let mut glue: Option<&RrSet> = None;
+        let mut wanted: Option<SetRef<'z>> = None;
+        let mut glue: Option<SetRef<'z>> = None;
         let mut name: &[u8] = q.wire();
         for step in 0..=MAX_CHAIN {
             match self.lookup(name, qtype) {
@@ -216,7 +232,7 @@ impl Zone {
                 Found::Node(node) => {
                     if qtype == rr::ANY {
                         let before = w.counts[Section::Answer as usize];
-                        for set in &node.sets {
+                        for set in node.sets() {
                             if !matches!(set.rtype, rr::RRSIG | rr::NSEC | rr::DNSKEY | rr::NSEC3) {
                                 w.set(Section::Answer, name, set);
                             }
@@ -228,7 +244,7 @@ impl Zone {
                     }
                     if qtype == rr::RRSIG {
                         let before = w.counts[Section::Answer as usize];
-                        for set in node.sets.iter().filter(|s| s.rtype == rr::RRSIG) {
+                        for set in node.sets().filter(|s| s.rtype == rr::RRSIG) {
                             w.set(Section::Answer, name, set);
                         }
                         if w.counts[Section::Answer as usize] == before {
@@ -246,9 +262,9 @@ impl Zone {
                     if qtype != rr::CNAME {
                         if let Some(cname) = node.get(rr::CNAME) {
                             w.set(Section::Answer, name, cname);
-                            match cname.targets.first() {
-                                Some(t) if is_below(&t.name, &self.apex).is_some() && step < MAX_CHAIN => {
-                                    name = &t.name;
+                            match cname.targets().next() {
+                                Some(t) if is_below(t.name, &self.apex).is_some() && step < MAX_CHAIN => {
+                                    name = t.name;
                                     continue;
                                 }
                                 _ => break,
@@ -269,8 +285,8 @@ impl Zone {
         let mut done: [&[u8]; 64] = [&[]; 64];
         let mut n_done = 0;
         for set in wanted.iter().chain(glue.iter()) {
-            for t in set.targets.iter() {
-                let name: &[u8] = &t.name;
+            for t in set.targets() {
+                let name: &[u8] = t.name;
                 if done[..n_done].contains(&name) {
                     continue;
                 }
@@ -297,6 +313,6 @@ impl Zone {
 
     /// The authority section of NXDOMAIN and NODATA: the SOA (RFC 2308).
     fn negative<'z>(&'z self, w: &mut Writer<'_, 'z>) {
-        w.set(Section::Authority, &self.apex, &self.negative_soa);
+        w.set(Section::Authority, &self.apex, SetRef::at(&self.negative_soa, 0));
     }
 }

@@ -11,6 +11,7 @@ use domain::base::rdata::ComposeRecordData;
 use domain::rdata::ZoneRecordData;
 use domain::zonefile::inplace::{Entry, Zonefile};
 
+use super::names::{self, Names};
 use super::{is_below, name_text, rr, Node, RrSet, Tails, Target, Zone, Zones, TAIL_FIXED};
 
 /// Deepest `$INCLUDE` nesting.
@@ -78,6 +79,9 @@ struct Reader {
     /// Owners of the records read before the SOA, to check once the apex is known.
     before_soa: Vec<(Box<[u8]>, Place)>,
     records: usize,
+    /// Octets the nodes will take laid out ([`Names::build`]), padding included: counted as
+    /// they are read, so that laying them out needs no pass of its own.
+    room: usize,
     /// Scratch for each record's owner and RDATA.
     owner: Vec<u8>,
     rdata: Vec<u8>,
@@ -114,7 +118,10 @@ impl Reader {
         }
         let node = match self.nodes.get_mut(self.owner.as_slice()) {
             Some(node) => node,
-            None => self.nodes.entry(self.owner.as_slice().into()).or_default(),
+            None => {
+                self.room += names::node_room(self.owner.len());
+                self.nodes.entry(self.owner.as_slice().into()).or_default()
+            }
         };
         // CNAME and other data (RFC 1034 section 3.6.2; RRSIG and NSEC may sit beside it,
         // RFC 4035), checked on the later record.
@@ -135,15 +142,19 @@ impl Reader {
             };
             return Err(self.at(place, format!("{} {what}", name_text(&self.owner))));
         }
-        let added = match node.sets.iter_mut().find(|s| s.rtype == rtype && s.covered == covered) {
-            Some(set) => set.push(&self.rdata),
+        let (added, set) = match node.sets.iter_mut().position(|s| s.rtype == rtype && s.covered == covered) {
+            Some(i) => (node.sets[i].push(&self.rdata), &node.sets[i]),
             None => {
                 let mut set = RrSet::new(rtype, covered, ttl);
                 set.push(&self.rdata);
+                self.room += names::SET_FIXED;
                 node.sets.push(set);
-                true
+                (true, &node.sets[node.sets.len() - 1])
             }
         };
+        if added {
+            self.room += TAIL_FIXED + self.rdata.len() + set.targets.last().map_or(0, |t| 5 + t.name.len());
+        }
         self.records += usize::from(added);
         Ok(())
     }
@@ -371,34 +382,42 @@ pub(crate) type NodeMap = HashMap<Box<[u8]>, Node, foldhash::fast::RandomState>;
 
 impl RrSet {
     fn new(rtype: u16, covered: u16, ttl: u32) -> RrSet {
-        RrSet { rtype, covered, ttl, wire: Tails::default(), starts: Box::new([0]), targets: Box::default() }
+        RrSet { rtype, covered, ttl, wire: Tails::default(), targets: Vec::new() }
     }
 
     /// The RDATA of record `i`.
     pub(crate) fn rdata(&self, i: usize) -> &[u8] {
-        &self.wire[self.starts[i] as usize + TAIL_FIXED..self.starts[i + 1] as usize]
+        self.tails().nth(i).map_or(&[], |t| &t[TAIL_FIXED..])
     }
 
     /// Appends a record with this RDATA; false if the set holds it already (RRsets are sets,
     /// RFC 2181 section 5). Every record takes the set's TTL, its first record's
     /// (RFC 2181 section 5.2; as BIND does).
     fn push(&mut self, rdata: &[u8]) -> bool {
-        if (0..self.len()).any(|i| self.rdata(i) == rdata) {
+        if self.tails().any(|t| &t[TAIL_FIXED..] == rdata) {
             return false;
         }
         let at = self.wire.len();
-        let mut wire = self.wire.to_vec();
-        wire.reserve_exact(TAIL_FIXED + rdata.len());
-        wire.extend_from_slice(&self.rtype.to_be_bytes());
-        wire.extend_from_slice(&Class::IN.to_int().to_be_bytes());
-        wire.extend_from_slice(&self.ttl.to_be_bytes());
-        wire.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
-        wire.extend_from_slice(rdata);
-        let end = wire.len() as u32;
-        self.wire = Tails::from(&wire[..]);
-        let mut starts = std::mem::take(&mut self.starts).into_vec();
-        starts.push(end);
-        self.starts = starts.into_boxed_slice();
+        let end = at + TAIL_FIXED + rdata.len();
+        let mut fixed = [0u8; TAIL_FIXED];
+        fixed[..2].copy_from_slice(&self.rtype.to_be_bytes());
+        fixed[2..4].copy_from_slice(&Class::IN.to_int().to_be_bytes());
+        fixed[4..8].copy_from_slice(&self.ttl.to_be_bytes());
+        fixed[8..].copy_from_slice(&(rdata.len() as u16).to_be_bytes());
+        match &mut self.wire {
+            Tails::Inline(n, a) if end <= Tails::INLINE => {
+                a[at..at + TAIL_FIXED].copy_from_slice(&fixed);
+                a[at + TAIL_FIXED..end].copy_from_slice(rdata);
+                *n = end as u8;
+            }
+            _ => {
+                let mut wire = Vec::with_capacity(end);
+                wire.extend_from_slice(&self.wire);
+                wire.extend_from_slice(&fixed);
+                wire.extend_from_slice(rdata);
+                self.wire = Tails::Boxed(wire.into_boxed_slice());
+            }
+        }
         let name_at = match self.rtype {
             rr::NS | rr::CNAME => Some(0),
             rr::MX => Some(2),
@@ -406,9 +425,7 @@ impl RrSet {
             _ => None,
         };
         if let Some((off, name)) = name_at.and_then(|off| wire_name(rdata, off).map(|n| (off, n))) {
-            let mut targets = std::mem::take(&mut self.targets).into_vec();
-            targets.push(Target { at: (at + TAIL_FIXED + off) as u32, name });
-            self.targets = targets.into_boxed_slice();
+            self.targets.push(Target { at: (at + TAIL_FIXED + off) as u32, name });
         }
         true
     }
@@ -440,6 +457,7 @@ fn load_zone(path: &Path) -> Result<Zone, ZoneError> {
         first: None,
         before_soa: Vec::new(),
         records: 0,
+        room: 0,
         owner: Vec::with_capacity(256),
         rdata: Vec::with_capacity(1024),
     };
@@ -475,13 +493,13 @@ fn compile(mut reader: Reader, path: &Path) -> Result<Zone, ZoneError> {
         }
     }
     for name in missing {
+        reader.room += names::node_room(name.len());
         nodes.entry(name).or_default();
     }
     let mut has_cuts = false;
     for (name, node) in nodes.iter_mut() {
         node.cut = *name != apex && node.get(rr::NS).is_some();
         has_cuts |= node.cut;
-        node.sets.shrink_to_fit();
     }
     let mut negative_soa = nodes[&apex].get(rr::SOA).cloned().unwrap_or_else(|| unreachable!("the apex has the SOA"));
     let rd = negative_soa.rdata(0);
@@ -492,6 +510,11 @@ fn compile(mut reader: Reader, path: &Path) -> Result<Zone, ZoneError> {
     let ttl = negative_soa.ttl.min(minimum);
     negative_soa.wire[4..8].copy_from_slice(&ttl.to_be_bytes());
     negative_soa.ttl = ttl;
+    let negative_soa = names::encode_one(&negative_soa);
+    let nodes = Names::build(nodes, reader.room).map_err(|names::TooLarge| ZoneError::Zone {
+        file: path.to_path_buf(),
+        what: "too large: its names and records take more than 32 GiB".into(),
+    })?;
     let (mut labels, mut at) = (0u8, 0);
     while apex[at] != 0 {
         labels += 1;

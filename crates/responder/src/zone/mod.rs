@@ -3,11 +3,12 @@
 //! A zone file (RFC 1035 master file) is read at start by NLnet Labs' zone file scanner (the
 //! `domain` crate: `$ORIGIN`, `$TTL`, `$INCLUDE`, relative names, every common record type and
 //! RFC 3597's `TYPEnnn` / `\# len hex` for the others) and compiled into volley's own lookup
-//! structure ([`load`]): a hash map from each owner name (lowercased wire form) to its node, whose
-//! RRsets are pre-encoded (TYPE, CLASS, TTL, RDLENGTH and RDATA of each record, ready to copy
-//! behind a compressed owner name), with the names in their RDATA that answers follow (CNAME
-//! targets, NS, MX and SRV targets for the additional section) kept apart. Empty non-terminals
-//! are nodes too, so that "does this name exist" is one lookup.
+//! structure ([`load`], then `names.rs`): every owner name (lowercased wire form) with its node in
+//! one buffer, found by an open-addressing hash table; a node's RRsets are pre-encoded (TYPE,
+//! CLASS, TTL, RDLENGTH and RDATA of each record, ready to copy behind a compressed owner name),
+//! with the names in their RDATA that answers follow (CNAME targets, NS, MX and SRV targets for
+//! the additional section) kept apart. Empty non-terminals are nodes too, so that "does this
+//! name exist" is one lookup, and a node knows whether it has a wildcard child.
 //!
 //! The answer engine asks [`Zones::find`] for the zone of each question (one hash lookup per
 //! distinct apex depth); [`Zone::answer`] (in `answer.rs`) then writes what an authoritative
@@ -15,6 +16,7 @@
 
 mod answer;
 mod load;
+mod names;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -44,7 +46,7 @@ pub(crate) mod rr {
 pub struct Zones {
     zones: Vec<Zone>,
     /// Lowercased wire apex → index in `zones`.
-    by_apex: HashMap<Box<[u8]>, usize>,
+    by_apex: HashMap<Box<[u8]>, usize, foldhash::fast::FixedState>,
     /// The distinct label counts of the apexes, deepest first: a name is looked up at these
     /// depths only, and the deepest zone that holds it wins.
     depths: Vec<u8>,
@@ -86,6 +88,43 @@ impl Zones {
         self.zones.is_empty()
     }
 
+    /// For a query message about to be answered: asks the CPU to fetch the hash table slot of
+    /// its question's name in its zone ([`Zones::prefetch_node`] next, once the slots of a
+    /// batch are on their way). Only a hint: answers do not change.
+    pub(crate) fn prefetch_slot(&self, query: &[u8]) -> Option<Prefetch<'_>> {
+        let name = query.get(volley_wire::HEADER_LEN..query.len().min(volley_wire::HEADER_LEN + 255))?;
+        let q = QName::new(name)?;
+        let zone = self.find(&q)?;
+        // The parent too, for a name the zone does not hold (where its answer looks next), in
+        // a zone without cuts and below the apex.
+        let parent = (!zone.has_cuts && q.labels > zone.labels)
+            .then(|| q.suffix(q.labels as usize - 1).map(names::Names::hash))
+            .flatten();
+        Some(Prefetch { zone, hash: zone.nodes.prefetch_slot(q.wire()), parent })
+    }
+
+    /// Asks the CPU to fetch the node a hint of [`Zones::prefetch_slot`] leads to, or, where
+    /// the zone does not hold the name, the slot of its parent: then returns the hint for
+    /// that, to give [`Zones::prefetch_parent`] once the batch's slots are on their way.
+    pub(crate) fn prefetch_node(hint: Option<Prefetch<'_>>) -> Option<Prefetch<'_>> {
+        let h = hint?;
+        if h.zone.nodes.prefetch_node(h.hash) {
+            return None;
+        }
+        let parent = h.parent?;
+        if let Some(s) = h.zone.nodes.slot_of(parent) {
+            names::prefetch(s);
+        }
+        Some(Prefetch { zone: h.zone, hash: parent, parent: None })
+    }
+
+    /// Asks the CPU to fetch the node of the parent a hint of [`Zones::prefetch_node`] names.
+    pub(crate) fn prefetch_parent(hint: Option<Prefetch<'_>>) {
+        if let Some(h) = hint {
+            h.zone.nodes.prefetch_node(h.hash);
+        }
+    }
+
     /// The deepest zone whose apex is `name` or one of its ancestors.
     pub(crate) fn find(&self, name: &QName) -> Option<&Zone> {
         for &d in &self.depths {
@@ -99,6 +138,15 @@ impl Zones {
     }
 }
 
+/// What [`Zones::prefetch_slot`] found out about a query: its zone, the hash of its name, and
+/// that of its parent where the answer may look there.
+#[derive(Clone, Copy)]
+pub(crate) struct Prefetch<'z> {
+    zone: &'z Zone,
+    hash: u64,
+    parent: Option<u64>,
+}
+
 /// One zone, compiled.
 #[derive(PartialEq, Eq)]
 pub struct Zone {
@@ -106,11 +154,13 @@ pub struct Zone {
     pub(crate) apex: Box<[u8]>,
     /// Labels of the apex (0 for the root).
     pub(crate) labels: u8,
-    /// Every name of the zone (owners and empty non-terminals), lowercased wire form.
-    pub(crate) nodes: load::NodeMap,
+    /// Every name of the zone (owners and empty non-terminals), lowercased wire form, with
+    /// its RRsets.
+    pub(crate) nodes: names::Names,
     /// The SOA record as the authority section of a negative answer carries it: TTL the
-    /// smaller of the SOA's TTL and its MINIMUM field (RFC 2308 section 5).
-    pub(crate) negative_soa: RrSet,
+    /// smaller of the SOA's TTL and its MINIMUM field (RFC 2308 section 5); encoded as a
+    /// node's RRset is.
+    pub(crate) negative_soa: Box<[u8]>,
     /// Records loaded (duplicates counted once).
     pub(crate) records: usize,
     /// Whether any name below the apex has NS records (a delegation).
@@ -134,7 +184,7 @@ impl Zone {
     }
 }
 
-/// The RRsets of one name.
+/// The RRsets of one name, as the zone is read (then laid out by `names.rs`).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Node {
     pub(crate) sets: Vec<RrSet>,
@@ -150,8 +200,9 @@ impl Node {
     }
 }
 
-/// An RRset, pre-encoded: for each record TYPE, CLASS, TTL, RDLENGTH and RDATA (the owner
-/// name is written in front of each when answering).
+/// An RRset as the zone is read (laid out for answering by `names.rs`), pre-encoded: for each
+/// record TYPE, CLASS, TTL, RDLENGTH and RDATA (the owner name is written in front of each when
+/// answering).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RrSet {
     pub(crate) rtype: u16,
@@ -162,15 +213,13 @@ pub(crate) struct RrSet {
     pub(crate) ttl: u32,
     /// The records' tails, one after the other (in place when short: an A or AAAA record's).
     pub(crate) wire: Tails,
-    /// Where each record's tail starts in `wire`, and its end (so one more than records).
-    pub(crate) starts: Box<[u32]>,
     /// Names in the RDATA that answers follow (CNAME, NS, MX, SRV targets).
-    pub(crate) targets: Box<[Target]>,
+    pub(crate) targets: Vec<Target>,
 }
 
 /// Bytes kept in place up to [`Tails::INLINE`] long (one A or AAAA record's tail, the most
-/// common RRset), in a box of their own beyond: an answer from a large zone reads its RRset
-/// without one more cache miss (and the zone holds one allocation fewer per such set).
+/// common RRset), in a box of their own beyond: a zone being read holds one allocation fewer
+/// per such set.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Tails {
     Inline(u8, [u8; Tails::INLINE]),
@@ -184,18 +233,6 @@ impl Tails {
 impl Default for Tails {
     fn default() -> Tails {
         Tails::Inline(0, [0; Tails::INLINE])
-    }
-}
-
-impl From<&[u8]> for Tails {
-    fn from(b: &[u8]) -> Tails {
-        if b.len() <= Tails::INLINE {
-            let mut a = [0; Tails::INLINE];
-            a[..b.len()].copy_from_slice(b);
-            Tails::Inline(b.len() as u8, a)
-        } else {
-            Tails::Boxed(b.into())
-        }
     }
 }
 
@@ -237,8 +274,21 @@ pub(crate) struct Target {
 pub(crate) const TAIL_FIXED: usize = 10;
 
 impl RrSet {
+    /// Each record's tail (from its RDLENGTH).
+    pub(crate) fn tails(&self) -> impl Iterator<Item = &[u8]> {
+        let wire: &[u8] = &self.wire;
+        let mut from = 0;
+        std::iter::from_fn(move || {
+            let f = wire.get(from..from + TAIL_FIXED)?;
+            let to = (from + TAIL_FIXED + usize::from(u16::from_be_bytes([f[8], f[9]]))).min(wire.len());
+            let tail = &wire[from..to];
+            from = to;
+            Some(tail)
+        })
+    }
+
     pub(crate) fn len(&self) -> usize {
-        self.starts.len() - 1
+        self.tails().count()
     }
 }
 

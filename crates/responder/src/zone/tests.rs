@@ -249,3 +249,97 @@ fn the_smallest_ttl_bounds_an_http_cache() {
     assert_eq!(ttl_of("www.other.test", 1), Some(300), "synthesised: --ttl");
     assert_eq!(ttl_of("drop.other.test", 1), None, "no response");
 }
+
+/// A zone without cuts is answered by walking up from the name (its nearest ancestor the zone
+/// holds, and that node's wildcard mark); one with cuts by walking down from the apex: both
+/// give the same answers where no cut is in the way.
+#[test]
+fn zones_with_and_without_cuts_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = "*.x.y IN TXT \"w\"\na.*.ent IN A 192.0.2.5\nto-wild IN CNAME q.wild\nto-nx IN CNAME a.nope\n";
+    let no_cuts: String = ZONE.lines().filter(|l| !l.contains("sub")).map(|l| format!("{l}\n")).collect();
+    let with_cuts = format!("{no_cuts}{extra}zz IN NS ns.zz\nns.zz IN A 192.0.2.9\n");
+    let no_cuts = format!("{no_cuts}{extra}");
+    let plain = load(&[write(dir.path(), "plain.zone", &no_cuts)]).unwrap();
+    assert!(!plain.zones()[0].has_cuts);
+    assert_eq!(plain.zones()[0].nodes.names().count(), plain.zones()[0].names());
+    let plain = answerer(plain, false);
+    let cut = answerer(load(&[write(dir.path(), "cut.zone", &with_cuts)]).unwrap(), false);
+    let names = [
+        "example.test",
+        "WWW.Example.TEST",
+        "nope.example.test",
+        "a.b.nope.example.test",
+        "c.example.test",
+        "b.c.example.test",
+        "x.b.c.example.test",
+        "a.b.c.example.test",
+        "z.a.b.c.example.test",
+        "wild.example.test",
+        "*.wild.example.test",
+        "q.wild.example.test",
+        "p.q.wild.example.test",
+        "y.example.test",
+        "x.y.example.test",
+        "k.x.y.example.test",
+        "j.k.x.y.example.test",
+        "*.ent.example.test",
+        "a.*.ent.example.test",
+        "b.ent.example.test",
+        "to-wild.example.test",
+        "to-nx.example.test",
+        "alias.example.test",
+        "loop1.example.test",
+    ];
+    let mut seen = 0;
+    for name in names {
+        for qtype in [1, 2, 5, 6, 15, 16, 28, 46, 255] {
+            let (p, c) = (ask(&plain, name, qtype, Some(4096)), ask(&cut, name, qtype, Some(4096)));
+            assert_eq!(p, c, "{name} type {qtype}");
+            seen += usize::from(p.contains("status: NXDOMAIN")) + 2 * usize::from(p.contains("ANSWER: 0"));
+        }
+    }
+    assert!(seen > 0);
+    let r = ask(&plain, "a.b.q.wild.example.test", 1, None);
+    assert!(r.contains("a.b.q.wild.example.test.\t3600\tIN\tA\t192.0.2.99"), "{r}");
+    let r = ask(&plain, "b.ent.example.test", 1, None);
+    assert!(r.contains("status: NOERROR") && r.contains("ANSWER: 0, AUTHORITY: 1"), "an empty wildcard: {r}");
+    let r = ask(&plain, "a.nope.example.test", 1, None);
+    assert!(r.contains("status: NXDOMAIN"), "{r}");
+}
+
+/// Two loads of one zone hold the same names and nodes (wherever the buffer put them), and
+/// a zone with one record more differs.
+#[test]
+fn loads_of_one_zone_compare_equal() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "example.zone", ZONE);
+    let (a, b) = (load(std::slice::from_ref(&p)).unwrap(), load(std::slice::from_ref(&p)).unwrap());
+    assert!(a == b);
+    assert_eq!(a.zones()[0].nodes.names().count(), a.zones()[0].names());
+    let q = write(dir.path(), "more.zone", &format!("{ZONE}more IN A 192.0.2.1\n"));
+    assert!(a != load(&[q]).unwrap());
+}
+
+/// Prefetching is a hint: whatever the messages hold, it changes no answer and never panics.
+#[test]
+fn prefetch_changes_no_answer() {
+    let (_d, a) = example();
+    let names = ["www.example.test", "nope.example.test", "x.sub.example.test", "other.test", "example.test"];
+    let mut queries: Vec<Vec<u8>> = names
+        .iter()
+        .map(|n| {
+            let mut q = Vec::new();
+            QueryTemplate::new(&n.parse::<Name>().unwrap(), QType(1), QueryOptions::default()).write(7, &mut q);
+            q
+        })
+        .collect();
+    let before: Vec<String> = names.iter().map(|n| ask(&a, n, 1, None)).collect();
+    queries.extend([vec![], vec![0; 12], vec![0xFF; 300], [&[0u8; 12][..], &[63; 200]].concat()]);
+    for _ in 0..3 {
+        a.prefetch(queries.iter().map(|q| &q[..]));
+    }
+    a.prefetch(std::iter::repeat_n(&queries[0][..], 1000));
+    let after: Vec<String> = names.iter().map(|n| ask(&a, n, 1, None)).collect();
+    assert_eq!(before, after);
+}
