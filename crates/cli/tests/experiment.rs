@@ -276,9 +276,48 @@ fn transport_cost_quick() {
     quick("transport-cost");
 }
 
+/// Where a row's search stopped before the server's limit (the generator's pace, or the most
+/// tried kept up), its clients per server core are derived from the server's CPU, marked * in
+/// the text and the HTML report; where the server set the limit, they are the limit found.
 #[test]
 fn clients_served_quick() {
-    quick("clients-served");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("exp.json");
+    let (doc, text) = quick_to("clients-served", &path);
+    let steps = doc["steps"].as_array().unwrap();
+    let mut derived = 0;
+    for r in doc["table"]["rows"].as_array().unwrap() {
+        let row = r["name"].as_str().unwrap();
+        let lower_bound = steps
+            .iter()
+            .filter(|s| s["row"] == row)
+            .flat_map(|s| s["warnings"].as_array().unwrap())
+            .any(|w| w.as_str().unwrap().contains("lower bound"));
+        let cell = &r["cells"]["per_core"];
+        assert_eq!(
+            cell["derived"] == true,
+            lower_bound,
+            "{row}: derived where the search stopped first: {cell}\n{text}"
+        );
+        let line = text.lines().find(|l| l.starts_with(&format!("{}  ", r["label"].as_str().unwrap()))).unwrap();
+        if lower_bound {
+            derived += 1;
+            assert!(line.contains('*'), "{row}: marked: {line}");
+        } else {
+            assert_eq!(cell["measured"], r["cells"]["clients"]["measured"], "{row}: the limit found\n{text}");
+        }
+    }
+    if derived > 0 {
+        assert!(text.contains("(*: derived, not measured: limit_target"), "{text}");
+        let page = path.with_extension("html");
+        let mut cmd = Command::new(volley());
+        cmd.args(["report", "--experiment", path.to_str().unwrap(), "-o", page.to_str().unwrap()]);
+        let out = run_cmd(&mut cmd, RUN_WAIT);
+        assert!(out.status.success(), "{}", out.stderr);
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert!(html.contains("<p class=\"muted\" data-derived>"), "the HTML table says which cells are derived");
+        assert!(html.contains("*</td>") || html.contains("* ("), "a derived cell is marked in the HTML table");
+    }
 }
 
 #[test]

@@ -73,6 +73,10 @@ pub struct Plan {
     /// The target's processes, when it runs on this host: their CPU time over the run is
     /// reported (`target_cpu`).
     pub target_pids: Vec<u32>,
+    /// A target inside this process (the embedded responder): its CPU clock, read as the
+    /// processes' are (from the run's start to its end, and each second), reported under this
+    /// process's id.
+    pub target_clock: Option<CpuClock>,
     /// UDP: send a query again when no answer came (`--udp-retry`, `--udp-tries`).
     pub udp_retry: Option<UdpRetry>,
     /// UDP: ask a truncated answer's question again over TCP (`--tc-fallback`), on a
@@ -88,6 +92,22 @@ pub struct Plan {
     /// Keep the first this many queries one by one (order of issue, issue time, latency,
     /// fate: the results' `query_trace`; at most [`volley_metrics::MAX_TRACE`]); 0: none.
     pub trace_queries: u64,
+}
+
+/// The CPU time a target inside this process has used so far, ns (its threads' clocks).
+#[derive(Clone)]
+pub struct CpuClock(pub Arc<dyn Fn() -> u64 + Send + Sync>);
+
+impl std::fmt::Debug for CpuClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CpuClock(..)")
+    }
+}
+
+impl CpuClock {
+    pub fn new(f: impl Fn() -> u64 + Send + Sync + 'static) -> CpuClock {
+        CpuClock(Arc::new(f))
+    }
 }
 
 /// Says when a run starts, as Unix nanoseconds (`--start-at`, or a coordinator's answer to
@@ -630,7 +650,7 @@ pub fn run(
     gate.open(start_ns);
     let setup_s = (start_ns - setup_began) as f64 / 1e9;
 
-    let mut target = TargetClock::start(&plan.target_pids);
+    let mut target = TargetClock::start(&plan.target_pids, plan.target_clock.clone());
     let mut collector = Collector::new(threads);
     while !collector.done() {
         match rx.recv_timeout(Duration::from_millis(250)) {
@@ -830,6 +850,8 @@ pub fn run(
 struct TargetClock {
     /// (pid, first reading, last reading)
     procs: Vec<(u32, u64, u64)>,
+    /// A target inside this process: (its clock, first reading, last reading).
+    own: Option<(CpuClock, u64, u64)>,
     gone: Vec<u32>,
     /// CPU seconds used by all of them in each completed second, as the seconds came in.
     seconds: Vec<(u32, f64)>,
@@ -838,7 +860,7 @@ struct TargetClock {
 }
 
 impl TargetClock {
-    fn start(pids: &[u32]) -> TargetClock {
+    fn start(pids: &[u32], own: Option<CpuClock>) -> TargetClock {
         let mut gone = Vec::new();
         let procs = pids
             .iter()
@@ -850,17 +872,27 @@ impl TargetClock {
                 }
             })
             .collect();
-        TargetClock { procs, gone, seconds: Vec::new(), at_second: 0 }
+        let own = own.map(|c| {
+            let t = (c.0)();
+            (c, t, t)
+        });
+        TargetClock { procs, own, gone, seconds: Vec::new(), at_second: 0 }
+    }
+
+    /// CPU time used since the start, ns.
+    fn used(&self) -> u64 {
+        let own = self.own.as_ref().map_or(0, |(_, a, b)| b.saturating_sub(*a));
+        self.procs.iter().map(|(_, a, b)| b.saturating_sub(*a)).sum::<u64>() + own
     }
 
     /// Reads the clocks when `second` has come in, and records (and returns) what was used
     /// since the last such reading.
     fn read_second(&mut self, second: u32) -> Option<f64> {
-        if self.procs.is_empty() {
+        if self.procs.is_empty() && self.own.is_none() {
             return None;
         }
         self.read();
-        let used: u64 = self.procs.iter().map(|(_, a, b)| b.saturating_sub(*a)).sum();
+        let used = self.used();
         let cpu_s = used.saturating_sub(self.at_second) as f64 / 1e9;
         self.seconds.push((second, cpu_s));
         self.at_second = used;
@@ -875,18 +907,25 @@ impl TargetClock {
                 None => {}
             }
         }
+        if let Some((c, _, last)) = &mut self.own {
+            *last = (c.0)();
+        }
     }
 
     fn finish(self, answered: u64, warnings: &mut Vec<String>) -> Option<volley_metrics::TargetCpu> {
-        if self.procs.is_empty() && self.gone.is_empty() {
+        if self.procs.is_empty() && self.gone.is_empty() && self.own.is_none() {
             return None;
         }
         for pid in &self.gone {
             warnings
                 .push(format!("target process {pid} ended during the run: its CPU time counts up to its last reading"));
         }
-        let cpu_s = self.procs.iter().map(|(_, a, b)| b.saturating_sub(*a)).sum::<u64>() as f64 / 1e9;
-        Some(volley_metrics::TargetCpu::new(self.procs.iter().map(|p| p.0).collect(), cpu_s, answered))
+        let cpu_s = self.used() as f64 / 1e9;
+        let mut pids: Vec<u32> = self.procs.iter().map(|p| p.0).collect();
+        if self.own.is_some() {
+            pids.push(std::process::id());
+        }
+        Some(volley_metrics::TargetCpu::new(pids, cpu_s, answered))
     }
 }
 

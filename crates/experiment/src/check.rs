@@ -135,6 +135,10 @@ pub struct Cell {
     /// The repetitions' values of the figure (before any ratio).
     pub values: Vec<f64>,
     pub study: Option<Figure>,
+    /// Whether a repetition's figure was derived rather than measured (see the figure's
+    /// description; e.g. `limit_target` where the generator stopped the search).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub derived: bool,
 }
 
 /// One row of the table.
@@ -212,7 +216,12 @@ pub fn evaluate(spec: &Spec, measured: &Measured) -> Evaluation {
                         .cloned()
                         .unwrap_or_default();
                     let study = r.and_then(|r| r.study.get(&c.name)).cloned();
-                    (c.name.clone(), Cell { measured: value(name, &c.name), values, study })
+                    let derived = measured
+                        .iter()
+                        .find(|(r, _)| r == name)
+                        .and_then(|(_, f)| f.get(&crate::figures::derived(&c.figure)))
+                        .is_some_and(|v| v.iter().any(|&d| d > 0.0));
+                    (c.name.clone(), Cell { measured: value(name, &c.name), values, study, derived })
                 })
                 .collect();
             let mine: Vec<&Verdict> =

@@ -163,4 +163,48 @@ mod tests {
         let text = String::from_utf8(text).unwrap();
         assert!(text.contains("differs"), "{text}");
     }
+    /// clients-served judges by clients per server core: derived where the generator stopped a
+    /// search (marked *), so the server's key types order the rows even when every search
+    /// reached the same lower bound; a row derived the wrong way round makes a check differ.
+    #[test]
+    fn clients_served_verdicts_use_the_targets_figure() {
+        let (_, text) = load("clients-served").unwrap();
+        let spec = parse("clients-served", &text).unwrap();
+        // Every search reached 800 (the generator's bound); the server's own figure differs.
+        let fig = |per_core: f64| {
+            let mut m = std::collections::BTreeMap::new();
+            m.insert("limit".to_string(), vec![800.0]);
+            m.insert("limit_target".to_string(), vec![per_core]);
+            m.insert(figures::derived("limit_target"), vec![1.0]);
+            m
+        };
+        let shape = |rsa2048: f64| -> check::Measured {
+            vec![
+                ("udp".into(), fig(40000.0)),
+                ("tcp-idle10s".into(), fig(20000.0)),
+                ("tcp-1q".into(), fig(6000.0)),
+                ("dot-p256".into(), fig(10000.0)),
+                ("dot-ed25519".into(), fig(9000.0)),
+                ("dot-rsa2048".into(), fig(rsa2048)),
+                ("dot-rsa3072".into(), fig(1000.0)),
+                ("dot-ed25519-1q".into(), fig(800.0)),
+                ("doh2-ed25519".into(), fig(5000.0)),
+            ]
+        };
+        let good = evaluate(&spec, &shape(4000.0));
+        assert!(good.holds(), "{:?}", good.verdicts);
+        let dot = good.rows.iter().find(|r| r.name == "dot-ed25519").unwrap();
+        assert!(dot.cells["per_core"].derived);
+        assert_eq!(dot.cells["per_core"].measured, Some(9000.0));
+        assert_eq!(dot.cells["fewer"].measured, Some(40000.0 / 9000.0));
+        assert_eq!(dot.cells["clients"].measured, Some(800.0));
+        let mut text = Vec::new();
+        output::write_text(&spec, &good, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("9000*") && text.contains("(*: derived, not measured: limit_target"), "{text}");
+        // RSA-2048 derived above P-256: the study's order does not hold.
+        let bad = evaluate(&spec, &shape(12000.0));
+        assert!(!bad.holds());
+        assert_eq!(bad.rows.iter().find(|r| r.name == "dot-rsa2048").unwrap().verdict, "differs");
+    }
 }

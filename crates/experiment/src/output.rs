@@ -28,7 +28,8 @@ pub fn write_text(spec: &Spec, ev: &Evaluation, out: &mut dyn Write) -> io::Resu
             let cell = &r.cells[&c.name];
             let m = cell.measured.map_or("-".to_string(), num);
             let ratio = if c.ratio_to.is_some() || c.factor_of.is_some() { "x" } else { "" };
-            let m = if cell.measured.is_some() { format!("{m}{ratio}") } else { m };
+            let mark = if cell.derived { "*" } else { "" };
+            let m = if cell.measured.is_some() { format!("{m}{ratio}{mark}") } else { m };
             let s = match &cell.study {
                 Some(Figure::Number(v)) => format!(" ({}{ratio})", num(*v)),
                 Some(Figure::Words(w)) => format!(" ({w})"),
@@ -60,6 +61,17 @@ pub fn write_text(spec: &Spec, ev: &Evaluation, out: &mut dyn Write) -> io::Resu
         }
     }
     writeln!(out, "(in brackets: the study's figure)")?;
+    let mut derived: Vec<&str> = spec
+        .columns
+        .iter()
+        .filter(|c| ev.rows.iter().any(|r| r.cells[&c.name].derived))
+        .map(|c| c.figure.as_str())
+        .collect();
+    derived.dedup();
+    for figure in derived {
+        let what = crate::figures::FIGURES.iter().find(|(f, _)| *f == figure).map_or("", |(_, d)| d);
+        writeln!(out, "(*: derived, not measured: {figure}: {what})")?;
+    }
     if !ev.verdicts.is_empty() {
         writeln!(out)?;
         for v in &ev.verdicts {

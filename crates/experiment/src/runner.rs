@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use volley_engine::{Load, Plan, QuerySet, UdpRetry};
+use volley_engine::{CpuClock, Load, Plan, QuerySet, UdpRetry};
 use volley_metrics::RunResult;
 use volley_responder::{CertSource, KeyType, Responder, ResponderConfig, TlsConfig, Transport};
 use volley_transport::{ConnPolicy, HttpVersion, LaneOptions, Scheme, Sources, Target, TlsSettings};
@@ -568,6 +568,7 @@ fn run_step(
         lane,
         batch_window: Duration::ZERO,
         target_pids: if embedded.is_some() { Vec::new() } else { opts.target_pids.clone() },
+        target_clock: None,
         udp_retry,
         tc_fallback: false,
         part: volley_engine::part::Part::WHOLE,
@@ -583,7 +584,10 @@ fn run_step(
     // The one measurement: a run of `plan` (behind the link when there is one).
     let measure_once = |plan: &Plan, pool: &Pool| -> Result<(RunResult, Option<u64>), ExperimentError> {
         let responder = responder_of(pool, &server, &p.key, embedded);
-        let before = responder.map(|e| (e.responder.stats().delayed, e.responder.cpu_ns()));
+        let before = responder.map(|e| e.responder.stats().delayed);
+        // The embedded responder's CPU, read by the engine over the run's clock (as a target
+        // process's: the set-up before it, connections opened at the start, is not counted).
+        let plan = &Plan { target_clock: responder.map(|e| CpuClock::new(e.responder.cpu_clock())), ..plan.clone() };
         let result = match &link {
             Some(l) => std::thread::scope(|s| {
                 s.spawn(|| {
@@ -597,14 +601,7 @@ fn run_step(
                 volley_engine::run(plan, interrupt.clone(), |_| {}).map_err(|e| ExperimentError::Run(e.to_string()))
             }
         }?;
-        let mut result = result;
-        let mut delayed = None;
-        if let (Some(e), Some((d0, c0))) = (responder, before) {
-            delayed = Some(e.responder.stats().delayed.saturating_sub(d0));
-            let cpu_s = e.responder.cpu_ns().saturating_sub(c0) as f64 / 1e9;
-            result.target_cpu =
-                Some(volley_metrics::TargetCpu::new(vec![std::process::id()], cpu_s, result.totals.answered));
-        }
+        let delayed = responder.zip(before).map(|(e, d0)| e.responder.stats().delayed.saturating_sub(d0));
         Ok((result, delayed))
     };
     let (figures, results, limit) = match r.measure.unwrap_or(Measure::Run) {
@@ -693,6 +690,19 @@ fn run_step(
                 }
                 _ => {}
             }
+            let steps: Vec<crate::figures::LimitStep> = outcome
+                .steps
+                .iter()
+                .zip(&results)
+                .map(|(s, r)| crate::figures::LimitStep {
+                    load: s.load,
+                    ok: s.ok,
+                    target_cpu_s: r.target_cpu.as_ref().map(|c| c.cpu_s),
+                    duration_s: r.duration_s,
+                })
+                .collect();
+            let found = matches!(outcome.stopped, volley_engine::limit::Stopped::Found);
+            f.extend(crate::figures::of_limit(&steps, outcome.limit, found));
             if let Some(last) =
                 results.iter().rev().find(|r| answered_bound(r.totals.answered, r.totals.issued) >= obj.min_answered)
             {

@@ -162,7 +162,8 @@ fn section(out: &mut String, k: usize, name: &str, doc: &Value) -> io::Result<()
             let cell = &r["cells"][s(c, "name")];
             let ratio = c["ratio_to"].is_string() || c["factor_of"].is_string();
             let x = if ratio { "x" } else { "" };
-            let m = cell["measured"].as_f64().map_or("-".to_string(), |v| format!("{}{x}", num(v)));
+            let mark = if cell["derived"] == true { "*" } else { "" };
+            let m = cell["measured"].as_f64().map_or("-".to_string(), |v| format!("{}{x}{mark}", num(v)));
             let st = study_text(&cell["study"]).map_or(String::new(), |t| {
                 if cell["study"].is_number() {
                     format!(" ({t}{x})")
@@ -181,6 +182,20 @@ fn section(out: &mut String, k: usize, name: &str, doc: &Value) -> io::Result<()
         let _ = writeln!(out, "<td class=\"{class}\">{}</td></tr>", esc(verdict));
     }
     out.push_str("</tbody></table>\n<p class=\"muted\">In brackets: the study's figure.</p>\n");
+    let mut derived: Vec<&str> = columns
+        .iter()
+        .filter(|c| rows.iter().any(|r| r["cells"][s(c, "name")]["derived"] == true))
+        .map(|c| s(c, "figure"))
+        .collect();
+    derived.dedup();
+    if !derived.is_empty() {
+        let _ = writeln!(
+            out,
+            "<p class=\"muted\" data-derived>*: derived, not measured ({}): the target's CPU over the best step \
+             kept up, scaled to a whole core, where the search stopped before the target's limit.</p>",
+            esc(&derived.join(", "))
+        );
+    }
 
     // Every check of the study's finding.
     out.push_str("<h3>Checks</h3>\n<ul class=\"checks\">\n");

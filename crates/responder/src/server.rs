@@ -231,24 +231,35 @@ impl Responder {
         s
     }
 
-    /// CPU time (user + system) the responder's threads have used so far, nanoseconds, from
-    /// their CPU-time clocks.
-    pub fn cpu_ns(&self) -> u64 {
+    /// A reader of the CPU time (user + system) the responder's threads have used so far,
+    /// nanoseconds, that outlives this borrow (for another thread: the engine reads it at the
+    /// start and end of a run and each second). It reads the threads' CPU-time clocks, which
+    /// the kernel lets only this process read; a thread that has ended (the responder stopped)
+    /// reads as nothing.
+    pub fn cpu_clock(&self) -> impl Fn() -> u64 + Send + Sync + 'static {
         use std::os::unix::thread::JoinHandleExt;
-        self.threads
+        let clocks: Vec<libc::clockid_t> = self
+            .threads
             .iter()
             .filter_map(|t| {
                 let mut id: libc::clockid_t = 0;
-                // SAFETY: the thread is alive (joined only when the responder stops); both calls
-                // write into variables we own.
-                if unsafe { libc::pthread_getcpuclockid(t.as_pthread_t(), &mut id) } != 0 {
-                    return None;
-                }
-                let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-                (unsafe { libc::clock_gettime(id, &mut ts) } == 0)
-                    .then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+                // SAFETY: the thread is alive (joined only when the responder stops); the call
+                // writes into a variable we own.
+                (unsafe { libc::pthread_getcpuclockid(t.as_pthread_t(), &mut id) } == 0).then_some(id)
             })
-            .sum()
+            .collect();
+        move || {
+            clocks
+                .iter()
+                .filter_map(|&id| {
+                    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                    // SAFETY: clock_gettime writes into the timespec we own; a clock whose
+                    // thread ended returns an error.
+                    (unsafe { libc::clock_gettime(id, &mut ts) } == 0)
+                        .then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+                })
+                .sum()
+        }
     }
 
     /// The generated CA certificate (PEM) that clients must trust to verify the responder;

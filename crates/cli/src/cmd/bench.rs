@@ -298,6 +298,8 @@ pub fn run(a: BenchArgs) -> CliResult {
             lane,
             batch_window: Duration::ZERO,
             target_pids: target_pids.clone(),
+            // The embedded responder's threads, over the run's clock.
+            target_clock: embedded.as_ref().map(|r| volley_engine::CpuClock::new(r.cpu_clock())),
             target: case.target,
             udp_retry: None,
             tc_fallback: false,
@@ -306,7 +308,6 @@ pub fn run(a: BenchArgs) -> CliResult {
             trace_queries: 0,
         };
         check_target(&mut plan)?;
-        let srv0 = embedded.as_ref().map(|r| r.cpu_ns());
         if let Some(l) = link.as_mut() {
             l.mark();
         }
@@ -316,12 +317,6 @@ pub fn run(a: BenchArgs) -> CliResult {
             let (info, warnings) = l.part();
             result.link = Some(info);
             result.warnings.extend(warnings);
-        }
-        if let (Some(r), Some(srv0)) = (&embedded, srv0) {
-            // The embedded responder's threads, over the run.
-            let cpu_s = r.cpu_ns().saturating_sub(srv0) as f64 / 1e9;
-            result.target_cpu =
-                Some(volley_metrics::TargetCpu::new(vec![std::process::id()], cpu_s, result.totals.answered));
         }
         result.command = std::env::args().collect();
         if let Some(w) = insecure_warning(&plan) {

@@ -456,6 +456,7 @@ pub fn plan(a: &RunArgs) -> CliResult<Plan> {
         lane,
         batch_window: a.batch_window,
         target_pids: target_pids(&a.target_pid)?,
+        target_clock: None,
         udp_retry,
         tc_fallback: a.tc_fallback,
         part: super::scale::static_part(a)?.unwrap_or_default(),
