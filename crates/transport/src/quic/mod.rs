@@ -747,6 +747,44 @@ pub fn unframe(data: &[u8]) -> Option<&[u8]> {
 mod tests {
     use super::*;
 
+    /// The token stores of lanes: one per thread shared by its lanes (a token a connection of
+    /// one lane got is presented by the next connection of any), one per lane with
+    /// `own_sessions` (simulated clients), none with `--quic-tokens off`; each connection's
+    /// [`Presented`] tells whether it took one.
+    #[test]
+    fn lanes_of_a_thread_share_their_quic_tokens() {
+        crate::tls::install_crypto_provider();
+        let tls = tls::client_config(&tls::TlsSettings::default(), &[ALPN], true).unwrap();
+        let opts = LaneOptions::default();
+        let (a, b) = (Client::new(tls.clone(), &opts), Client::new(tls.clone(), &opts));
+        let presented = |c: &Client| Presented { store: c.tokens.clone().unwrap(), took: Default::default() };
+        use quinn::TokenStore;
+        let (got, next) = (presented(&a), presented(&b));
+        got.insert("dns.example", Bytes::from_static(b"token"));
+        assert!(!got.took.load(Ordering::Relaxed), "inserting is not presenting");
+        assert_eq!(next.take("dns.example").as_deref(), Some(&b"token"[..]), "lane b takes lane a's token");
+        assert!(next.took.load(Ordering::Relaxed));
+        assert!(next.take("dns.example").is_none(), "a token is presented once");
+        // Another thread has a store of its own.
+        let elsewhere = std::thread::spawn({
+            let (tls, opts) = (tls.clone(), opts.clone());
+            move || {
+                let c = Client::new(tls, &opts);
+                c.tokens.clone().unwrap().insert("dns.example", Bytes::from_static(b"theirs"));
+            }
+        });
+        elsewhere.join().unwrap();
+        assert!(presented(&a).take("dns.example").is_none(), "another thread's token is not this thread's");
+        // Simulated clients keep their own; --quic-tokens off keeps none.
+        let own = LaneOptions { own_sessions: true, ..LaneOptions::default() };
+        let (c, d) = (Client::new(tls.clone(), &own), Client::new(tls.clone(), &own));
+        presented(&c).insert("dns.example", Bytes::from_static(b"c's"));
+        assert!(presented(&d).take("dns.example").is_none(), "d does not take c's token");
+        assert!(presented(&c).take("dns.example").is_some());
+        let off = LaneOptions { quic_tokens: false, ..LaneOptions::default() };
+        assert!(Client::new(tls, &off).tokens.is_none());
+    }
+
     #[test]
     fn close_codes_by_name() {
         let transport = |code| {
