@@ -483,7 +483,7 @@ fn a_quic_token_from_the_previous_connection_spares_the_anti_amplification_round
         let v = run(&server, url, "on");
         let (tokens, two) = counts(&v);
         // Kept and presented: every connection after the first, but for a token lost now and then.
-        assert!(tokens >= N / 2 && tokens < N, "{url}: {tokens} of {N} handshakes presented a token");
+        assert!((N / 2..N).contains(&tokens), "{url}: {tokens} of {N} handshakes presented a token");
         // The first (no token yet) took 2; so did any other without one, and only those.
         assert!(two >= 1 && two <= N - tokens, "{url}: {two} of {N} took 2 RTTs, {tokens} with a token");
         presented += tokens;
