@@ -464,6 +464,9 @@ fn a_quic_token_from_the_previous_connection_spares_the_anti_amplification_round
         assert_eq!(total(&v, "answered"), N, "{url}: {}", r.stderr);
         assert_eq!(v["connections"]["opened"].as_u64(), Some(N), "{url}: a connection per query");
         assert_eq!(v["connections"]["resumed"].as_u64(), Some(0), "{url}: no TLS resumption");
+        // The summary says how many presented one, where any did.
+        let said = r.stdout.contains("presented a QUIC address validation token");
+        assert_eq!(said, v["connections"]["quic_tokens"].as_u64() > Some(0), "{}", r.stdout);
         v
     };
     // Handshakes that presented a token, and those that took 1.5 round trips or more.
