@@ -59,6 +59,14 @@ pub struct TlsArgs {
     #[arg(long = "zero-rtt")]
     pub zero_rtt: bool,
 
+    /// DoQ and DoH/3: keep the address validation tokens a server sends (QUIC NEW_TOKEN) and
+    /// present one on the next connection to it, as browsers and stubs do; the server then
+    /// need not wait out its anti-amplification limit or send a Retry. on or off (a client
+    /// that keeps none). Independent of --tls-resume: a token validates an address, it does
+    /// not resume a session.
+    #[arg(long = "quic-tokens", value_name = "on|off", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
+    pub quic_tokens: bool,
+
     /// DoQ and DoH/3: write a qlog trace of each QUIC connection into DIR (created if missing;
     /// one JSON-SEQ file each, `client-PID-N.sqlog`, for qvis). Other transports: no effect.
     #[arg(long = "qlog", value_name = "DIR")]
@@ -114,8 +122,15 @@ impl TlsArgs {
         if let Some(dir) = &self.qlog {
             volley_transport::qlog::prepare_dir(dir).map_err(CliError::usage)?;
         }
-        let opts =
-            LaneOptions { tls, http, doh_method, h1_pipeline: self.h1_pipeline, qlog: self.qlog.clone(), ..base };
+        let opts = LaneOptions {
+            tls,
+            http,
+            doh_method,
+            h1_pipeline: self.h1_pipeline,
+            qlog: self.qlog.clone(),
+            quic_tokens: self.quic_tokens,
+            ..base
+        };
         if self.h1_pipeline > 1 && !(target.scheme.is_https() && opts.http_for(target.scheme) == HttpVersion::Http1) {
             return Err(CliError::usage("--h1-pipeline applies to DoH over HTTP/1.1 (https:// with --http 1.1)"));
         }

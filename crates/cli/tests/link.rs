@@ -419,6 +419,95 @@ fn a_large_certificate_chain_costs_doq_a_round_trip() {
     assert!(out.stderr.contains("--cert-chain-bytes"), "{}", out.stderr);
 }
 
+/// The value of `key=N` in `volley serve`'s stats line.
+fn stat(stats: &str, key: &str) -> u64 {
+    let tail = stats.split(&format!(" {key}=")).nth(1).unwrap_or_else(|| panic!("no {key} in: {stats}"));
+    tail.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// Address validation tokens (QUIC NEW_TOKEN, RFC 9000 section 8.1.3) with the 6,000-byte
+/// chain of the test above, one query per fresh connection (no TLS resumption) behind the
+/// link. The server sends tokens (`volley serve`'s default) and the client keeps them
+/// (`--quic-tokens on`, `volley run`'s default): the first connection has none and takes 2
+/// round trips, the later ones present the previous connection's and take 1, the server
+/// counting each it took. A token that reached the client after its connection ended (quinn
+/// drops a 1-RTT packet that arrives during the handshake, and the one query's connection may
+/// close before the token is sent again) leaves a later connection without one: at most a
+/// few, and then exactly those take 2 round trips. Without tokens on either side (client
+/// `--quic-tokens off`, server `--quic-tokens 0`), and with a server that sends tokens but
+/// takes none (`--quic-tokens-ignored`, seeds/002's resolvers), every handshake takes 2.
+#[test]
+fn a_quic_token_from_the_previous_connection_spares_the_anti_amplification_round_trip() {
+    const N: u64 = 8;
+    let run = |server: &Server, url: &str, tokens: &str| -> serde_json::Value {
+        let r = run_volley(&[
+            url,
+            "--link",
+            "delay=10ms",
+            "--link-seed",
+            "1",
+            "-c",
+            "1",
+            "-n",
+            &N.to_string(),
+            "--conn-queries",
+            "1",
+            "--tls-resume",
+            "off",
+            "--quic-tokens",
+            tokens,
+            "--ca",
+            server.ca_str(),
+        ]);
+        let v = r.ok().clone();
+        check_accounting(&v);
+        assert_eq!(total(&v, "answered"), N, "{url}: {}", r.stderr);
+        assert_eq!(v["connections"]["opened"].as_u64(), Some(N), "{url}: a connection per query");
+        assert_eq!(v["connections"]["resumed"].as_u64(), Some(0), "{url}: no TLS resumption");
+        // The summary says how many presented one, where any did.
+        let said = r.stdout.contains("presented a QUIC address validation token");
+        assert_eq!(said, v["connections"]["quic_tokens"].as_u64() > Some(0), "{}", r.stdout);
+        v
+    };
+    // Handshakes that presented a token, and those that took 1.5 round trips or more.
+    let counts = |v: &serde_json::Value| -> (u64, u64) {
+        let c = &v["connections"];
+        let ratio = &c["handshake_rtt_ratio_milli"];
+        let buckets = ratio["histogram"]["buckets"].as_array().unwrap();
+        let two: u64 = buckets.iter().filter(|b| b[0].as_u64().unwrap() >= 1500).map(|b| b[1].as_u64().unwrap()).sum();
+        (c["quic_tokens"].as_u64().unwrap(), two)
+    };
+
+    let mut server = Server::start_encrypted(&["--listen", "0.0.0.0", "--cert-chain-bytes", "6000"]);
+    let doq = format!("quic://127.0.0.1:{}", server.listener("doq").port());
+    let doh3 = format!("h3://127.0.0.1:{}/dns-query", server.listener("doh3").port());
+    let mut presented = 0;
+    for url in [&doq, &doh3] {
+        let v = run(&server, url, "on");
+        let (tokens, two) = counts(&v);
+        // Kept and presented: every connection after the first, but for a token lost now and then.
+        assert!((N / 2..N).contains(&tokens), "{url}: {tokens} of {N} handshakes presented a token");
+        // The first (no token yet) took 2; so did any other without one, and only those.
+        assert!(two >= 1 && two <= N - tokens, "{url}: {two} of {N} took 2 RTTs, {tokens} with a token");
+        presented += tokens;
+    }
+    let v = run(&server, &doq, "off");
+    assert_eq!(counts(&v), (0, N), "--quic-tokens off: no token, every handshake 2 RTTs");
+    let stats = server.terminate();
+    assert_eq!(stat(&stats, "quic_token_validated"), presented, "every token presented was taken: {stats}");
+
+    for (flags, presents) in [(&["--quic-tokens", "0"][..], false), (&["--quic-tokens-ignored"][..], true)] {
+        let mut args = vec!["--listen", "0.0.0.0", "--cert-chain-bytes", "6000"];
+        args.extend_from_slice(flags);
+        let mut server = Server::start_encrypted(&args);
+        let url = format!("quic://127.0.0.1:{}", server.listener("doq").port());
+        let (tokens, two) = counts(&run(&server, &url, "on"));
+        assert_eq!(two, N, "{flags:?}: every handshake 2 RTTs");
+        assert_eq!(tokens >= N / 2, presents, "{flags:?}: {tokens} handshakes presented a token");
+        assert_eq!(stat(&server.terminate(), "quic_token_validated"), 0, "{flags:?}");
+    }
+}
+
 /// `volley query --link`: the one query crosses the link both ways.
 #[test]
 fn query_behind_a_link() {

@@ -26,6 +26,7 @@ pub const FIGURES: &[(&str, &str)] = &[
     ("handshake_ms", "median connection handshake time, ms"),
     ("handshake_2rtt", "share of handshakes that took 1.5 RTTs or more (2 RTTs where 1 was expected)"),
     ("resumed", "share of handshakes that resumed a TLS session"),
+    ("quic_tokens", "share of handshakes that presented a QUIC address validation token (NEW_TOKEN)"),
     ("connections", "connections opened"),
     ("server_cpu_us", "the target's CPU time per answered query, us"),
     ("timeouts", "queries that timed out"),
@@ -93,6 +94,7 @@ pub fn of_run(r: &RunResult, delayed: Option<u64>, slow_over: Duration) -> BTree
         if c.opened > 0 {
             // Connections without TLS (TCP) resumed none.
             put("resumed", c.resumed as f64 / c.opened as f64);
+            put("quic_tokens", c.quic_tokens as f64 / c.opened as f64);
         }
     }
     if let Some(c) = r.target_cpu.as_ref().filter(|_| t.answered > 0) {

@@ -259,6 +259,8 @@ impl Pool {
             },
             answer,
             retry: server.retry.unwrap_or(false),
+            quic_tokens: server.quic_tokens.unwrap_or(ResponderConfig::default().quic_tokens),
+            quic_tokens_ignored: server.quic_tokens_ignored.unwrap_or(false),
             ..ResponderConfig::default()
         };
         let responder =
@@ -519,6 +521,7 @@ fn run_step(
             zero_rtt: p.tls == "0rtt",
             ..TlsSettings::default()
         },
+        quic_tokens: r.quic_tokens.unwrap_or(false),
         ..LaneOptions::default()
     };
     // Fresh connections against the embedded responder on loopback come from many source

@@ -60,6 +60,10 @@ pub struct Runs {
     pub connections: Option<Vec<u64>>,
     /// Axis: TLS session resumption on the client ("fresh", "resumed", "0rtt").
     pub tls: Option<Vec<String>>,
+    /// QUIC (DoQ, DoH/3): the client keeps the address validation tokens the server sends
+    /// (NEW_TOKEN) and presents one on its next connection, as browsers and stubs do; not an
+    /// axis. Default false: the studies' clients kept none, each connection a stranger.
+    pub quic_tokens: Option<bool>,
     /// Repetitions of each point (figures: median; min and max in the JSON).
     pub repetitions: Option<u32>,
     /// Queries: "random" (a random label under example.test each) or a name.
@@ -127,6 +131,12 @@ pub struct Server {
     pub cert_chain_bytes: Option<usize>,
     /// QUIC address validation: a Retry for every new address (as `volley serve --retry`).
     pub retry: Option<bool>,
+    /// QUIC address validation tokens sent on each connection (NEW_TOKEN frames, as `volley
+    /// serve --quic-tokens`; default 2, 0: none sent or accepted).
+    pub quic_tokens: Option<u32>,
+    /// Send those tokens but accept none (as `volley serve --quic-tokens-ignored`): a client
+    /// presenting one still waits out the anti-amplification limit, as seeds/002 found.
+    pub quic_tokens_ignored: Option<bool>,
 }
 
 /// The limit search of `measure = "limit"`: the load is simulated clients or a query rate.

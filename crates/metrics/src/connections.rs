@@ -71,6 +71,9 @@ pub struct Handshake {
     /// Round-trip time seen by the transport (TCP_INFO or QUIC path statistics).
     pub rtt_ns: Option<u64>,
     pub resumed: bool,
+    /// QUIC: the connection presented an address validation token from an earlier
+    /// connection (NEW_TOKEN, RFC 9000 section 8.1.3) in its Initial.
+    pub token: bool,
     pub early_data: EarlyData,
     /// `TLSv1.3`, `TLSv1.2`.
     pub tls_version: Option<&'static str>,
@@ -99,6 +102,8 @@ pub struct ConnCounters {
     /// Attempts still in progress (handshake not done) when the run ended.
     pub in_progress: u64,
     pub resumed: u64,
+    /// QUIC handshakes that presented an address validation token.
+    pub tokens: u64,
     pub early_offered: u64,
     pub early_accepted: u64,
     pub closed: [u64; Close::COUNT],
@@ -116,6 +121,7 @@ impl ConnCounters {
         self.failed += o.failed;
         self.in_progress += o.in_progress;
         self.resumed += o.resumed;
+        self.tokens += o.tokens;
         self.early_offered += o.early_offered;
         self.early_accepted += o.early_accepted;
         crate::counters::add(&mut self.closed, &o.closed);
@@ -232,6 +238,12 @@ pub struct ConnectionSummary {
     pub closed: BTreeMap<String, u64>,
     /// TLS sessions resumed (abbreviated handshakes).
     pub resumed: u64,
+    /// QUIC handshakes that presented an address validation token the server gave on an
+    /// earlier connection (NEW_TOKEN): address validation, not resumption. Whether the server
+    /// took it shows in its handshake time (no anti-amplification wait) and in `volley serve`'s
+    /// `quic_token_validated`. Absent from files written before it existed (0).
+    #[serde(default)]
+    pub quic_tokens: u64,
     /// Connections that offered early data (0-RTT), and those whose early data was accepted.
     pub early_data_offered: u64,
     pub early_data_accepted: u64,
@@ -297,6 +309,7 @@ impl ConnectionSummary {
             errors: c.error_map(),
             closed: c.close_map(),
             resumed: c.resumed,
+            quic_tokens: c.tokens,
             early_data_offered: c.early_offered,
             early_data_accepted: c.early_accepted,
             handshake_tcp: opt(&h.tcp),

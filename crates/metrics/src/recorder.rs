@@ -424,6 +424,7 @@ impl Recorder {
             let c = &mut c.conns;
             c.opened += 1;
             c.resumed += h.resumed as u64;
+            c.tokens += h.token as u64;
             c.early_offered += (h.early_data != EarlyData::NotOffered) as u64;
             c.early_accepted += (h.early_data == EarlyData::Accepted) as u64;
         });

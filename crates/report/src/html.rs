@@ -457,6 +457,7 @@ fn run_section(out: &mut String, k: usize, run: &NamedRun) -> io::Result<()> {
             ("in progress at the end".to_string(), c.in_progress),
             ("closed".to_string(), closed),
             ("resumed".to_string(), c.resumed),
+            ("QUIC token presented".to_string(), c.quic_tokens),
             ("0-RTT offered".to_string(), c.early_data_offered),
             ("0-RTT accepted".to_string(), c.early_data_accepted),
         ]

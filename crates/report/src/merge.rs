@@ -587,6 +587,7 @@ impl ConnAcc {
         s.failed += c.failed;
         s.in_progress += c.in_progress;
         s.resumed += c.resumed;
+        s.quic_tokens += c.quic_tokens;
         s.early_data_offered += c.early_data_offered;
         s.early_data_accepted += c.early_data_accepted;
         add_map(&mut s.errors, &c.errors);

@@ -122,7 +122,7 @@ pub fn cumulative_buckets(h: &SparseHistogram) -> Vec<(u64, u64)> {
 /// `volley_latency_seconds` (histogram), `volley_service_time_seconds` and
 /// `volley_generator_delay_seconds` (histograms) and `volley_send_stamps` (by `clock`: kernel,
 /// volley) where the run has them, `volley_connections` (by `event`: opened, failed,
-/// resumed), `volley_connections_in_progress` (gauge) and `volley_connections_closed` (by
+/// resumed; quic_token where a handshake presented one), `volley_connections_in_progress` (gauge) and `volley_connections_closed` (by
 /// `how`) for connection-based transports,
 /// `volley_generator_cpu_seconds`, `volley_elapsed_seconds` (gauge).
 pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
@@ -204,6 +204,9 @@ pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
         om.family("volley_connections", "counter", None, "Connection events.")?;
         for (ev, n) in [("opened", c.opened), ("failed", c.failed), ("resumed", c.resumed)] {
             om.sample("volley_connections_total", &[("event", ev)], n)?;
+        }
+        if c.quic_tokens > 0 {
+            om.sample("volley_connections_total", &[("event", "quic_token")], c.quic_tokens)?;
         }
         om.family("volley_connections_in_progress", "gauge", None, "Connection attempts without a fate yet.")?;
         om.sample("volley_connections_in_progress", &[], c.in_progress)?;

@@ -201,6 +201,9 @@ fn text_lines(r: &RunResult) -> Vec<String> {
                 c.resumed, c.early_data_offered, c.early_data_accepted
             ));
         }
+        if c.quic_tokens > 0 {
+            parts.push(format!("{} presented a QUIC address validation token", c.quic_tokens));
+        }
         push_labeled(&mut out, "conns", &parts.join(", "));
         for (what, values) in &c.negotiated {
             let v: Vec<String> = values.iter().map(|(k, n)| format!("{k} {n}")).collect();

@@ -87,6 +87,13 @@ pub struct ResponderConfig {
     /// QUIC address validation: answer every Initial from an unvalidated address with a
     /// Retry (default off).
     pub retry: bool,
+    /// QUIC address validation tokens (NEW_TOKEN frames, RFC 9000 section 8.1.3) sent on each
+    /// connection, which let the client's later connections from the same address skip the
+    /// anti-amplification limit and Retry (default 2, as quinn's; 0: none sent or accepted).
+    pub quic_tokens: u32,
+    /// Send the tokens but accept none: every connection's address stays unvalidated until its
+    /// handshake, token or not, as seeds/002 found DoQ resolvers behave (default off).
+    pub quic_tokens_ignored: bool,
     /// UDP: send same-size answers to one address as one segmented train (UDP_SEGMENT)
     /// (default on). Off: one message per answer, so that a capture on the sending host shows
     /// each answer as its own packet (a packet capture sees a train before segmentation).
@@ -122,6 +129,8 @@ impl Default for ResponderConfig {
             doh_path: "/dns-query".to_string(),
             tls: TlsConfig::default(),
             retry: false,
+            quic_tokens: 2,
+            quic_tokens_ignored: false,
             udp_gso: true,
             qlog: None,
             faults: Vec::new(),
@@ -503,6 +512,8 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
                 config.max_streams,
                 h3,
                 config.udp_gso,
+                config.quic_tokens,
+                config.quic_tokens_ignored,
                 config.qlog.clone(),
             )
             .map_err(ResponderError::Config)

@@ -35,6 +35,10 @@ pub struct Stats {
     pub early_data: u64,
     /// QUIC Retry packets sent (address validation, `--retry`).
     pub retry_sent: u64,
+    /// QUIC connections whose client presented a valid address validation token from an
+    /// earlier connection (a NEW_TOKEN frame, `--quic-tokens`): their address needed no Retry
+    /// and no anti-amplification wait.
+    pub quic_token_validated: u64,
     /// Connections the server closed after their last query (`--max-queries-per-conn`): TCP
     /// and DoT FIN, HTTP/2 and HTTP/3 GOAWAY, HTTP/1.1 `connection: close`, DoQ
     /// CONNECTION_CLOSE (DOQ_NO_ERROR).
@@ -67,14 +71,16 @@ pub struct Stats {
 impl fmt::Display for Stats {
     /// `stats queries=.. answered=.. dropped=.. delayed=.. truncated=.. formerr=.. tcp_connections=..
     /// dot_connections=.. doh_connections=.. doh3_connections=.. doq_connections=.. tls_resumed=..
-    /// early_data=.. retry_sent=.. closed_max_queries=.. closed_idle=.. refused_max_conns=.. cancelled=..
+    /// early_data=.. retry_sent=.. quic_token_validated=.. closed_max_queries=.. closed_idle=..
+    /// refused_max_conns=.. cancelled=..
     /// stopped=.. closed_slow=.. refused_handshakes=.. rate_limited=..`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "stats queries={} answered={} dropped={} delayed={} truncated={} formerr={} tcp_connections={} \
              dot_connections={} doh_connections={} doh3_connections={} doq_connections={} tls_resumed={} \
-             early_data={} retry_sent={} closed_max_queries={} closed_idle={} refused_max_conns={} cancelled={} stopped={} \
+             early_data={} retry_sent={} quic_token_validated={} closed_max_queries={} closed_idle={} \
+             refused_max_conns={} cancelled={} stopped={} \
              closed_slow={} refused_handshakes={} rate_limited={}",
             self.queries,
             self.answered,
@@ -90,6 +96,7 @@ impl fmt::Display for Stats {
             self.tls_resumed,
             self.early_data,
             self.retry_sent,
+            self.quic_token_validated,
             self.closed_max_queries,
             self.closed_idle,
             self.refused_max_conns,
@@ -121,6 +128,7 @@ pub(crate) struct Counters {
     pub tls_resumed: AtomicU64,
     pub early_data: AtomicU64,
     pub retry_sent: AtomicU64,
+    pub quic_token_validated: AtomicU64,
     pub closed_max_queries: AtomicU64,
     pub closed_idle: AtomicU64,
     pub refused_max_conns: AtomicU64,
@@ -156,6 +164,7 @@ impl Counters {
             tls_resumed: self.tls_resumed.load(Relaxed),
             early_data: self.early_data.load(Relaxed),
             retry_sent: self.retry_sent.load(Relaxed),
+            quic_token_validated: self.quic_token_validated.load(Relaxed),
             closed_max_queries: self.closed_max_queries.load(Relaxed),
             closed_idle: self.closed_idle.load(Relaxed),
             refused_max_conns: self.refused_max_conns.load(Relaxed),
@@ -205,6 +214,7 @@ impl std::ops::AddAssign for Stats {
         self.tls_resumed += o.tls_resumed;
         self.early_data += o.early_data;
         self.retry_sent += o.retry_sent;
+        self.quic_token_validated += o.quic_token_validated;
         self.closed_max_queries += o.closed_max_queries;
         self.closed_idle += o.closed_idle;
         self.refused_max_conns += o.refused_max_conns;

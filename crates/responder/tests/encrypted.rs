@@ -316,34 +316,48 @@ async fn doq_query(conn: &quinn::Connection, name: &str) -> Result<Vec<u8>, quin
     Ok(m[2..].to_vec())
 }
 
+/// Retry and 0-RTT on DoQ. The client keeps the server's address validation tokens (quinn's
+/// client configuration has a store, shared by its clones): with tokens (the default, 2 per
+/// connection) the first connection gets a Retry and the second presents the token the first
+/// got (NEW_TOKEN), which validates its address: no Retry. With `quic_tokens: 0` the server
+/// sends none, and every new connection gets a Retry.
 #[test]
 fn doq_zero_rtt_and_retry() {
-    let tls = TlsConfig { zero_rtt: true, ..TlsConfig::default() };
-    let r = start(base(ResponderConfig { doq_port: Some(0), tls, retry: true, ..Default::default() })).unwrap();
-    let addr = r.address(Transport::Doq).unwrap();
-    rt().block_on(async {
-        let (ep, cc) = quic_client(r.ca_pem().unwrap(), b"doq", true);
-        let conn = ep.connect_with(cc.clone(), addr, "localhost").unwrap().await.unwrap();
-        let m = doq_query(&conn, "one.test").await.unwrap();
-        let h = Header::parse(&m).unwrap();
-        assert_eq!((h.id, h.ancount), (0, 1));
-        // Wait for the ticket, then close.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        conn.close(0u32.into(), b"");
-        // Resumed with 0-RTT: the query leaves before the handshake completes.
-        let connecting = ep.connect_with(cc, addr, "localhost").unwrap();
-        let (conn, accepted) = connecting.into_0rtt().map_err(|_| "no 0-RTT").unwrap();
-        let m = doq_query(&conn, "two.test").await.unwrap();
-        assert_eq!(Header::parse(&m).unwrap().ancount, 1);
-        assert!(accepted.await, "0-RTT accepted");
-        conn.close(0u32.into(), b"");
-        ep.wait_idle().await;
-    });
-    let s = wait_stats(&r, |s| s.answered >= 2 && s.early_data >= 1);
-    assert_eq!(s.answered, 2, "{s}");
-    assert!(s.retry_sent >= 2, "a Retry per new connection: {s}");
-    assert_eq!((s.early_data, s.tls_resumed), (1, 1), "{s}");
-    r.stop();
+    for tokens in [2, 0] {
+        let tls = TlsConfig { zero_rtt: true, ..TlsConfig::default() };
+        let config = ResponderConfig { doq_port: Some(0), tls, retry: true, quic_tokens: tokens, ..Default::default() };
+        let r = start(base(config)).unwrap();
+        let addr = r.address(Transport::Doq).unwrap();
+        rt().block_on(async {
+            let (ep, cc) = quic_client(r.ca_pem().unwrap(), b"doq", true);
+            let conn = ep.connect_with(cc.clone(), addr, "localhost").unwrap().await.unwrap();
+            let m = doq_query(&conn, "one.test").await.unwrap();
+            let h = Header::parse(&m).unwrap();
+            assert_eq!((h.id, h.ancount), (0, 1));
+            // Wait for the ticket (and the tokens), then close.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            conn.close(0u32.into(), b"");
+            // Resumed with 0-RTT: the query leaves before the handshake completes.
+            let connecting = ep.connect_with(cc, addr, "localhost").unwrap();
+            let (conn, accepted) = connecting.into_0rtt().map_err(|_| "no 0-RTT").unwrap();
+            let m = doq_query(&conn, "two.test").await.unwrap();
+            assert_eq!(Header::parse(&m).unwrap().ancount, 1);
+            assert!(accepted.await, "0-RTT accepted");
+            conn.close(0u32.into(), b"");
+            ep.wait_idle().await;
+        });
+        let s = wait_stats(&r, |s| s.answered >= 2 && s.early_data >= 1);
+        assert_eq!(s.answered, 2, "{s}");
+        if tokens > 0 {
+            assert!(s.retry_sent >= 1, "a Retry for the first connection: {s}");
+            assert_eq!(s.quic_token_validated, 1, "the second validated by its token: {s}");
+        } else {
+            assert!(s.retry_sent >= 2, "a Retry per new connection: {s}");
+            assert_eq!(s.quic_token_validated, 0, "{s}");
+        }
+        assert_eq!((s.early_data, s.tls_resumed), (1, 1), "{s}");
+        r.stop();
+    }
 }
 
 #[test]

@@ -96,6 +96,12 @@ pub struct LaneOptions {
     /// TLS: each lane keeps its own session store (simulated clients, each resuming only its
     /// own sessions) instead of the thread's shared one.
     pub own_sessions: bool,
+    /// QUIC (DoQ, DoH/3): keep the address validation tokens servers send (NEW_TOKEN) and
+    /// present one on the next connection to the same server name, as browsers and stubs do
+    /// (`--quic-tokens`, on by default): a validated address spares the server's
+    /// anti-amplification wait and Retry. Shared like the TLS session store (the thread's, or
+    /// the lane's own with `own_sessions`).
+    pub quic_tokens: bool,
     /// How many times a query that a connection's end left unprocessed is sent again
     /// (`--resend`; the engine decides, in [`Exchange::resend`]): its own timeout bounds it
     /// anyway. `u32::MAX`: no other bound.
@@ -128,6 +134,7 @@ impl Default for LaneOptions {
             conn_gate: None,
             udp_gso: true,
             own_sessions: false,
+            quic_tokens: true,
             resend: u32::MAX,
             qlog: None,
             tx_stamps: true,

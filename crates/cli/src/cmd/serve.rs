@@ -69,8 +69,8 @@ Output:
     listening dot 127.0.0.1:8853
     stats queries=.. answered=.. dropped=.. delayed=.. truncated=.. formerr=.. tcp_connections=..
           dot_connections=.. doh_connections=.. doh3_connections=.. doq_connections=..
-          tls_resumed=.. early_data=.. retry_sent=.. closed_max_queries=.. closed_idle=..
-          refused_max_conns=.. cancelled=.. stopped=.. closed_slow=.. refused_handshakes=..
+          tls_resumed=.. early_data=.. retry_sent=.. quic_token_validated=..
+          closed_max_queries=.. closed_idle=.. refused_max_conns=.. cancelled=.. stopped=.. closed_slow=.. refused_handshakes=..
           rate_limited=..
 
 Examples:
@@ -270,6 +270,18 @@ pub struct ServeArgs {
     #[arg(long)]
     pub retry: bool,
 
+    /// QUIC (DoQ, DoH/3): address validation tokens sent in NEW_TOKEN frames on each
+    /// connection (RFC 9000 section 8.1.3). A client's later connection from the same address
+    /// that presents one is validated at once: no anti-amplification wait, no Retry. 0: none
+    /// sent, none accepted.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub quic_tokens: u32,
+
+    /// QUIC: send the --quic-tokens but accept none, so that a client presenting one is still
+    /// held to the anti-amplification limit (what seeds/002 found DoQ resolvers do).
+    #[arg(long)]
+    pub quic_tokens_ignored: bool,
+
     /// Most concurrent streams per HTTP/2 or QUIC connection.
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_streams: u32,
@@ -370,6 +382,8 @@ fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
         doh_path: args.doh_path.clone(),
         tls: TlsConfig { cert, ca_out: args.ca_out.clone(), tickets: !args.no_tickets, zero_rtt: args.zero_rtt },
         retry: args.retry,
+        quic_tokens: args.quic_tokens,
+        quic_tokens_ignored: args.quic_tokens_ignored,
         udp_gso: args.udp_gso,
         qlog: match &args.qlog {
             Some(dir) => {

@@ -1,5 +1,6 @@
 //! What DoQ and DoH/3 share: a quinn endpoint per I/O thread on an SO_REUSEPORT socket, the
-//! server transport settings, address validation with Retry, and 0-RTT.
+//! server transport settings, address validation with Retry or with tokens from earlier
+//! connections (NEW_TOKEN), and 0-RTT.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -58,8 +59,10 @@ impl Config {
 /// Stream limits at or below which clients are asked to acknowledge every packet at once.
 const SMALL_STREAM_LIMIT: u32 = 32;
 
-/// The quinn configuration: TLS 1.3 from `tls`, idle timeout, stream limits, and the keys of
-/// [`endpoint_config`] from the certificate's private key `key`.
+/// The quinn configuration: TLS 1.3 from `tls`, idle timeout, stream limits, address
+/// validation tokens ([`validation_tokens`]), and the keys of [`endpoint_config`] from the
+/// certificate's private key `key`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn config(
     tls: Arc<rustls::ServerConfig>,
     key: &PrivateKeyDer<'_>,
@@ -67,12 +70,15 @@ pub(crate) fn config(
     max_streams: u32,
     h3: bool,
     gso: bool,
+    tokens: u32,
+    tokens_ignored: bool,
     qlog: Option<std::path::PathBuf>,
 ) -> Result<Config, String> {
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|e| format!("QUIC TLS: {e}"))?;
     let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let params = Params { idle: ctx_idle, max_streams, h3, gso };
     sc.transport_config(Arc::new(transport(params)));
+    sc.validation_token_config(validation_tokens(tokens, tokens_ignored));
     Ok(Config { endpoint: endpoint_config(key), server: sc, params, qlog })
 }
 
@@ -99,6 +105,24 @@ fn transport(p: Params) -> quinn::TransportConfig {
         t.ack_frequency_config(Some(ack));
     }
     t
+}
+
+/// Address validation tokens (RFC 9000 section 8.1.3): the server sends `sent` of them in
+/// NEW_TOKEN frames on each connection once its handshake is confirmed, and a later connection
+/// from the same IP address that presents one (within two weeks, quinn's lifetime) counts as
+/// validated: its first flight is not held to three times what the client sent
+/// (anti-amplification), and it needs no Retry. Each token is taken once: quinn's
+/// `BloomTokenLog` remembers the tokens used in at most 10 MiB (an exact set while small, then
+/// a Bloom filter, whose false positives only make a token be ignored). 0: none sent, and
+/// none accepted. `ignored`: tokens are sent but none is taken, every address held to the
+/// limit as if it came without one (what seeds/002 found DoQ resolvers do).
+fn validation_tokens(sent: u32, ignored: bool) -> quinn::ValidationTokenConfig {
+    let mut v = quinn::ValidationTokenConfig::default();
+    v.sent(sent);
+    if sent == 0 || ignored {
+        v.log(Arc::new(quinn::NoneTokenLog));
+    }
+    v
 }
 
 /// An endpoint that knows the connections of an earlier run with the same key well enough to
@@ -178,6 +202,11 @@ pub(crate) async fn accept_loop<F, Fut>(
                 None => break,
             },
         };
+        // Validated and still free to Retry: the client presented a NEW_TOKEN token (a Retry
+        // token validates too, but spends the Retry).
+        if incoming.remote_address_validated() && incoming.may_retry() {
+            add(&ctx.counters.quic_token_validated, 1);
+        }
         if retry && !incoming.remote_address_validated() {
             if incoming.retry().is_ok() {
                 add(&ctx.counters.retry_sent, 1);

@@ -3,7 +3,8 @@
 //! query. One quinn endpoint (UDP socket) per lane, one connection at a time on it.
 //!
 //! Also the QUIC connection set-up HTTP/3 shares: TLS from `tls`, handshake time, RTT,
-//! resumption and 0-RTT.
+//! resumption and 0-RTT, and the address validation tokens the server gives (NEW_TOKEN),
+//! kept for the next connection ([`Client`]).
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -168,19 +169,76 @@ fn note_close_code<X: Exchange + ?Sized>(x: &X, e: &ConnectionError, h3: bool) {
     }
 }
 
+/// What a QUIC lane's connections share: the TLS configuration (with its session store) and
+/// the store of address validation tokens.
+pub(crate) struct Client {
+    tls: Arc<rustls::ClientConfig>,
+    /// The tokens servers sent in NEW_TOKEN frames (RFC 9000 section 8.1.3), each presented
+    /// once by a later connection to the same server name; None: none kept (`--quic-tokens
+    /// off`), every connection's address unvalidated until its handshake.
+    tokens: Option<Arc<dyn quinn::TokenStore>>,
+}
+
+impl Client {
+    /// The lane's client: `tls`, and a token store shared by every lane of this thread (as
+    /// the TLS session store is), or with `own_sessions` (simulated clients) one of the
+    /// lane's own. Both are bounded: 256 server names with 2 tokens each for the thread, 4
+    /// with 2 for a lane.
+    pub(crate) fn new(tls: Arc<rustls::ClientConfig>, opts: &LaneOptions) -> Client {
+        thread_local! {
+            static TOKENS: Arc<quinn::TokenMemoryCache> = Arc::new(quinn::TokenMemoryCache::new(256, 2));
+        }
+        let tokens: Option<Arc<dyn quinn::TokenStore>> = match (opts.quic_tokens, opts.own_sessions) {
+            (false, _) => None,
+            (true, false) => Some(TOKENS.with(Arc::clone)),
+            (true, true) => Some(Arc::new(quinn::TokenMemoryCache::new(4, 2))),
+        };
+        Client { tls, tokens }
+    }
+}
+
+/// One connection's view of its lane's token store: the store's, and whether the connection
+/// took a token to present in its Initial (quinn takes it when the connection is made).
+struct Presented {
+    store: Arc<dyn quinn::TokenStore>,
+    took: std::sync::atomic::AtomicBool,
+}
+
+impl quinn::TokenStore for Presented {
+    fn insert(&self, server_name: &str, token: Bytes) {
+        self.store.insert(server_name, token);
+    }
+
+    fn take(&self, server_name: &str) -> Option<Bytes> {
+        let t = self.store.take(server_name);
+        if t.is_some() {
+            self.took.store(true, Ordering::Relaxed);
+        }
+        t
+    }
+}
+
 /// Client configuration of one connection: the worker's shared TLS config (its session
-/// store) behind a verifier that tells whether the handshake was a full one.
+/// store) behind a verifier that tells whether the handshake was a full one, and the lane's
+/// token store behind a [`Presented`] that tells whether the connection presented a token
+/// (None without tokens: quinn's default, a store of the connection's own, stays empty).
+#[allow(clippy::type_complexity)]
 fn connection_config(
-    cfg: &Arc<rustls::ClientConfig>,
+    client: &Client,
     h3: bool,
     idle: Duration,
     gso: bool,
     qlog: Option<quinn::QlogStream>,
-) -> Result<(quinn::ClientConfig, Arc<std::sync::atomic::AtomicBool>), String> {
-    let (c, seen) = SeenVerify::connection(cfg);
+) -> Result<(quinn::ClientConfig, Arc<std::sync::atomic::AtomicBool>, Option<Arc<Presented>>), String> {
+    let (c, seen) = SeenVerify::connection(&client.tls);
     let q =
         quinn::crypto::rustls::QuicClientConfig::try_from(Arc::new(c)).map_err(|e| format!("QUIC TLS config: {e}"))?;
     let mut cc = quinn::ClientConfig::new(Arc::new(q));
+    let presented = client.tokens.as_ref().map(|store| {
+        let p = Arc::new(Presented { store: store.clone(), took: Default::default() });
+        cc.token_store(p.clone());
+        p
+    });
     let mut t = quinn::TransportConfig::default();
     t.max_idle_timeout(quinn::IdleTimeout::try_from(idle).ok());
     if !h3 {
@@ -191,7 +249,7 @@ fn connection_config(
     t.enable_segmentation_offload(gso);
     t.qlog_stream(qlog);
     cc.transport_config(Arc::new(t));
-    Ok((cc, seen))
+    Ok((cc, seen, presented))
 }
 
 /// The client's QUIC idle timeout (max_idle_timeout; the connection's is the smaller of both
@@ -210,7 +268,7 @@ fn idle_timeout(opts: &LaneOptions) -> Duration {
 pub(crate) async fn connect<X: Exchange + 'static>(
     ep: &quinn::Endpoint,
     target: &Target,
-    cfg: &Arc<rustls::ClientConfig>,
+    client: &Client,
     opts: &LaneOptions,
     x: &Rc<X>,
     h3: bool,
@@ -228,13 +286,15 @@ pub(crate) async fn connect<X: Exchange + 'static>(
             crate::qlog::register(conn, t);
         }
     };
-    let (cc, seen) =
-        connection_config(cfg, h3, idle_timeout(opts), opts.udp_gso, qlog).map_err(|e| (ErrorKind::Tls, e))?;
+    let (cc, seen, presented) =
+        connection_config(client, h3, idle_timeout(opts), opts.udp_gso, qlog).map_err(|e| (ErrorKind::Tls, e))?;
     let name = opts.tls.sni.as_deref().unwrap_or(&target.host);
     let began = x.now();
     let connecting = ep
         .connect_with(cc, target.addr, name)
         .map_err(|e| (ErrorKind::Connect, format!("QUIC connect to {target}: {e}")))?;
+    // quinn took the token (if any) as it made the connection.
+    let token = presented.is_some_and(|p| p.took.load(Ordering::Relaxed));
     let failed = |e: ConnectionError| {
         note_close_code(&**x, &e, h3);
         let kind = conn_kind(&e);
@@ -255,6 +315,7 @@ pub(crate) async fn connect<X: Exchange + 'static>(
             quic_ns: Some(now.saturating_sub(began)),
             rtt_ns: Some(conn.rtt().as_nanos() as u64),
             resumed,
+            token,
             early_data: early,
             // QUIC v1 runs on TLS 1.3 only (RFC 9001 section 4.2). No cipher suite: quinn
             // (0.11) does not tell which one the handshake agreed on.
@@ -264,7 +325,7 @@ pub(crate) async fn connect<X: Exchange + 'static>(
         };
         x.conn_opened(&h, now);
     };
-    if cfg.enable_early_data {
+    if client.tls.enable_early_data {
         match connecting.into_0rtt() {
             Ok((conn, accepted)) => {
                 traced(&conn);
@@ -304,7 +365,7 @@ pub(crate) async fn connect<X: Exchange + 'static>(
 pub(crate) async fn open<X: Exchange + 'static>(
     ep: &quinn::Endpoint,
     target: &Target,
-    cfg: &Arc<rustls::ClientConfig>,
+    client: &Client,
     opts: &LaneOptions,
     lane: &Lane,
     x: &Rc<X>,
@@ -316,7 +377,7 @@ pub(crate) async fn open<X: Exchange + 'static>(
             return None;
         }
         // None: the lane closed during the attempt (in progress at the end).
-        match stream::attempt(lane, connect(ep, target, cfg, opts, x, h3)).await? {
+        match stream::attempt(lane, connect(ep, target, client, opts, x, h3)).await? {
             Ok(c) => {
                 *backoff = stream::BACKOFF;
                 return Some(c);
@@ -401,7 +462,7 @@ pub(crate) async fn lane_setup<X: Exchange>(
     x: &X,
     opts: &LaneOptions,
     alpn: &[u8],
-) -> Option<(Arc<rustls::ClientConfig>, quinn::Endpoint, RxStamp)> {
+) -> Option<(Client, quinn::Endpoint, RxStamp)> {
     let cfg = match tls::lane_config(opts, &[alpn], true) {
         Ok(c) => c,
         Err(e) => {
@@ -411,7 +472,7 @@ pub(crate) async fn lane_setup<X: Exchange>(
         }
     };
     match endpoint(target.addr, opts.local, opts.tx_stamps) {
-        Ok((ep, rx)) => Some((cfg, ep, rx)),
+        Ok((ep, rx)) => Some((Client::new(cfg, opts), ep, rx)),
         Err(e) => {
             x.conn_failed_why(ErrorKind::Io, &format!("QUIC socket: {e}"), x.now());
             stream::fail_forever(lane, x, ErrorKind::Io).await;
@@ -423,11 +484,11 @@ pub(crate) async fn lane_setup<X: Exchange>(
 /// The driver of one DoQ lane. Every connection reports its datagrams on the wire when it
 /// closes (quinn's statistics; attempts whose handshake failed are not counted).
 pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
-    let Some((cfg, ep, rx)) = lane_setup(&target, &lane, &*x, &opts, ALPN).await else { return };
+    let Some((client, ep, rx)) = lane_setup(&target, &lane, &*x, &opts, ALPN).await else { return };
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
     loop {
-        let Some(conn) = open(&ep, &target, &cfg, &opts, &lane, &x, false, &mut backoff).await else { return };
+        let Some(conn) = open(&ep, &target, &client, &opts, &lane, &x, false, &mut backoff).await else { return };
         let end = watch(&conn, &x, false);
         let on = Rc::new(stream::Outstanding::default());
         let mut turned = None;
@@ -685,6 +746,44 @@ pub fn unframe(data: &[u8]) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The token stores of lanes: one per thread shared by its lanes (a token a connection of
+    /// one lane got is presented by the next connection of any), one per lane with
+    /// `own_sessions` (simulated clients), none with `--quic-tokens off`; each connection's
+    /// [`Presented`] tells whether it took one.
+    #[test]
+    fn lanes_of_a_thread_share_their_quic_tokens() {
+        crate::tls::install_crypto_provider();
+        let tls = tls::client_config(&tls::TlsSettings::default(), &[ALPN], true).unwrap();
+        let opts = LaneOptions::default();
+        let (a, b) = (Client::new(tls.clone(), &opts), Client::new(tls.clone(), &opts));
+        let presented = |c: &Client| Presented { store: c.tokens.clone().unwrap(), took: Default::default() };
+        use quinn::TokenStore;
+        let (got, next) = (presented(&a), presented(&b));
+        got.insert("dns.example", Bytes::from_static(b"token"));
+        assert!(!got.took.load(Ordering::Relaxed), "inserting is not presenting");
+        assert_eq!(next.take("dns.example").as_deref(), Some(&b"token"[..]), "lane b takes lane a's token");
+        assert!(next.took.load(Ordering::Relaxed));
+        assert!(next.take("dns.example").is_none(), "a token is presented once");
+        // Another thread has a store of its own.
+        let elsewhere = std::thread::spawn({
+            let (tls, opts) = (tls.clone(), opts.clone());
+            move || {
+                let c = Client::new(tls, &opts);
+                c.tokens.clone().unwrap().insert("dns.example", Bytes::from_static(b"theirs"));
+            }
+        });
+        elsewhere.join().unwrap();
+        assert!(presented(&a).take("dns.example").is_none(), "another thread's token is not this thread's");
+        // Simulated clients keep their own; --quic-tokens off keeps none.
+        let own = LaneOptions { own_sessions: true, ..LaneOptions::default() };
+        let (c, d) = (Client::new(tls.clone(), &own), Client::new(tls.clone(), &own));
+        presented(&c).insert("dns.example", Bytes::from_static(b"c's"));
+        assert!(presented(&d).take("dns.example").is_none(), "d does not take c's token");
+        assert!(presented(&c).take("dns.example").is_some());
+        let off = LaneOptions { quic_tokens: false, ..LaneOptions::default() };
+        assert!(Client::new(tls, &off).tokens.is_none());
+    }
 
     #[test]
     fn close_codes_by_name() {
