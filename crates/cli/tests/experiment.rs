@@ -24,6 +24,16 @@ fn quick(name: &str) -> (Value, String) {
     quick_to(name, &dir.path().join("exp.json"))
 }
 
+/// `volley report --experiment PATH`: the HTML page, written beside the document.
+fn html_report(path: &std::path::Path) -> String {
+    let page = path.with_extension("html");
+    let mut cmd = Command::new(volley());
+    cmd.args(["report", "--experiment", path.to_str().unwrap(), "-o", page.to_str().unwrap()]);
+    let out = run_cmd(&mut cmd, RUN_WAIT);
+    assert!(out.status.success(), "{}", out.stderr);
+    std::fs::read_to_string(&page).unwrap()
+}
+
 /// [`quick`], the JSON document written to `path`.
 fn quick_to(name: &str, path: &std::path::Path) -> (Value, String) {
     let out = experiment(&["run", name, "--quick", "--progress", "never", "-o", path.to_str().unwrap()]);
@@ -158,12 +168,7 @@ fn timeline_of_every_query(doc: &Value, path: &std::path::Path, text: &str) {
         );
     }
 
-    let page = path.with_extension("html");
-    let mut cmd = Command::new(volley());
-    cmd.args(["report", "--experiment", path.to_str().unwrap(), "-o", page.to_str().unwrap()]);
-    let out = run_cmd(&mut cmd, RUN_WAIT);
-    assert!(out.status.success(), "{}", out.stderr);
-    let html = std::fs::read_to_string(&page).unwrap();
+    let html = html_report(path);
     assert!(html.contains("data-chart=\"head-of-line_timelines\""), "no timeline figure");
     let charts: Vec<&str> =
         html.split("<svg class=\"timeline\"").skip(1).map(|c| &c[..c.find("</svg>").unwrap()]).collect();
@@ -309,12 +314,7 @@ fn clients_served_quick() {
     }
     if derived > 0 {
         assert!(text.contains("(*: derived, not measured: limit_target"), "{text}");
-        let page = path.with_extension("html");
-        let mut cmd = Command::new(volley());
-        cmd.args(["report", "--experiment", path.to_str().unwrap(), "-o", page.to_str().unwrap()]);
-        let out = run_cmd(&mut cmd, RUN_WAIT);
-        assert!(out.status.success(), "{}", out.stderr);
-        let html = std::fs::read_to_string(&page).unwrap();
+        let html = html_report(&path);
         assert!(html.contains("<p class=\"muted\" data-derived>"), "the HTML table says which cells are derived");
         assert!(html.contains("*</td>") || html.contains("* ("), "a derived cell is marked in the HTML table");
     }
