@@ -132,7 +132,8 @@ pub struct LinkReport {
     /// Time packets waited in each direction's bottleneck queue (rate or trace), ns.
     pub up_queue_delay: Histogram,
     pub down_queue_delay: Histogram,
-    /// How late each packet left against its due time, ns.
+    /// How late each packet left against its due time, ns (when the forwarder handed it to
+    /// the device: a TUN write, or a frame put on the XDP TX ring, kicked with its batch).
     pub lateness: Histogram,
     /// Packets the kernel refused when written to a device (or, with XDP, that found no room
     /// on the TX ring).
@@ -477,11 +478,6 @@ impl Dev {
         }
     }
 
-    /// Whether packets leave only with [`Dev::flush`].
-    fn batched(&self) -> bool {
-        matches!(self, Dev::Xdp(_))
-    }
-
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Dev::Tun(_) => Ok(()),
@@ -543,9 +539,6 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
     let mut late_i = Histogram::new(3);
     let mut write_errors = 0u64;
     let (ns_fd, host_fd) = (f.ns_dev.fd(), f.host_dev.fd());
-    // Due times of the packets sent in the current batch (a batched device's lateness is
-    // taken when the batch has left).
-    let mut dues: Vec<u64> = Vec::with_capacity(256);
     // How late a timed sleep's wake-up comes, ns (a running estimate).
     let mut wake_late = 0u64;
     let poll_ns: u64 =
@@ -614,24 +607,14 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
                     write_errors += 1;
                 }
                 last_pkt = at;
-                if dev.batched() {
-                    dues.push(d.due);
-                } else {
-                    lateness.record(at.saturating_sub(d.due));
-                    late_i.record(at.saturating_sub(d.due));
-                }
+                lateness.record(at.saturating_sub(d.due));
+                late_i.record(at.saturating_sub(d.due));
                 if pool.len() < POOL {
                     pool.push(d.packet);
                 }
             }
+            // The XDP device's frames leave here, a system call for the batch.
             dev.flush()?;
-            if !dues.is_empty() {
-                let at = now(&f.clock);
-                for due in dues.drain(..) {
-                    lateness.record(at.saturating_sub(due));
-                    late_i.record(at.saturating_sub(due));
-                }
-            }
         }
         if f.stop.load(Ordering::Acquire) {
             break;
