@@ -181,20 +181,24 @@ min_max() { tr ' ' '\n' | grep -v '^$' | sort -g | awk 'NR == 1 { a = $1 } { b =
     echo "Capacity: the most packets/s forwarded above with p99 lateness under 100 us, its load carried." \
         "\"Alone\": the forwarder by itself on core $SERVER_CORE (the generator and the server sharing core" \
         "$CLIENT_CORE), its CPU per packet at its busiest row, and the packets/s one core of its own would" \
-        "forward at that cost. The veth pair's closed loop carried $veth packets/s."
+        "forward at that cost. The veth pair's closed loop carried $veth packets/s. With xdp, the" \
+        "kernel's receive work into the forwarder's socket (the XDP program, the copy into the UMEM)" \
+        "runs in the sending thread's context (the generator's, the server's), not the forwarder's:" \
+        "the generator's CPU per answer shows what moved to it."
     echo
-    echo "| device | round | load average (1 min, start-end) | capacity, no impairment | capacity, 4g | alone: carried | alone: forwarder CPU us/packet | alone: one core would forward |"
-    echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+    echo "| device | round | load average (1 min, start-end) | capacity, no impairment | capacity, 4g | alone: carried | alone: forwarder CPU us/packet | alone: one core would forward | alone, closed loop: generator CPU us/answer |"
+    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     for DEV in $DEVICES; do
-        c0=""; c4=""; ca=""; us=""; pc=""
+        c0=""; c4=""; ca=""; us=""; pc=""; gc=""
         for round in $(seq 1 "$REPEAT"); do
             a="$(capacity "$DEV-$round-none")"; b="$(capacity "$DEV-$round-4g")"; c="$(capacity "$DEV-$round-alone")"
             u="$(us_alone_of "$DEV-$round-alone")"; p="$(per_core "$u")"
-            echo "| $DEV | $round | ${ROUND_LOADS[$((round - 1))]} | $a | $b | $c | $u | $p |"
-            c0+=" $a"; c4+=" $b"; ca+=" $c"; us+=" $u"; pc+=" $p"
+            g="$(jq '.generator.cpu_us_per_answer * 100 | round / 100' "$WORK/$DEV-$round-alone-closed.json")"
+            echo "| $DEV | $round | ${ROUND_LOADS[$((round - 1))]} | $a | $b | $c | $u | $p | $g |"
+            c0+=" $a"; c4+=" $b"; ca+=" $c"; us+=" $u"; pc+=" $p"; gc+=" $g"
         done
         if [ "$REPEAT" -gt 1 ]; then
-            echo "| $DEV | min - max | | $(echo "$c0" | min_max) | $(echo "$c4" | min_max) | $(echo "$ca" | min_max) | $(echo "$us" | min_max) | $(echo "$pc" | min_max) |"
+            echo "| $DEV | min - max | | $(echo "$c0" | min_max) | $(echo "$c4" | min_max) | $(echo "$ca" | min_max) | $(echo "$us" | min_max) | $(echo "$pc" | min_max) | $(echo "$gc" | min_max) |"
         fi
     done
     echo

@@ -415,7 +415,7 @@ struct NlMsg(Vec<u8>);
 
 impl NlMsg {
     fn align(&mut self) {
-        while self.0.len() % 4 != 0 {
+        while !self.0.len().is_multiple_of(4) {
             self.0.push(0);
         }
     }
