@@ -7,6 +7,13 @@
 #
 #   bash bench/link_capacity.sh
 #   RATES="20000 50000 100000" DURATION=5 bash bench/link_capacity.sh
+#   DEVICE=xdp bash bench/link_capacity.sh          # the link's XDP device (docs/link.md)
+#   DEVICES="tun xdp" REPEAT=3 bash bench/link_capacity.sh   # both, alternately, 3 runs each
+#
+# DEVICE (or DEVICES, a list) picks the link's device (VOLLEY_LINK_DEVICE: tun, xdp); with
+# REPEAT=N each device's link rows run N times, the devices taking turns within each round
+# (so that a change in the machine's load falls on both), and a summary gives each device's
+# figures per round, min to max, with the load average of the round.
 #
 # Needs root (namespaces, TUN, veth) and `ip`. The generator is `volley run` over UDP with
 # the link's forwarder in the same process (pinned to $CLIENT_CORE with it: "one core"),
@@ -20,6 +27,11 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RATES="${RATES:-10000 25000 50000 75000 100000 150000}"
 DURATION="${DURATION:-5}"
+DEVICES="${DEVICES:-${DEVICE:-tun}}"
+REPEAT="${REPEAT:-1}"
+for dev in $DEVICES; do
+    case "$dev" in tun | xdp) ;; *) die "DEVICE: tun or xdp, not '$dev'" ;; esac
+done
 need ip jq taskset
 check_cores
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces, TUN and veth devices)"
@@ -52,12 +64,12 @@ one() {
     local common=(-l "${DURATION}s" -T 1 -q --progress never -o "$WORK/$label.json")
     case "$kind" in
     alone) taskset -a -cp "$CLIENT_CORE" "$SERVE_PID" >/dev/null
-        VOLLEY_LINK_CPU="$SERVER_CORE" taskset -c "$CLIENT_CORE" "$volley" run "udp://127.0.0.1:$port" --link "$spec" \
+        VOLLEY_LINK_DEVICE="$DEV" VOLLEY_LINK_CPU="$SERVER_CORE" taskset -c "$CLIENT_CORE" "$volley" run "udp://127.0.0.1:$port" --link "$spec" \
             --link-seed 1 "$@" "${common[@]}" 2>"$WORK/$label.err"
         local rc=$?
         taskset -a -cp "$SERVER_CORE" "$SERVE_PID" >/dev/null
         return $rc ;;
-    link) taskset -c "$CLIENT_CORE" "$volley" run "udp://127.0.0.1:$port" --link "$spec" --link-seed 1 \
+    link) VOLLEY_LINK_DEVICE="$DEV" taskset -c "$CLIENT_CORE" "$volley" run "udp://127.0.0.1:$port" --link "$spec" --link-seed 1 \
         "$@" "${common[@]}" 2>"$WORK/$label.err" ;;
     veth) taskset -c "$CLIENT_CORE" ip netns exec "$NS" "$volley" run "udp://10.214.77.1:$port" \
         "$@" "${common[@]}" 2>"$WORK/$label.err" ;;
@@ -98,57 +110,102 @@ capacity() {
     echo "$best"
 }
 
+# The load of a rate: an open-loop rate, or the closed loop of 200.
+load_of() { if [ "$1" = closed ]; then echo "-c 200"; else echo "-Q $1"; fi; }
+
 load_avg="$(cut -d' ' -f1-3 /proc/loadavg)"
-for r in $RATES; do
-    log "rate $r: link (none), link 4g, veth, direct"
-    one "none-$r" link "" -Q "$r"
-    one "4g-$r" link 4g -Q "$r"
-    one "veth-$r" veth "" -Q "$r"
-    one "direct-$r" direct "" -Q "$r"
-    one "alone-$r" alone "" -Q "$r"
+ROUND_LOADS=()
+for round in $(seq 1 "$REPEAT"); do
+    round_load="$(cut -d' ' -f1 /proc/loadavg)"
+    for DEV in $DEVICES; do
+        log "round $round, device $DEV: link (none), link 4g, link alone at $RATES, closed loop of 200"
+        for r in $RATES closed; do
+            # shellcheck disable=SC2046
+            one "$DEV-$round-none-$r" link "" $(load_of "$r")
+            # shellcheck disable=SC2046
+            one "$DEV-$round-4g-$r" link 4g $(load_of "$r")
+            # shellcheck disable=SC2046
+            one "$DEV-$round-alone-$r" alone "" $(load_of "$r")
+        done
+    done
+    if [ "$round" = 1 ]; then
+        log "veth pair and loopback at $RATES, closed loop of 200"
+        for r in $RATES closed; do
+            # shellcheck disable=SC2046
+            one "veth-$r" veth "" $(load_of "$r")
+            # shellcheck disable=SC2046
+            one "direct-$r" direct "" $(load_of "$r")
+        done
+    fi
+    ROUND_LOADS+=("$round_load-$(cut -d' ' -f1 /proc/loadavg)")
 done
-log "closed loop of 200"
-one none-closed link "" -c 200
-one 4g-closed link 4g -c 200
-one veth-closed veth "" -c 200
-one direct-closed direct "" -c 200
-one alone-closed alone "" -c 200
 stop_pid "$SERVE_PID"
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+# The forwarder's CPU per packet where it had a core to itself, at its busiest row of PREFIX.
+us_alone_of() {
+    local r
+    for r in $RATES closed; do
+        jq '[(.link.up.packets_out + .link.down.packets_out), .link.forwarder_cpu_s] | @tsv' -r "$WORK/$1-$r.json"
+    done | sort -n | tail -1 | awk '{ printf "%.2f", $2 * 1e6 / $1 }'
+}
+per_core() { awk -v u="$1" 'BEGIN { if (u > 0) printf "%.0f", 1e6 / u; else print "-" }'; }
+min_max() { tr ' ' '\n' | grep -v '^$' | sort -g | awk 'NR == 1 { a = $1 } { b = $1 } END { print (a == b ? a : a " - " b) }'; }
 
 {
     echo "### The emulated link's capacity"
     echo
     echo "\`volley run\` over UDP, ${DURATION} s per row, generator and forwarder on core $CLIENT_CORE," \
-        "\`volley serve -T 1\` on core $SERVER_CORE. Load average before $load_avg, after $load_after." \
+        "\`volley serve -T 1\` on core $SERVER_CORE; link device(s) $DEVICES, $REPEAT round(s)" \
+        "(the table: round 1). Load average before $load_avg, after $load_after." \
         "$(machine_line)."
     echo
     echo "| path | load (qps) | answered qps | RTT p50 us | RTT p99 us | packets/s forwarded | lateness p50 / p99 / max us | forwarder CPU us/packet | generator CPU us/answer |"
     echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-    for kind in none 4g alone veth direct; do
+    for DEV in $DEVICES; do
+        for kind in none 4g alone; do
+            for r in $RATES closed; do
+                case "$kind" in none) name="link ($DEV), no impairment" ;; alone) name="link ($DEV), no impairment, forwarder alone on core $SERVER_CORE" ;; 4g) name="link ($DEV), 4g" ;; esac
+                echo "| $name $(row "$DEV-1-$kind-$r" "${r/closed/closed loop 200}")"
+            done
+        done
+    done
+    for kind in veth direct; do
         for r in $RATES closed; do
-            name="$kind"
-            case "$kind" in none) name="link, no impairment" ;; alone) name="link, no impairment, forwarder alone on core $SERVER_CORE" ;; 4g) name="link, 4g" ;; veth) name="veth pair" ;; direct) name="loopback" ;; esac
+            case "$kind" in veth) name="veth pair" ;; direct) name="loopback" ;; esac
             echo "| $name $(row "$kind-$r" "${r/closed/closed loop 200}")"
         done
     done
     echo
-    cap0="$(capacity none)"
-    cap4="$(capacity 4g)"
-    capa="$(capacity alone)"
-    # The forwarder's CPU per packet where it had a core to itself, at its busiest row.
-    us_alone="$(for r in $RATES closed; do jq '[(.link.up.packets_out + .link.down.packets_out), .link.forwarder_cpu_s] | @tsv' -r "$WORK/alone-$r.json"; done \
-        | sort -n | tail -1 | awk '{ printf "%.2f", $2 * 1e6 / $1 }')"
     veth="$(jq '.qps.answered * 2 | round' "$WORK/veth-closed.json")"
-    echo "Capacity (the most packets/s forwarded above with p99 lateness under 100 us, its load carried): $cap0 packets/s at zero" \
-        "impairment, $cap4 with 4g. The veth pair's closed loop carried $veth packets/s:" \
-        "ratio $(div "$cap0" "$veth") (zero impairment), $(div "$cap4" "$veth") (4g)."
-    echo "With the forwarder alone on core $SERVER_CORE (the generator and the server sharing core $CLIENT_CORE):" \
-        "$capa packets/s carried; its CPU per packet at its busiest row $us_alone us, so one core of its own" \
-        "would forward $(awk -v u="$us_alone" 'BEGIN { if (u > 0) printf "%.0f", 1e6 / u; else print "-" }') packets/s."
+    echo "Capacity: the most packets/s forwarded above with p99 lateness under 100 us, its load carried." \
+        "\"Alone\": the forwarder by itself on core $SERVER_CORE (the generator and the server sharing core" \
+        "$CLIENT_CORE), its CPU per packet at its busiest row, and the packets/s one core of its own would" \
+        "forward at that cost. The veth pair's closed loop carried $veth packets/s. With xdp, the" \
+        "kernel's receive work into the forwarder's socket (the XDP program, the copy into the UMEM)" \
+        "runs in the sending thread's context (the generator's, the server's), not the forwarder's:" \
+        "the generator's CPU per answer shows what moved to it."
+    echo
+    echo "| device | round | load average (1 min, start-end) | capacity, no impairment | capacity, 4g | alone: carried | alone: forwarder CPU us/packet | alone: one core would forward | alone, closed loop: generator CPU us/answer |"
+    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    for DEV in $DEVICES; do
+        c0=""; c4=""; ca=""; us=""; pc=""; gc=""
+        for round in $(seq 1 "$REPEAT"); do
+            a="$(capacity "$DEV-$round-none")"; b="$(capacity "$DEV-$round-4g")"; c="$(capacity "$DEV-$round-alone")"
+            u="$(us_alone_of "$DEV-$round-alone")"; p="$(per_core "$u")"
+            g="$(jq '.generator.cpu_us_per_answer * 100 | round / 100' "$WORK/$DEV-$round-alone-closed.json")"
+            echo "| $DEV | $round | ${ROUND_LOADS[$((round - 1))]} | $a | $b | $c | $u | $p | $g |"
+            c0+=" $a"; c4+=" $b"; ca+=" $c"; us+=" $u"; pc+=" $p"; gc+=" $g"
+        done
+        if [ "$REPEAT" -gt 1 ]; then
+            echo "| $DEV | min - max | | $(echo "$c0" | min_max) | $(echo "$c4" | min_max) | $(echo "$ca" | min_max) | $(echo "$us" | min_max) | $(echo "$pc" | min_max) | $(echo "$gc" | min_max) |"
+        fi
+    done
+    echo
+    first="${DEVICES%% *}"
     g0="$(jq '.generator.cpu_us_per_answer * 100 | round / 100' "$WORK/direct-closed.json")"
-    g1="$(jq '.generator.cpu_us_per_answer * 100 | round / 100' "$WORK/none-closed.json")"
-    echo "Generator CPU per answer, closed loop: $g0 us on loopback, $g1 us with --link (the" \
+    g1="$(jq '.generator.cpu_us_per_answer * 100 | round / 100' "$WORK/$first-1-none-closed.json")"
+    echo "Generator CPU per answer, closed loop: $g0 us on loopback, $g1 us with --link over $first (the" \
         "forwarder thread's CPU is the link's, in its own column). With 4g the closed loop is" \
         "bound by the RTT (200 in flight over 53 ms), so its capacity comes from the open-loop rates."
 } | write_fragment link_capacity

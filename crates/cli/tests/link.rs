@@ -1,5 +1,6 @@
 //! `volley link`: commands behind the emulated link, end to end through real TUN devices and a
-//! network namespace, against `volley serve` and kdig.
+//! network namespace, against `volley serve` and kdig; the tests named `..._over_xdp` run the
+//! same over the XDP device (`--device xdp`: veth pairs and AF_XDP sockets).
 
 mod common;
 
@@ -12,8 +13,13 @@ use common::*;
 
 /// `volley link ARGS -- sh -c SCRIPT`, with `$V` the volley binary in the script.
 fn link(args: &[&str], script: &str) -> Output {
+    link_on(&[], args, script)
+}
+
+/// [`link`] with the device arguments `dev` (none: the default, TUN; `XDP`).
+fn link_on(dev: &[&str], args: &[&str], script: &str) -> Output {
     let mut cmd = Command::new(volley());
-    cmd.arg("link").args(args).arg("--").arg("sh").arg("-c").arg(script).env("V", volley());
+    cmd.arg("link").args(dev).args(args).arg("--").arg("sh").arg("-c").arg(script).env("V", volley());
     run_cmd(&mut cmd, RUN_WAIT)
 }
 
@@ -28,11 +34,14 @@ fn devices_of(pid: u32) -> Vec<String> {
 }
 
 /// A `volley run` inside a link: `-Q RATE -n COUNT` at the server's UDP port, results read back.
-fn run_in_link(link_args: &[&str], port: u16, run_args: &str, dir: &Path) -> (Output, serde_json::Value) {
+/// The device arguments of the XDP device.
+const XDP: &[&str] = &["--device", "xdp"];
+
+fn run_in_link(dev: &[&str], link_args: &[&str], port: u16, run_args: &str, dir: &Path) -> (Output, serde_json::Value) {
     let out_file = dir.join("r.json");
     let script =
         format!("exec \"$V\" run udp://$VOLLEY_LINK_HOST:{port} {run_args} --progress never -o {}", out_file.display());
-    let out = link(link_args, &script);
+    let out = link_on(dev, link_args, &script);
     assert_eq!(out.status.code(), Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     let v = read_results(&out_file).expect("results written inside the link");
     check_accounting(&v);
@@ -49,6 +58,15 @@ fn ms(v: &serde_json::Value, key: &str) -> f64 {
 /// is shared.
 #[test]
 fn round_trip_is_the_delay_of_each_direction() {
+    round_trip(&[]);
+}
+
+#[test]
+fn round_trip_is_the_delay_of_each_direction_over_xdp() {
+    round_trip(XDP);
+}
+
+fn round_trip(dev: &[&str]) {
     let server = Server::start_with(&["--listen", "0.0.0.0"]);
     let port = server.udp_addr().port();
     let dir = tempfile::tempdir().unwrap();
@@ -56,7 +74,7 @@ fn round_trip_is_the_delay_of_each_direction() {
         // The median is timed: on a loaded machine an attempt may miss it; up to 3 attempts.
         let (out, v) = (1..=3)
             .map(|attempt| {
-                let (out, v) = run_in_link(args, port, "-Q 50 -n 50 -t 2s", dir.path());
+                let (out, v) = run_in_link(dev, args, port, "-Q 50 -n 50 -t 2s", dir.path());
                 let p50 = ms(&v, "p50_ns");
                 if p50 >= want_ms + 2.0 {
                     assert!(attempt < 3, "{args:?}: median {p50} ms, want {want_ms} ms + at most 2");
@@ -81,10 +99,19 @@ fn round_trip_is_the_delay_of_each_direction() {
 /// expectation, and each dropped query is one the run counts as timed out.
 #[test]
 fn loss_is_binomial_and_every_lost_query_times_out() {
+    loss(&[]);
+}
+
+#[test]
+fn loss_is_binomial_and_every_lost_query_times_out_over_xdp() {
+    loss(XDP);
+}
+
+fn loss(dev: &[&str]) {
     let server = Server::start_with(&["--listen", "0.0.0.0"]);
     let port = server.udp_addr().port();
     let dir = tempfile::tempdir().unwrap();
-    let (out, v) = run_in_link(&["up:loss=10%", "--seed", "42"], port, "-Q 4000 -n 6000 -t 500ms", dir.path());
+    let (out, v) = run_in_link(dev, &["up:loss=10%", "--seed", "42"], port, "-Q 4000 -n 6000 -t 500ms", dir.path());
     let n = link_counter(&out.stderr, "up", "in");
     let lost = link_counter(&out.stderr, "up", "loss");
     let (n_f, p) = (n as f64, 0.10);
@@ -96,17 +123,27 @@ fn loss_is_binomial_and_every_lost_query_times_out() {
     let timed_out = total(&v, "timed_out");
     assert!(timed_out == lost || timed_out + 1 == lost, "timed out {timed_out}, link lost {lost}\n{}", out.stderr);
     // Same seed, same losses (the traffic is the same packets in the same order).
-    let (again, _) = run_in_link(&["up:loss=10%", "--seed", "42"], port, "-Q 4000 -n 6000 -t 500ms", dir.path());
+    let (again, _) = run_in_link(dev, &["up:loss=10%", "--seed", "42"], port, "-Q 4000 -n 6000 -t 500ms", dir.path());
     assert_eq!(link_counter(&again.stderr, "up", "loss"), lost);
 }
 
 /// kdig, a real peer, gets its answer from `volley serve` through the link, over UDP and TCP.
 #[test]
 fn kdig_gets_answers_through_the_link() {
+    kdig(&[]);
+}
+
+#[test]
+fn kdig_gets_answers_through_the_link_over_xdp() {
+    kdig(XDP);
+}
+
+fn kdig(dev: &[&str]) {
     require("kdig");
     let server = Server::start_with(&["--listen", "0.0.0.0", "--udp-port", "0", "--tcp-port", "0"]);
     let (u, t) = (server.udp_addr().port(), server.tcp_addr().port());
-    let out = link(
+    let out = link_on(
+        dev,
         &["4g", "--seed", "3", "up:loss=0%"],
         &format!(
             "kdig @$VOLLEY_LINK_HOST -p {u} +notcp +short www.example.test A && \
@@ -141,11 +178,22 @@ fn command_sees_the_link_and_its_status_is_returned() {
 /// command by PR_SET_PDEATHSIG); a later link starts cleanly. Two links side by side differ.
 #[test]
 fn nothing_is_left_behind_and_links_do_not_collide() {
+    nothing_left_behind(&[]);
+}
+
+#[test]
+fn nothing_is_left_behind_and_links_do_not_collide_over_xdp() {
+    nothing_left_behind(XDP);
+}
+
+fn nothing_left_behind(dev: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     for sig in [libc::SIGTERM, libc::SIGKILL] {
         let pidfile = dir.path().join(format!("pid{sig}"));
         let mut child = Command::new(volley())
-            .args(["link", "delay=1ms", "--", "sh", "-c"])
+            .arg("link")
+            .args(dev)
+            .args(["delay=1ms", "--", "sh", "-c"])
             .arg(format!("echo $$ > {}; exec sleep 60", pidfile.display()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -185,8 +233,12 @@ fn nothing_is_left_behind_and_links_do_not_collide() {
         }
     }
     // Two at once, each with its own addresses; after both, nothing remains.
-    let a = thread::spawn(|| link(&["delay=1ms"], "sleep 1; echo $VOLLEY_LINK_HOST"));
-    let b = link(&["delay=1ms"], "sleep 1; echo $VOLLEY_LINK_HOST");
+    let dev_a = dev.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let a = thread::spawn(move || {
+        let dev_a: Vec<&str> = dev_a.iter().map(String::as_str).collect();
+        link_on(&dev_a, &["delay=1ms"], "sleep 1; echo $VOLLEY_LINK_HOST")
+    });
+    let b = link_on(dev, &["delay=1ms"], "sleep 1; echo $VOLLEY_LINK_HOST");
     let a = a.join().unwrap();
     assert_eq!((a.status.code(), b.status.code()), (Some(0), Some(0)), "{}\n{}", a.stderr, b.stderr);
     assert_ne!(a.stdout.trim(), b.stdout.trim());
@@ -202,6 +254,7 @@ fn bad_input_is_one_line_exit_2() {
         &["queue=10"][..],
         &["up:loss=1%,burst=0"][..],
         &["bogus=1"][..],
+        &["--device", "bogus"][..],
     ] {
         let mut cmd = Command::new(volley());
         let out = run_cmd(cmd.arg("link").args(args).args(["--", "true"]), RUN_WAIT);
@@ -721,9 +774,19 @@ fn dot_over_a_lossy_link_retransmits_and_balances() {
 /// through the link's delay.
 #[test]
 fn ipv6_crosses_the_link() {
+    ipv6(&[]);
+}
+
+#[test]
+fn ipv6_crosses_the_link_over_xdp() {
+    ipv6(XDP);
+}
+
+fn ipv6(dev: &[&str]) {
     let server = Server::start_with(&["--listen", "::", "--udp-port", "0", "--tcp-port", "0"]);
     let (u, t) = (server.udp_addr().port(), server.tcp_addr().port());
-    let out = link(
+    let out = link_on(
+        dev,
         &["delay=5ms"],
         &format!(
             "echo \"host6=$VOLLEY_LINK_HOST6 local6=$VOLLEY_LINK_LOCAL6\" && \
@@ -735,7 +798,14 @@ fn ipv6_crosses_the_link() {
     assert!(out.stdout.contains("host6=fd76:6c69:6e6b::") && out.stdout.contains(":1 local6="), "{}", out.stdout);
     assert_eq!(out.stdout.matches("192.0.2.1").count(), 2, "{}", out.stdout);
     assert!(link_counter(&out.stderr, "up", "out") >= 4, "{}", out.stderr);
-    let r = run_volley(&[&format!("udp://[::1]:{u}"), "--link", "delay=5ms", "-Q", "20", "-n", "20"]);
+    // `--link` takes its device from VOLLEY_LINK_DEVICE.
+    let mut cmd = Command::new(volley());
+    if dev == XDP {
+        cmd.env("VOLLEY_LINK_DEVICE", "xdp");
+    }
+    let r = run_volley_in(cmd, &[&format!("udp://[::1]:{u}"), "--link", "delay=5ms", "-Q", "20", "-n", "20"]);
+    let want = if dev == XDP { "device xdp" } else { "device tun" };
+    assert!(r.stderr.contains(want), "{want}: {}", r.stderr);
     let v = r.ok();
     check_accounting(v);
     assert_eq!(total(v, "answered"), 20, "{}", r.stderr);

@@ -4,7 +4,8 @@
 //! - `model`: the settings of each direction, as data;
 //! - `pipe`: the scheduling core, sans-IO (packets and time in, packets and due times out);
 //! - `spec`: `--link` specs (`delay=20ms,loss=1%`, `up:`/`down:`), built-in and TOML profiles;
-//! - `sys` and `run`: the namespace, the two TUN devices and the forwarder thread.
+//! - `sys` and `run`: the namespace, the two devices (TUN, or veth pairs with AF_XDP sockets:
+//!   `xdp`) and the forwarder thread.
 //!
 //! See docs/link.md.
 
@@ -19,5 +20,6 @@ pub use model::{DirConfig, Dist, LinkConfig, Loss, Nanos, QueueLimit, Rate, Trac
 pub use pipe::{Counters, Departure, Pipe};
 pub mod run;
 pub mod sys;
+pub mod xdp;
 
-pub use run::{Addresses, Link, LinkError, LinkReport, LinkSample};
+pub use run::{Addresses, Device, Link, LinkError, LinkReport, LinkSample};

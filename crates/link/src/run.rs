@@ -1,16 +1,18 @@
-//! A live link: a network namespace whose only way out is a TUN device, a TUN device on the
-//! host, and a forwarder thread between them that passes every packet through the two pipes
+//! A live link: a network namespace whose only way out is a device (TUN, or a veth pair
+//! whose far end an AF_XDP socket reads: `xdp.rs`), a device on the host, and a forwarder
+//! thread between them that passes every packet through the two pipes
 //! (up: namespace to host; down: host to namespace) with the monotonic clock.
 //!
 //! Nothing it makes outlives the process: both TUN devices are non-persistent (the kernel
-//! removes each when its descriptor closes, however the process ends), and the namespace lives
+//! removes each when its descriptor closes, however the process ends), the veth pairs' far
+//! ends live in a namespace only the process holds (removing one end removes both), and the namespace lives
 //! as long as a descriptor or a process holds it (the command run inside gets SIGKILL when
 //! volley exits, by PR_SET_PDEATHSIG). So a killed run leaves nothing behind for a later one
 //! to clean up.
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -37,6 +39,58 @@ pub enum LinkError {
     NoAddress,
     #[error("cannot run '{program}': {err}")]
     Spawn { program: String, err: io::Error },
+    #[error("--device xdp: cannot {what} ({err}): the XDP device needs AF_XDP sockets and XDP programs in the kernel (CONFIG_XDP_SOCKETS, CONFIG_BPF_SYSCALL), veth pairs and root; --device tun does without")]
+    NoXdp { what: &'static str, err: io::Error },
+    #[error("unknown link device '{0}': tun or xdp")]
+    UnknownDevice(String),
+}
+
+/// How packets leave the namespace and reach the host (docs/link.md, "Devices").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Device {
+    /// A TUN device on each side: the forwarder reads and writes IP packets by system calls.
+    #[default]
+    Tun,
+    /// A veth pair on each side and an AF_XDP socket on each pair's far end (`xdp.rs`).
+    Xdp,
+}
+
+impl Device {
+    /// The device `VOLLEY_LINK_DEVICE` names (tun where it is not set), for the links that
+    /// `--link` makes.
+    pub fn from_env() -> Result<Device, LinkError> {
+        match std::env::var("VOLLEY_LINK_DEVICE") {
+            Ok(v) => v.parse(),
+            Err(_) => Ok(Device::Tun),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Tun => "tun",
+            Device::Xdp => "xdp",
+        }
+    }
+}
+
+impl std::str::FromStr for Device {
+    type Err = LinkError;
+    fn from_str(s: &str) -> Result<Device, LinkError> {
+        match s.trim() {
+            "tun" | "" => Ok(Device::Tun),
+            "xdp" => Ok(Device::Xdp),
+            o => Err(LinkError::UnknownDevice(o.to_string())),
+        }
+    }
+}
+
+fn xdp_err((what, err): crate::xdp::Failure) -> LinkError {
+    match err.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) if what != "load the XDP program" => {
+            LinkError::NotPermitted { what, err }
+        }
+        _ => LinkError::NoXdp { what, err },
+    }
 }
 
 fn sys_err(what: &'static str) -> impl FnOnce(io::Error) -> LinkError {
@@ -78,9 +132,11 @@ pub struct LinkReport {
     /// Time packets waited in each direction's bottleneck queue (rate or trace), ns.
     pub up_queue_delay: Histogram,
     pub down_queue_delay: Histogram,
-    /// How late each packet left against its due time, ns.
+    /// How late each packet left against its due time, ns (when the forwarder handed it to
+    /// the device: a TUN write, or a frame put on the XDP TX ring, kicked with its batch).
     pub lateness: Histogram,
-    /// Packets the kernel refused when written to a TUN device.
+    /// Packets the kernel refused when written to a device (or, with XDP, that found no room
+    /// on the TX ring).
     pub write_errors: u64,
     /// Packets still held when the link stopped (neither delivered nor dropped).
     pub held_at_end: u64,
@@ -115,10 +171,13 @@ pub struct LinkSample {
 /// A running link. Dropping it stops the forwarder; its devices and namespace go with it.
 pub struct Link {
     pub addrs: Addresses,
-    /// The host's TUN device.
+    /// The host's device (TUN, or the host's end of a veth pair).
     pub host_dev: String,
+    pub device: Device,
     pub seed: u64,
     ns: OwnedFd,
+    /// With the XDP device: the forwarder's own namespace (its veth ends go with it).
+    _fwd_ns: Option<OwnedFd>,
     stop_fd: Arc<OwnedFd>,
     stop: Arc<AtomicBool>,
     samples: Mutex<mpsc::Sender<mpsc::Sender<LinkSample>>>,
@@ -126,33 +185,29 @@ pub struct Link {
 }
 
 impl Link {
-    /// Makes the namespace and the devices and starts forwarding through `cfg`.
+    /// Makes the namespace and the devices and starts forwarding through `cfg`, over the
+    /// device `VOLLEY_LINK_DEVICE` names (TUN by default).
     pub fn start(cfg: LinkConfig, seed: u64) -> Result<Link, LinkError> {
-        // An early, clear error when there is no TUN at all.
-        if let Err(e) = std::fs::metadata("/dev/net/tun") {
-            return Err(LinkError::NoTun(e));
-        }
+        Link::start_on(Device::from_env()?, cfg, seed)
+    }
+
+    /// [`Link::start`] over `device`.
+    pub fn start_on(device: Device, cfg: LinkConfig, seed: u64) -> Result<Link, LinkError> {
         let n = MADE.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let host_dev = format!("vl{pid}h{n}");
         let host_dev = if host_dev.len() >= libc::IFNAMSIZ { format!("vl{}h{n}", pid % 1_000_000) } else { host_dev };
         let addrs = pick_addresses(pid, n)?;
-        let host_tun = sys::tun_create(&host_dev).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ENXIO) => LinkError::NoTun(e),
-            _ => sys_err("make a TUN device")(e),
-        })?;
-        let (host6, local6) = Addresses::v6_of(addrs.host);
-        let host_v6 = sys::configure_p2p(&host_dev, addrs.host, addrs.local, Some(host6))
-            .map_err(sys_err("configure the host's TUN device"))?;
-        let (ns, (ns_tun, ns_v6)) = sys::in_new_netns(|| {
-            let tun = sys::tun_create("link0")?;
-            let v6 = sys::configure_p2p("link0", addrs.local, addrs.host, host_v6.then_some(local6))?;
-            sys::link_up("lo")?;
-            Ok((tun, v6))
-        })
-        .map_err(sys_err("make a network namespace"))?;
-        let v6 = host_v6 && ns_v6;
-        let addrs = Addresses { host6: v6.then_some(host6), local6: v6.then_some(local6), ..addrs };
+        let (ns, fwd_ns, ns_dev, host_end, addrs) = match device {
+            Device::Tun => {
+                let (ns, ns_tun, host_tun, addrs) = tun_devices(&host_dev, addrs)?;
+                (ns, None, Dev::Tun(ns_tun), Dev::Tun(host_tun), addrs)
+            }
+            Device::Xdp => {
+                let (ns, fwd, a, b, addrs) = xdp_devices(&host_dev, addrs)?;
+                (ns, Some(fwd), Dev::Xdp(Box::new(a)), Dev::Xdp(Box::new(b)), addrs)
+            }
+        };
         let stop_fd = Arc::new(sys::eventfd().map_err(sys_err("make an eventfd"))?);
         let stop = Arc::new(AtomicBool::new(false));
         let clock = Instant::now();
@@ -163,11 +218,23 @@ impl Link {
         let (samples, requests) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("volley-link".into())
-            .spawn(move || forward(Forwarder { ns_tun, host_tun, stop_fd: sf, stop: st, requests, up, down, clock }))
+            .spawn(move || {
+                forward(Forwarder { ns_dev, host_dev: host_end, stop_fd: sf, stop: st, requests, up, down, clock })
+            })
             .map_err(|err| LinkError::Io { what: "start the forwarder thread", err })?;
-        Ok(Link { addrs, host_dev, seed, ns, stop_fd, stop, samples: Mutex::new(samples), thread: Some(thread) })
+        Ok(Link {
+            addrs,
+            host_dev,
+            device,
+            seed,
+            ns,
+            _fwd_ns: fwd_ns,
+            stop_fd,
+            stop,
+            samples: Mutex::new(samples),
+            thread: Some(thread),
+        })
     }
-
     /// The namespace's descriptor (for `setns`).
     pub fn netns(&self) -> &OwnedFd {
         &self.ns
@@ -265,6 +332,85 @@ impl Drop for Link {
     }
 }
 
+/// The TUN devices of a link: the namespace (with its device, link0) and the host's device.
+fn tun_devices(host_dev: &str, addrs: Addresses) -> Result<(OwnedFd, OwnedFd, OwnedFd, Addresses), LinkError> {
+    // An early, clear error when there is no TUN at all.
+    if let Err(e) = std::fs::metadata("/dev/net/tun") {
+        return Err(LinkError::NoTun(e));
+    }
+    let host_tun = sys::tun_create(host_dev).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ENXIO) => LinkError::NoTun(e),
+        _ => sys_err("make a TUN device")(e),
+    })?;
+    let (host6, local6) = Addresses::v6_of(addrs.host);
+    let host_v6 = sys::configure_p2p(host_dev, addrs.host, addrs.local, Some(host6))
+        .map_err(sys_err("configure the host's TUN device"))?;
+    let (ns, (ns_tun, ns_v6)) = sys::in_new_netns(|| {
+        let tun = sys::tun_create("link0")?;
+        let v6 = sys::configure_p2p("link0", addrs.local, addrs.host, host_v6.then_some(local6))?;
+        sys::link_up("lo")?;
+        Ok((tun, v6))
+    })
+    .map_err(sys_err("make a network namespace"))?;
+    let v6 = host_v6 && ns_v6;
+    let addrs = Addresses { host6: v6.then_some(host6), local6: v6.then_some(local6), ..addrs };
+    Ok((ns, ns_tun, host_tun, addrs))
+}
+
+/// The XDP device of a link (see `xdp.rs`): the namespace (with link0, a veth end), the
+/// forwarder's namespace (a0 and b0, the far ends, each with its AF_XDP socket), and the
+/// host's end of the second pair, `host_dev`. Returns the namespace, the forwarder's, the
+/// port on a0 (to the namespace) and the one on b0 (to the host).
+fn xdp_devices(
+    host_dev: &str,
+    addrs: Addresses,
+) -> Result<(OwnedFd, OwnedFd, crate::xdp::Port, crate::xdp::Port, Addresses), LinkError> {
+    let host_ns = sys::current_netns().map_err(sys_err("open the host's network namespace"))?;
+    let (ns, ()) = sys::in_new_netns(|| sys::link_up("lo")).map_err(sys_err("make a network namespace"))?;
+    let (fwd, r) = sys::in_new_netns(|| {
+        let r = (|| {
+            let veth = |what| move |e| (what, e);
+            sys::veth_create("a0", "link0", ns.as_raw_fd()).map_err(veth("make a veth pair"))?;
+            sys::veth_create("b0", host_dev, host_ns.as_raw_fd()).map_err(veth("make a veth pair"))?;
+            for d in ["a0", "b0"] {
+                // Nothing of the forwarder's namespace's own goes out of them.
+                let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{d}/disable_ipv6"), "1");
+                sys::link_up(d).map_err(veth("bring a veth end up"))?;
+            }
+            let a = crate::xdp::Port::open("a0")?;
+            let b = crate::xdp::Port::open("b0")?;
+            let macs = (sys::hwaddr("a0"), sys::hwaddr("b0"));
+            let macs = (macs.0.map_err(veth("read a MAC address"))?, macs.1.map_err(veth("read a MAC address"))?);
+            Ok::<_, crate::xdp::Failure>((a, b, macs))
+        })();
+        Ok(r)
+    })
+    .map_err(sys_err("make a network namespace"))?;
+    let (mut a, mut b, (a_mac, b_mac)) = r.map_err(|(what, err)| match what {
+        "make a veth pair" | "bring a veth end up" | "read a MAC address" => sys_err(what)(err),
+        _ => xdp_err((what, err)),
+    })?;
+    let (host6, local6) = Addresses::v6_of(addrs.host);
+    sys::ethernet_plain(host_dev).map_err(sys_err("configure the host's veth end"))?;
+    let host_v6 =
+        sys::configure_lan(host_dev, addrs.host, Some(host6)).map_err(sys_err("configure the host's veth end"))?;
+    let host_mac = sys::hwaddr(host_dev).map_err(sys_err("configure the host's veth end"))?;
+    let (ns_v6, ns_mac) = sys::in_netns(&ns, || {
+        sys::ethernet_plain("link0")?;
+        let v6 = sys::configure_lan("link0", addrs.local, host_v6.then_some(local6))?;
+        // Carrier (both ends up) before the command's first packet.
+        sys::wait_running("link0", Duration::from_secs(2))?;
+        Ok((v6, sys::hwaddr("link0")?))
+    })
+    .map_err(sys_err("configure the namespace's veth end"))?;
+    sys::wait_running(host_dev, Duration::from_secs(2)).map_err(sys_err("configure the host's veth end"))?;
+    a.address(ns_mac, a_mac);
+    b.address(host_mac, b_mac);
+    let v6 = host_v6 && ns_v6;
+    let addrs = Addresses { host6: v6.then_some(host6), local6: v6.then_some(local6), ..addrs };
+    Ok((ns, fwd, a, b, addrs))
+}
+
 /// A /30 of 10.213.0.0/16 that no interface here uses: the block is chosen from the process id
 /// and the link's number (two links never share one), skipping any block in use.
 fn pick_addresses(pid: u32, n: u32) -> Result<Addresses, LinkError> {
@@ -287,9 +433,62 @@ fn pick_addresses(pid: u32, n: u32) -> Result<Addresses, LinkError> {
     Err(LinkError::NoAddress)
 }
 
+/// One side of the forwarder.
+enum Dev {
+    Tun(OwnedFd),
+    Xdp(Box<crate::xdp::Port>),
+}
+
+impl Dev {
+    /// Readable when a packet waits.
+    fn fd(&self) -> RawFd {
+        match self {
+            Dev::Tun(fd) => fd.as_raw_fd(),
+            Dev::Xdp(p) => p.fd(),
+        }
+    }
+
+    /// The next packet into `buf`: its length, or None when none waits.
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        match self {
+            Dev::Tun(fd) => loop {
+                // SAFETY: read(2) into a buffer we own, of its length.
+                let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                if n >= 0 {
+                    return Ok(Some(n as usize));
+                }
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(None),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(e),
+                }
+            },
+            Dev::Xdp(p) => Ok(p.recv(buf)),
+        }
+    }
+
+    /// Sends `packet` (a TUN device at once; XDP with the next [`Dev::flush`]); false when the
+    /// kernel refused it.
+    fn send(&mut self, packet: &[u8]) -> bool {
+        match self {
+            // SAFETY: write(2) of a packet we own.
+            Dev::Tun(fd) => unsafe { libc::write(fd.as_raw_fd(), packet.as_ptr().cast(), packet.len()) >= 0 },
+            Dev::Xdp(p) => p.send(packet),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Dev::Tun(_) => Ok(()),
+            Dev::Xdp(p) => p.flush(),
+        }
+    }
+}
+
 struct Forwarder {
-    ns_tun: OwnedFd,
-    host_tun: OwnedFd,
+    ns_dev: Dev,
+    host_dev: Dev,
     stop_fd: Arc<OwnedFd>,
     stop: Arc<AtomicBool>,
     requests: mpsc::Receiver<mpsc::Sender<LinkSample>>,
@@ -339,7 +538,7 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
     // Since the last sample.
     let mut late_i = Histogram::new(3);
     let mut write_errors = 0u64;
-    let (ns_fd, host_fd) = (f.ns_tun.as_raw_fd(), f.host_tun.as_raw_fd());
+    let (ns_fd, host_fd) = (f.ns_dev.fd(), f.host_dev.fd());
     // How late a timed sleep's wake-up comes, ns (a running estimate).
     let mut wake_late = 0u64;
     let poll_ns: u64 =
@@ -378,7 +577,7 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         // written (so that a backlog does not make the first packets read late). After a
         // sleep only the sides epoll saw readable; a side that had more is read again on the
         // next pass, without a sleep in between.
-        for (i, (fd, pipe)) in [(ns_fd, &mut f.up), (host_fd, &mut f.down)].into_iter().enumerate() {
+        for (i, (dev, pipe)) in [(&mut f.ns_dev, &mut f.up), (&mut f.host_dev, &mut f.down)].into_iter().enumerate() {
             if !readable[i] {
                 continue;
             }
@@ -387,22 +586,13 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
                 if k == BATCH - 1 {
                     readable[i] = true;
                 }
-                // SAFETY: read(2) into a buffer we own, of its length.
-                let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-                if n < 0 {
-                    let e = io::Error::last_os_error();
-                    match e.kind() {
-                        io::ErrorKind::WouldBlock => {
-                            readable[i] = false;
-                            break;
-                        }
-                        io::ErrorKind::Interrupted => continue,
-                        _ => return Err(e),
-                    }
-                }
+                let Some(n) = dev.recv(&mut buf)? else {
+                    readable[i] = false;
+                    break;
+                };
                 let mut v = pool.pop().unwrap_or_default();
                 v.clear();
-                v.extend_from_slice(&buf[..n as usize]);
+                v.extend_from_slice(&buf[..n]);
                 let t = now(&f.clock);
                 pipe.push(t, v);
                 last_pkt = t;
@@ -410,12 +600,10 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         }
         // Out: what is due.
         let t = now(&f.clock);
-        for (fd, pipe) in [(host_fd, &mut f.up), (ns_fd, &mut f.down)] {
+        for (dev, pipe) in [(&mut f.host_dev, &mut f.up), (&mut f.ns_dev, &mut f.down)] {
             while let Some(d) = pipe.pop_due(t) {
                 let at = now(&f.clock);
-                // SAFETY: write(2) of a packet we own.
-                let w = unsafe { libc::write(fd, d.packet.as_ptr().cast(), d.packet.len()) };
-                if w < 0 {
+                if !dev.send(&d.packet) {
                     write_errors += 1;
                 }
                 last_pkt = at;
@@ -425,6 +613,8 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
                     pool.push(d.packet);
                 }
             }
+            // The XDP device's frames leave here, a system call for the batch.
+            dev.flush()?;
         }
         if f.stop.load(Ordering::Acquire) {
             break;

@@ -181,6 +181,19 @@ pub fn in_new_netns<R: Send>(f: impl FnOnce() -> io::Result<R> + Send) -> io::Re
     })
 }
 
+/// Runs `f` on a new thread inside the network namespace `ns` (the caller's stays as it was).
+pub fn in_netns<R: Send>(ns: &OwnedFd, f: impl FnOnce() -> io::Result<R> + Send) -> io::Result<R> {
+    let ns = ns.as_raw_fd();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            enter_netns(ns)?;
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")))
+    })
+}
+
 /// Moves the calling thread into the network namespace `ns` (sockets it makes afterwards live
 /// there).
 pub fn enter_netns(ns: RawFd) -> io::Result<()> {
@@ -303,4 +316,197 @@ pub fn cpus_allowed() -> usize {
         }
         libc::CPU_COUNT(&set) as usize
     }
+}
+
+/// The index of interface `name` in the calling thread's namespace.
+pub fn ifindex(name: &str) -> io::Result<u32> {
+    let cname = CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: if_nametoindex(3) of a NUL-terminated name.
+    match unsafe { libc::if_nametoindex(cname.as_ptr()) } {
+        0 => Err(io::Error::last_os_error()),
+        i => Ok(i),
+    }
+}
+
+/// The MAC address of interface `name`.
+pub fn hwaddr(name: &str) -> io::Result<[u8; 6]> {
+    let s = ctl_socket()?;
+    let mut r = ifreq(name)?;
+    ioctl_ifreq(&s, libc::SIOCGIFHWADDR, &mut r)?;
+    // SAFETY: SIOCGIFHWADDR filled the hwaddr member of the union.
+    let d = unsafe { r.ifr_ifru.ifru_hwaddr.sa_data };
+    Ok([d[0] as u8, d[1] as u8, d[2] as u8, d[3] as u8, d[4] as u8, d[5] as u8])
+}
+
+/// Makes an Ethernet interface one that resolves no neighbours (IFF_NOARP: no ARP, no IPv6
+/// neighbour discovery; the kernel addresses its frames to the interface's own MAC address,
+/// which the link's forwarder rewrites) and that computes its checksums in software
+/// (`ethtool -K NAME tx off`: a frame taken by XDP before any device computed its partial
+/// checksum would reach the other side with a wrong one).
+pub fn ethernet_plain(name: &str) -> io::Result<()> {
+    let s = ctl_socket()?;
+    let mut r = ifreq(name)?;
+    ioctl_ifreq(&s, libc::SIOCGIFFLAGS, &mut r)?;
+    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+    let flags = unsafe { r.ifr_ifru.ifru_flags };
+    r.ifr_ifru.ifru_flags = flags | libc::IFF_NOARP as libc::c_short;
+    ioctl_ifreq(&s, libc::SIOCSIFFLAGS, &mut r)?;
+    const ETHTOOL_STXCSUM: u32 = 0x17;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    let mut v = EthtoolValue { cmd: ETHTOOL_STXCSUM, data: 0 };
+    let mut r = ifreq(name)?;
+    r.ifr_ifru.ifru_data = (&mut v as *mut EthtoolValue).cast();
+    ioctl_ifreq(&s, libc::SIOCETHTOOL, &mut r)
+}
+
+/// Waits up to `limit` for interface `name` to be operationally up (IFF_RUNNING: a veth end
+/// is once both ends are up); whether it is.
+pub fn wait_running(name: &str, limit: std::time::Duration) -> io::Result<bool> {
+    let s = ctl_socket()?;
+    let start = std::time::Instant::now();
+    loop {
+        let mut r = ifreq(name)?;
+        ioctl_ifreq(&s, libc::SIOCGIFFLAGS, &mut r)?;
+        // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+        if unsafe { r.ifr_ifru.ifru_flags } & libc::IFF_RUNNING as libc::c_short != 0 {
+            return Ok(true);
+        }
+        if start.elapsed() >= limit {
+            return Ok(false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Gives an Ethernet interface `local` in a /30 it shares with its peer, with `v6` an IPv6
+/// address too (see [`configure_v6`]), and brings it up. Returns whether it has its IPv6
+/// address.
+pub fn configure_lan(name: &str, local: Ipv4Addr, v6: Option<Ipv6Addr>) -> io::Result<bool> {
+    let has_v6 = v6.is_some_and(|a| configure_v6(name, a).is_ok());
+    if !has_v6 {
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1");
+    }
+    let s = ctl_socket()?;
+    let mut r = ifreq(name)?;
+    r.ifr_ifru.ifru_addr = sockaddr(local);
+    ioctl_ifreq(&s, libc::SIOCSIFADDR, &mut r)?;
+    let mut r = ifreq(name)?;
+    r.ifr_ifru.ifru_netmask = sockaddr(Ipv4Addr::new(255, 255, 255, 252));
+    ioctl_ifreq(&s, libc::SIOCSIFNETMASK, &mut r)?;
+    link_up(name)?;
+    Ok(has_v6)
+}
+
+/// The calling thread's network namespace, as a descriptor.
+pub fn current_netns() -> io::Result<OwnedFd> {
+    let path = CString::new("/proc/thread-self/ns/net").expect("no NUL");
+    // SAFETY: open(2) of a NUL-terminated path.
+    let fd = cvt(unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })?;
+    // SAFETY: just opened, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A netlink message being built: attributes appended, nested ones closed by length.
+struct NlMsg(Vec<u8>);
+
+impl NlMsg {
+    fn align(&mut self) {
+        while !self.0.len().is_multiple_of(4) {
+            self.0.push(0);
+        }
+    }
+    fn attr(&mut self, ty: u16, data: &[u8]) {
+        self.0.extend_from_slice(&((4 + data.len()) as u16).to_ne_bytes());
+        self.0.extend_from_slice(&ty.to_ne_bytes());
+        self.0.extend_from_slice(data);
+        self.align();
+    }
+    /// Opens a nested attribute; [`NlMsg::end`] with what this returns closes it.
+    fn begin(&mut self, ty: u16) -> usize {
+        let at = self.0.len();
+        self.attr(ty, &[]);
+        at
+    }
+    fn end(&mut self, at: usize) {
+        let len = (self.0.len() - at) as u16;
+        self.0[at..at + 2].copy_from_slice(&len.to_ne_bytes());
+    }
+    /// An empty ifinfomsg (16 bytes).
+    fn ifinfomsg(&mut self) {
+        self.0.extend_from_slice(&[0; 16]);
+    }
+}
+
+/// Makes a veth pair in the calling thread's namespace: `name` here, `peer` in namespace
+/// `peer_ns` (rtnetlink: `ip link add NAME type veth peer name PEER netns NS`).
+pub fn veth_create(name: &str, peer: &str, peer_ns: RawFd) -> io::Result<()> {
+    const RTM_NEWLINK: u16 = 16;
+    const IFLA_IFNAME: u16 = 3;
+    const IFLA_LINKINFO: u16 = 18;
+    const IFLA_INFO_KIND: u16 = 1;
+    const IFLA_INFO_DATA: u16 = 2;
+    const VETH_INFO_PEER: u16 = 1;
+    const IFLA_NET_NS_FD: u16 = 28;
+    const IFLA_NUM_TX_QUEUES: u16 = 31;
+    const IFLA_NUM_RX_QUEUES: u16 = 32;
+    let z = |s: &str| [s.as_bytes(), &[0]].concat();
+    let mut m = NlMsg(vec![0; 16]);
+    m.ifinfomsg();
+    m.attr(IFLA_IFNAME, &z(name));
+    // One queue each way on both ends (veth makes one per CPU): every frame arrives on queue
+    // 0, where the AF_XDP socket is.
+    let one = 1u32.to_ne_bytes();
+    m.attr(IFLA_NUM_TX_QUEUES, &one);
+    m.attr(IFLA_NUM_RX_QUEUES, &one);
+    let li = m.begin(IFLA_LINKINFO);
+    m.attr(IFLA_INFO_KIND, b"veth");
+    let data = m.begin(IFLA_INFO_DATA);
+    let p = m.begin(VETH_INFO_PEER);
+    m.ifinfomsg();
+    m.attr(IFLA_IFNAME, &z(peer));
+    m.attr(IFLA_NUM_TX_QUEUES, &one);
+    m.attr(IFLA_NUM_RX_QUEUES, &one);
+    m.attr(IFLA_NET_NS_FD, &(peer_ns as u32).to_ne_bytes());
+    m.end(p);
+    m.end(data);
+    m.end(li);
+    let len = m.0.len() as u32;
+    let flags = (libc::NLM_F_REQUEST | libc::NLM_F_ACK | libc::NLM_F_CREATE | libc::NLM_F_EXCL) as u16;
+    m.0[0..4].copy_from_slice(&len.to_ne_bytes());
+    m.0[4..6].copy_from_slice(&RTM_NEWLINK.to_ne_bytes());
+    m.0[6..8].copy_from_slice(&flags.to_ne_bytes());
+    m.0[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    netlink_request(&m.0)
+}
+
+/// Sends one rtnetlink request and reads its acknowledgement (an error code).
+fn netlink_request(msg: &[u8]) -> io::Result<()> {
+    // SAFETY: socket(2) with constant arguments.
+    let fd = cvt(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) })?;
+    // SAFETY: just created, owned by nothing else.
+    let s = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: send(2) of a buffer we own (to the kernel: the socket's default peer).
+    let n = unsafe { libc::send(s.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut buf = [0u8; 4096];
+    // SAFETY: recv(2) into a buffer we own, of its length.
+    let n = unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // nlmsghdr (16 bytes), then for NLMSG_ERROR (2) the error code (0: done).
+    if n >= 20 && u16::from_ne_bytes([buf[4], buf[5]]) == libc::NLMSG_ERROR as u16 {
+        let e = i32::from_ne_bytes([buf[16], buf[17], buf[18], buf[19]]);
+        if e != 0 {
+            return Err(io::Error::from_raw_os_error(-e));
+        }
+        return Ok(());
+    }
+    Err(io::Error::other("netlink: no acknowledgement"))
 }

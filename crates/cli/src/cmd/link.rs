@@ -41,6 +41,13 @@ pub struct LinkArgs {
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
 
+    /// How packets cross between the namespace and the host: tun (a TUN device on each side)
+    /// or xdp (veth pairs, the forwarder's ends read and written through AF_XDP sockets:
+    /// cheaper per packet; needs AF_XDP and XDP in the kernel) [default: $VOLLEY_LINK_DEVICE,
+    /// else tun]. `--link` on run, bench, limit and query takes $VOLLEY_LINK_DEVICE.
+    #[arg(long, value_name = "tun|xdp")]
+    pub device: Option<String>,
+
     /// The command to run inside the link's namespace, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -49,15 +56,21 @@ pub struct LinkArgs {
 pub fn run(a: LinkArgs) -> CliResult {
     let cfg = spec::parse(&a.impairments).map_err(CliError::usage)?;
     let seed = a.seed.unwrap_or_else(volley_link::rng::random_seed);
-    let link = Link::start(cfg.clone(), seed).map_err(CliError::usage)?;
+    let device = match &a.device {
+        Some(d) => d.parse::<volley_link::Device>(),
+        None => volley_link::Device::from_env(),
+    }
+    .map_err(|e| CliError::usage(format!("--device: {e}")))?;
+    let link = Link::start_on(device, cfg.clone(), seed).map_err(CliError::usage)?;
     eprintln!(
-        "volley link: host {} ($VOLLEY_LINK_HOST), namespace {} ($VOLLEY_LINK_LOCAL){}, seed {seed}",
+        "volley link: host {} ($VOLLEY_LINK_HOST), namespace {} ($VOLLEY_LINK_LOCAL){}, seed {seed}, device {}",
         link.addrs.host,
         link.addrs.local,
         match (link.addrs.host6, link.addrs.local6) {
             (Some(h), Some(l)) => format!("; host {h} ($VOLLEY_LINK_HOST6), namespace {l} ($VOLLEY_LINK_LOCAL6)"),
             _ => String::new(),
-        }
+        },
+        device.name()
     );
     eprintln!("volley link: up: {}; down: {}", cfg.up.describe(), cfg.down.describe());
     let status = link.run_command(&a.command);
@@ -101,10 +114,11 @@ pub fn start_link(spec: &str, seed: Option<u64>) -> CliResult<BehindLink> {
     let seed = seed.unwrap_or_else(volley_link::rng::random_seed);
     let link = Link::start(cfg.clone(), seed).map_err(|e| CliError::usage(format!("--link: {e}")))?;
     eprintln!(
-        "volley link: host {}{}, namespace {}, seed {seed}; up: {}; down: {}",
+        "volley link: host {}{}, namespace {}, seed {seed}, device {}; up: {}; down: {}",
         link.addrs.host,
         link.addrs.host6.map_or(String::new(), |h| format!(" and {h}")),
         link.addrs.local,
+        link.device.name(),
         cfg.up.describe(),
         cfg.down.describe()
     );

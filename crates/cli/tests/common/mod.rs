@@ -574,7 +574,7 @@ pub fn run_volley_pinned(cpus: &str, wrap: &[&str], args: &[&str]) -> RunResult 
 }
 
 /// Runs `CMD run ARGS...` (CMD runs volley) as [`run_volley`] says.
-fn run_volley_in(mut cmd: Command, args: &[&str]) -> RunResult {
+pub fn run_volley_in(mut cmd: Command, args: &[&str]) -> RunResult {
     let dir = tempfile::tempdir().expect("temp dir for results");
     let output = dir.path().join("results.json");
     cmd.arg("run").args(args).arg("--progress").arg("never").arg("-o").arg(&output);

@@ -13,9 +13,8 @@
 //! the receive time the XDP program wrote before the frame (CLOCK_MONOTONIC, the run's
 //! clock). Everything above the lane (IDs, fates, accounting) is the plain UDP path's.
 
-pub mod bpf;
+pub use volley_xsk::bpf;
 pub mod frame;
-mod ring;
 mod route;
 
 use std::cell::{Cell, RefCell};
@@ -32,7 +31,7 @@ use volley_metrics::{ErrorKind, Unexpected, WireStats};
 
 use crate::{deliver, meter, Exchange, IdTable, Lane, LaneOptions, Token};
 use frame::Template;
-use ring::Umem;
+use volley_xsk::{ring, Umem};
 
 /// Why `--xdp` cannot run: one line each.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,7 @@
-//! The XDP program that hands the target's answers to the AF_XDP sockets, assembled here
-//! instruction by instruction (no compiler, no object file), and the `bpf(2)` calls that load
-//! it, make its socket map and attach it to an interface (a BPF link: detached when the last
+//! The XDP programs that hand frames to AF_XDP sockets (the target's answers for the
+//! generator's `--xdp`; every frame for the link's `--device xdp`), assembled here instruction
+//! by instruction (no compiler, no object file), and the `bpf(2)` calls that load them, make
+//! their socket maps and attach them to an interface (a BPF link: detached when the last
 //! descriptor of it closes, whatever ends the process).
 
 use std::io;
@@ -82,10 +83,19 @@ pub fn map_set(map: RawFd, queue: u32, xsk: RawFd) -> io::Result<()> {
     bpf(BPF_MAP_UPDATE_ELEM, &mut a).map(|_| ())
 }
 
-/// Loads the program for `target`'s answers, redirecting into `map`. The verifier's log comes
-/// back in the error when it refuses the program.
+/// Loads the program for `target`'s answers, redirecting into `map`.
 pub fn load(target: SocketAddr, map: RawFd) -> io::Result<OwnedFd> {
-    let insns = program(target, map);
+    load_program(&program(target, map))
+}
+
+/// Loads the program that hands every frame to the AF_XDP socket of its queue in `map`
+/// ([`redirect_all`]).
+pub fn load_redirect_all(map: RawFd) -> io::Result<OwnedFd> {
+    load_program(&redirect_all(map))
+}
+
+/// Loads an XDP program. The verifier's log comes back in the error when it refuses it.
+pub fn load_program(insns: &[Insn]) -> io::Result<OwnedFd> {
     let license = b"Dual MIT/GPL\0";
     let mut log = vec![0u8; 64 * 1024];
     let mut a = Attr::new();
@@ -191,6 +201,20 @@ const EXIT: u8 = 0x95;
 const LD_IMM64: u8 = 0x18;
 const PSEUDO_MAP_FD: u8 = 1;
 
+/// The program that hands every frame to the AF_XDP socket of the queue it arrived on in
+/// `map` (a frame whose queue has no socket goes on to the kernel): an interface whose whole
+/// traffic one process takes, such as the link's (`volley link --device xdp`).
+pub fn redirect_all(map: RawFd) -> Vec<Insn> {
+    vec![
+        insn(LDXW, 2, 1, 16, 0), // r2 = ctx->rx_queue_index
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, map),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV_IMM, 3, 0, 0, XDP_PASS), // no socket on this queue: to the kernel
+        insn(CALL, 0, 0, 0, FUNC_REDIRECT_MAP),
+        insn(EXIT, 0, 0, 0, 0),
+    ]
+}
+
 /// The program: a frame from `target` (its IPv4 or IPv6 source address and UDP source port,
 /// no IP options, extension headers or fragments) gets its receive time written before it
 /// (metadata: [`META_LEN`] bytes) and goes to the AF_XDP socket of the queue it arrived on;
@@ -287,5 +311,8 @@ mod tests {
             }
             assert_eq!(p.last().unwrap().code, EXIT);
         }
+        let p = redirect_all(7);
+        assert_eq!(p.last().unwrap().code, EXIT);
+        assert!(p.iter().any(|x| x.code == CALL && x.imm == FUNC_REDIRECT_MAP));
     }
 }

@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::bpf::{META_LEN, META_MAGIC};
+use crate::bpf::{META_LEN, META_MAGIC};
 
 const AF_XDP: libc::c_int = 44;
 const SOL_XDP: libc::c_int = 283;
@@ -136,6 +136,11 @@ pub struct Umem {
     rx: Ring,
     tx: Ring,
 }
+
+// SAFETY: the UMEM and the rings are mappings this value owns alone (no other value points
+// into them); moving it to another thread moves that ownership with it. It is not Sync: one
+// thread uses it at a time.
+unsafe impl Send for Umem {}
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
@@ -295,6 +300,14 @@ impl Umem {
         }
         // SAFETY: addr + len lies inside the area (bounded above).
         (at, unsafe { std::slice::from_raw_parts(self.area.add(addr), len) })
+    }
+
+    /// A received frame's bytes, as they are (no metadata read).
+    pub fn data(&self, addr: u64, len: u32) -> &[u8] {
+        let addr = (addr as usize).min(self.area_len);
+        let len = (len as usize).min(self.area_len - addr);
+        // SAFETY: addr + len lies inside the area (bounded above).
+        unsafe { std::slice::from_raw_parts(self.area.add(addr), len) }
     }
 
     /// A whole frame to write a packet into.
