@@ -9,7 +9,11 @@
 # volley runs with CONNECTIONS (4) sockets (source ports) and a TIMEOUT (1s): a lane has 65,536
 # DNS IDs, which a server answering less than the rate fills within a second at 200k qps.
 # Env: RATES ("50000 100000 200000"), MAX_RATE (1000000; "" leaves it out), RUNS (3), DURATION (5 s), TOOLS ("kxdpgun dnsperf volley
-# volley-xdp"), CLIENT_CORE (0), SERVER_CORE (1), VOLLEY (a prebuilt binary), OUT_DIR (bench/out).
+# volley-xdp"), CLIENT_CORE (0), SERVER_CORE (1), VOLLEY (a prebuilt binary), OUT_DIR (bench/out),
+# RT_PRIO (unset: none): runs the responder and every generator at this SCHED_FIFO priority, so
+# that other work on a shared machine (builds) does not starve them; real-time tasks sleep
+# without timer slack, which makes kxdpgun's usleep() exact and its wake-ups more frequent than
+# under the default 50 µs slack (volley sets its own to 1 ns either way): say so with figures.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 RATES="${RATES:-50000 100000 200000}"
@@ -26,6 +30,11 @@ need ip jq taskset dnsperf
 [ -x "$KXDPGUN" ] || die "kxdpgun not installed (knot-dnsutils): run scripts/install-deps.sh"
 check_cores
 VOLLEY_BIN="$(volley_bin)"
+PRIO=()
+if [ -n "${RT_PRIO:-}" ]; then
+    need chrt
+    PRIO=(chrt -f "$RT_PRIO")
+fi
 
 NS="volley-xdp-bench-$$"
 HOST="vxb$(($$ % 100000))h"
@@ -47,7 +56,7 @@ ip netns exec "$NS" ip link set "$PEER" up
 ip netns exec "$NS" ip link set lo up
 
 PORT=5353
-ip netns exec "$NS" taskset -c "$SERVER_CORE" "$VOLLEY_BIN" serve -l "$SERVER_IP" -p "$PORT" -T 1 --no-tcp \
+ip netns exec "$NS" "${PRIO[@]}" taskset -c "$SERVER_CORE" "$VOLLEY_BIN" serve -l "$SERVER_IP" -p "$PORT" -T 1 --no-tcp \
     >"$WORK/serve.out" 2>"$WORK/serve.err" &
 PIDS+=("$!")
 for _ in $(seq 1 100); do
@@ -65,7 +74,7 @@ one() {
     local tool="$1" rate="$2" label="$WORK/$1-$2" answered sent
     case "$tool" in
         kxdpgun)
-            measure "$tool-$rate" "$KXDPGUN" -t "$DURATION" -Q "$rate" -F "$CLIENT_CORE" -i "$QUERIES" -I "$HOST" \
+            measure "$tool-$rate" "${PRIO[@]}" "$KXDPGUN" -t "$DURATION" -Q "$rate" -F "$CLIENT_CORE" -i "$QUERIES" -I "$HOST" \
                 -p "$PORT" "$SERVER_IP"
             answered="$(awk '/^total replies:/ { print $3 }' "$label.out")"
             sent="$(awk '/^total queries:/ { print $3 }' "$label.out")"
@@ -73,14 +82,14 @@ one() {
             ip link set dev "$HOST" xdp off 2>/dev/null || true
             ;;
         dnsperf)
-            measure "$tool-$rate" dnsperf -s "$SERVER_IP" -p "$PORT" -d "$QUERIES" -Q "$rate" -l "$DURATION" -c 1 -q 10000
+            measure "$tool-$rate" "${PRIO[@]}" dnsperf -s "$SERVER_IP" -p "$PORT" -d "$QUERIES" -Q "$rate" -l "$DURATION" -c 1 -q 10000
             answered="$(dnsperf_stats "$label.out" | cut -f1 -d' ')"
             sent="$(awk '/Queries sent:/ { print $3 }' "$label.out")"
             ;;
         volley | volley-xdp)
             local xdp=()
             [ "$tool" = volley-xdp ] && xdp=(--xdp "$HOST")
-            measure "$tool-$rate" "$VOLLEY_BIN" run "udp://$SERVER_IP:$PORT" "${xdp[@]}" -T 1 -d "$QUERIES" -Q "$rate" \
+            measure "$tool-$rate" "${PRIO[@]}" "$VOLLEY_BIN" run "udp://$SERVER_IP:$PORT" "${xdp[@]}" -T 1 -d "$QUERIES" -Q "$rate" \
                 --connections "$CONNECTIONS" -l "${DURATION}s" -t "$TIMEOUT" --progress never -o "$label.json"
             answered="$(jq -r .totals.answered "$label.json")"
             sent="$(jq -r .totals.sent "$label.json")"
@@ -99,7 +108,7 @@ summary() {
     echo "UDP generators over a veth pair into a namespace, \`volley serve -T 1\` on core $SERVER_CORE in the"
     echo "namespace, each generator on core $CLIENT_CORE; $DURATION s per run, $RUNS runs each: mean (min-max);"
     echo "volley with --connections $CONNECTIONS -t $TIMEOUT. Load average before: $(cut -d' ' -f1-3 /proc/loadavg)."
-    echo "CPU: the generator process's user + sys time. $(machine_line)."
+    echo "CPU: the generator process's user + sys time. $(machine_line).${RT_PRIO:+ Responder and generators at SCHED_FIFO priority $RT_PRIO (no timer slack).}"
     echo
     echo "| rate | generator | answered/s | CPU per answer (µs) | answers per core-second | sent per core-second | server CPU per answer (µs) |"
     echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"

@@ -44,21 +44,18 @@ impl PreciseTimer {
             it_value: libc::timespec { tv_sec: (at_ns / 1_000_000_000) as _, tv_nsec: (at_ns % 1_000_000_000) as _ },
         };
         let fd = self.fd.as_raw_fd();
-        // SAFETY: valid descriptor and spec.
-        if unsafe { libc::timerfd_settime(fd, libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
         loop {
-            let mut guard = self.fd.readable().await?;
-            let mut buf = [0u8; 8];
-            // SAFETY: reading 8 bytes into our buffer.
-            let r = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), 8) };
-            // Either way the timerfd is drained now: clear the readiness, so that the next
-            // sleep waits for its own expiry instead of first reading nothing.
-            guard.clear_ready();
-            if r == 8 {
-                return Ok(());
+            // SAFETY: valid descriptor and spec. Arming the timer also resets its count of
+            // expiries (it is no longer readable): an expiry is never read, one system call
+            // less per wake-up, of which the open loop makes thousands a second.
+            if unsafe { libc::timerfd_settime(fd, libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) } < 0 {
+                return Err(io::Error::last_os_error());
             }
+            let mut guard = self.fd.readable().await?;
+            // The readiness is an expiry's (the runtime's epoll is edge-triggered: the next
+            // expiry signals again, counted or not); cleared, so that the next sleep waits for
+            // its own. One left from an earlier, abandoned sleep arms the timer again.
+            guard.clear_ready();
             if crate::clock::now_ns() >= at_ns {
                 return Ok(());
             }
