@@ -250,9 +250,17 @@ impl Answerer {
         let Some(zones) = &self.config.zones else { return };
         let mut hints = [None; PREFETCH_BATCH];
         let mut n = 0;
+        // The hashes first, then the fetches in a loop of their own. A profile puts the time of
+        // the fetches at the fetch instructions themselves (a table of a million names misses
+        // the TLB as well as the caches, and a fetch waits for its page walk): with a whole
+        // name's hashing between two of them few were on their way at once; back to back, with
+        // a few instructions between them, many are.
         for (hint, query) in hints.iter_mut().zip(queries) {
-            *hint = zones.prefetch_slot(query);
+            *hint = zones.hint(query);
             n += 1;
+        }
+        for hint in hints[..n].iter().flatten() {
+            hint.slot();
         }
         for hint in &mut hints[..n] {
             *hint = Zones::prefetch_node(*hint);
@@ -285,11 +293,14 @@ impl Answerer {
                 return Verdict::Reply { delay: None };
             }
         };
-        // A name inside a zone is answered from it: its labels are not special.
-        let in_zone = match &self.config.zones {
-            Some(zones) if view.qclass == Class::IN || view.qclass == Class::ANY => {
-                QName::new(view.qname_wire()).and_then(|q| zones.find(&q).map(|z| (q, z)))
-            }
+        // A name inside a zone is answered from it: its labels are not special. (The name
+        // stays where it was made: moving it into `in_zone` copied its 385 octets.)
+        let qname = match &self.config.zones {
+            Some(_) if view.qclass == Class::IN || view.qclass == Class::ANY => QName::new(view.qname_wire()),
+            _ => None,
+        };
+        let in_zone = match (&self.config.zones, &qname) {
+            (Some(zones), Some(q)) => zones.find(q).map(|z| (q, z)),
             _ => None,
         };
         let specials = if in_zone.is_some() || self.config.zones_only {
@@ -312,7 +323,7 @@ impl Answerer {
                 }
             }
         }
-        self.respond(&view, &specials, in_zone.as_ref().map(|(q, z)| (q, *z)), transport, out);
+        self.respond(&view, &specials, in_zone, transport, out);
         Verdict::Reply { delay: delay.filter(|d| !d.is_zero()) }
     }
 

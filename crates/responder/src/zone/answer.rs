@@ -22,6 +22,8 @@
 //! Owner names are compression pointers: to the question (or an ancestor of it), or to a name
 //! written earlier in the RDATA of a CNAME, NS, MX or SRV record.
 
+use std::mem::MaybeUninit;
+
 use volley_wire::Rcode;
 
 use super::names::{NodeRef, SetRef};
@@ -72,8 +74,10 @@ enum Found<'z> {
 struct Writer<'a, 'z> {
     out: &'a mut Vec<u8>,
     qname: &'z [u8],
-    /// (message offset, name) of names written whole, for owners to point to.
-    names: [(u16, &'z [u8]); MAX_NAMES],
+    /// (message offset, name) of names written whole, for owners to point to: the first
+    /// `n_names` are set. Left uninitialised (most answers note none): setting the whole
+    /// array for every answer cost more than the rest of an A record's answer.
+    names: [MaybeUninit<(u16, &'z [u8])>; MAX_NAMES],
     n_names: usize,
     counts: [u16; 3],
 }
@@ -84,7 +88,7 @@ impl<'a, 'z> Writer<'a, 'z> {
         if let Some(k) = is_below(self.qname, name) {
             return Some((volley_wire::HEADER_LEN + k) as u16);
         }
-        self.names[..self.n_names]
+        self.noted()
             .iter()
             .find_map(|&(off, n)| is_below(n, name).map(|k| off as usize + k))
             .filter(|&p| p < 0x4000)
@@ -98,9 +102,17 @@ impl<'a, 'z> Writer<'a, 'z> {
         }
     }
 
+    /// The names noted so far.
+    fn noted(&self) -> &[(u16, &'z [u8])] {
+        let noted = &self.names[..self.n_names];
+        // SAFETY: note_name set the first n_names entries (and only ever raises n_names past
+        // an entry it has set); MaybeUninit<T> has the layout of T.
+        unsafe { &*(noted as *const [MaybeUninit<(u16, &'z [u8])>] as *const [(u16, &'z [u8])]) }
+    }
+
     fn note_name(&mut self, at: usize, name: &'z [u8]) {
         if self.n_names < MAX_NAMES && at < 0x4000 {
-            self.names[self.n_names] = (at as u16, name);
+            self.names[self.n_names] = MaybeUninit::new((at as u16, name));
             self.n_names += 1;
         }
     }
@@ -143,7 +155,10 @@ impl Zone {
             let mut at = 0;
             while at + self.apex.len() < name.len() {
                 at += 1 + name[at] as usize;
-                let Some(encloser) = self.nodes.get(&name[at..]) else { continue };
+                // A suffix of a name inside the zone as long as the apex is the apex.
+                let encloser =
+                    if at + self.apex.len() == name.len() { self.nodes.apex() } else { self.nodes.get(&name[at..]) };
+                let Some(encloser) = encloser else { continue };
                 if !encloser.wildcard_child() {
                     return Found::NxDomain;
                 }
@@ -189,6 +204,10 @@ impl Zone {
 
     /// The wildcard child (`*.ENCLOSER`) of a closest encloser, if the zone has one.
     fn wildcard(&self, encloser: &[u8]) -> Option<NodeRef<'_>> {
+        if encloser.len() == self.apex.len() {
+            // The encloser is a suffix of a name inside the zone: the apex.
+            return self.nodes.apex_wildcard();
+        }
         let mut key = [0u8; 255];
         let len = encloser.len() + 2;
         if len > key.len() {
@@ -203,7 +222,13 @@ impl Zone {
     /// Writes the answer to `qname` (lowercased, inside this zone), type `qtype`, behind the
     /// header and question already in `out`, and sets the header's record counts.
     pub(crate) fn answer<'z>(&'z self, q: &'z QName, qtype: u16, out: &mut Vec<u8>) -> ZoneAnswer {
-        let mut w = Writer { out, qname: q.wire(), names: [(0, &[][..]); MAX_NAMES], n_names: 0, counts: [0; 3] };
+        let mut w = Writer {
+            out,
+            qname: q.wire(),
+            names: [const { MaybeUninit::uninit() }; MAX_NAMES],
+            n_names: 0,
+            counts: [0; 3],
+        };
         let mut result =
             ZoneAnswer { rcode: Rcode::NOERROR, authoritative: true, referral: false, additional_at: 0, additional: 0 };
         // Sets in the answer whose targets' addresses go in the additional section.

@@ -511,10 +511,11 @@ fn compile(mut reader: Reader, path: &Path) -> Result<Zone, ZoneError> {
     negative_soa.wire[4..8].copy_from_slice(&ttl.to_be_bytes());
     negative_soa.ttl = ttl;
     let negative_soa = names::encode_one(&negative_soa);
-    let nodes = Names::build(nodes, reader.room).map_err(|names::TooLarge| ZoneError::Zone {
+    let mut nodes = Names::build(nodes, reader.room).map_err(|names::TooLarge| ZoneError::Zone {
         file: path.to_path_buf(),
         what: "too large: its names and records take more than 32 GiB".into(),
     })?;
+    nodes.mark_apex(&apex);
     let (mut labels, mut at) = (0u8, 0);
     while apex[at] != 0 {
         labels += 1;

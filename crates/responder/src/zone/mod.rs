@@ -88,10 +88,11 @@ impl Zones {
         self.zones.is_empty()
     }
 
-    /// For a query message about to be answered: asks the CPU to fetch the hash table slot of
-    /// its question's name in its zone ([`Zones::prefetch_node`] next, once the slots of a
-    /// batch are on their way). Only a hint: answers do not change.
-    pub(crate) fn prefetch_slot(&self, query: &[u8]) -> Option<Prefetch<'_>> {
+    /// For a query message about to be answered from a zone: what [`Prefetch::slot`] and
+    /// [`Zones::prefetch_node`] need to ask the CPU for the memory its answer reads (its zone,
+    /// the hash of its name and of its parent). Computes only: it reads nothing of the zone's
+    /// tables, so that a batch's hints are all made before its first fetch is asked for.
+    pub(crate) fn hint(&self, query: &[u8]) -> Option<Prefetch<'_>> {
         let name = query.get(volley_wire::HEADER_LEN..query.len().min(volley_wire::HEADER_LEN + 255))?;
         let q = QName::new(name)?;
         let zone = self.find(&q)?;
@@ -100,10 +101,11 @@ impl Zones {
         let parent = (!zone.has_cuts && q.labels > zone.labels)
             .then(|| q.suffix(q.labels as usize - 1).map(names::Names::hash))
             .flatten();
-        Some(Prefetch { zone, hash: zone.nodes.prefetch_slot(q.wire()), parent })
+        Some(Prefetch { zone, hash: names::Names::hash(q.wire()), parent })
     }
 
-    /// Asks the CPU to fetch the node a hint of [`Zones::prefetch_slot`] leads to, or, where
+    /// Asks the CPU to fetch the node a hint of [`Zones::hint`] leads to (its slot asked for by
+    /// [`Prefetch::slot`] before), or, where
     /// the zone does not hold the name, the slot of its parent: then returns the hint for
     /// that, to give [`Zones::prefetch_parent`] once the batch's slots are on their way.
     pub(crate) fn prefetch_node(hint: Option<Prefetch<'_>>) -> Option<Prefetch<'_>> {
@@ -138,13 +140,23 @@ impl Zones {
     }
 }
 
-/// What [`Zones::prefetch_slot`] found out about a query: its zone, the hash of its name, and
-/// that of its parent where the answer may look there.
+/// What [`Zones::hint`] found out about a query: its zone, the hash of its name, and that of
+/// its parent where the answer may look there.
 #[derive(Clone, Copy)]
 pub(crate) struct Prefetch<'z> {
     zone: &'z Zone,
     hash: u64,
     parent: Option<u64>,
+}
+
+impl Prefetch<'_> {
+    /// Asks the CPU to fetch the hash table slot where the lookup of the query's name starts.
+    #[inline(always)]
+    pub(crate) fn slot(&self) {
+        if let Some(s) = self.zone.nodes.slot_of(self.hash) {
+            names::prefetch(s);
+        }
+    }
 }
 
 /// One zone, compiled.

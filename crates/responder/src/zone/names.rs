@@ -54,6 +54,11 @@ pub(crate) struct Names {
     nodes: Vec<u8>,
     slots: Vec<u64>,
     len: usize,
+    /// Offsets of the apex's node and of its wildcard child's (`*.` the apex), found once
+    /// ([`Names::mark_apex`]): every name the zone does not hold right below its apex (the
+    /// wildcard's answers, their NODATA) looks both up.
+    apex: Option<usize>,
+    apex_wildcard: Option<usize>,
 }
 
 /// The same names with the same nodes (where they lie in the buffer aside).
@@ -184,7 +189,7 @@ impl Names {
             }
         }
         debug_assert!(buf.len() <= room, "the reader counted {room} octets for {}", buf.len());
-        let mut names = Names { nodes: buf, slots, len };
+        let mut names = Names { nodes: buf, slots, len, apex: None, apex_wildcard: None };
         for at in wild {
             let name_len = names.nodes[at] as usize;
             let parent = names.nodes[at + NODE_FIXED + 2..at + NODE_FIXED + name_len].to_vec();
@@ -193,6 +198,25 @@ impl Names {
             }
         }
         Ok(names)
+    }
+
+    /// Remembers where the node of the zone's apex (lowercased wire form) and that of its
+    /// wildcard child lie, for [`Names::apex`] and [`Names::apex_wildcard`].
+    pub(crate) fn mark_apex(&mut self, apex: &[u8]) {
+        self.apex = self.find(apex);
+        let mut wild = b"\x01*".to_vec();
+        wild.extend_from_slice(apex);
+        self.apex_wildcard = self.find(&wild);
+    }
+
+    /// The apex's node (as `get(apex)`, without hashing the name).
+    pub(crate) fn apex(&self) -> Option<NodeRef<'_>> {
+        self.apex.map(|at| NodeRef { b: &self.nodes[at..] })
+    }
+
+    /// The node of `*.` the apex, if the zone has one.
+    pub(crate) fn apex_wildcard(&self) -> Option<NodeRef<'_>> {
+        self.apex_wildcard.map(|at| NodeRef { b: &self.nodes[at..] })
     }
 
     /// The number of names.
@@ -225,23 +249,13 @@ impl Names {
         }
     }
 
-    /// Asks the CPU to fetch the slot where a lookup of `name` (lowercased wire form) starts;
-    /// returns its hash, for [`Names::prefetch_node`].
-    pub(crate) fn prefetch_slot(&self, name: &[u8]) -> u64 {
-        let h = HASH.hash_one(name);
-        if let Some(s) = self.slot_of(h) {
-            prefetch(s);
-        }
-        h
-    }
-
     /// The slot where a lookup of a name with this hash starts.
     pub(crate) fn slot_of(&self, h: u64) -> Option<&u64> {
         self.slots.get(h as usize & self.slots.len().wrapping_sub(1))
     }
 
     /// Asks the CPU to fetch the node of the first slot that holds the hash's tag (reading the
-    /// slots that [`Names::prefetch_slot`] asked for); false if no slot holds it (the name is
+    /// slots that were asked for before); false if no slot holds it (the name is
     /// not in the zone).
     pub(crate) fn prefetch_node(&self, h: u64) -> bool {
         if self.slots.is_empty() {
@@ -264,7 +278,7 @@ impl Names {
         }
     }
 
-    /// The hash of a name (lowercased wire form), as [`Names::prefetch_slot`] computes it.
+    /// The hash of a name (lowercased wire form), as lookups compute it.
     pub(crate) fn hash(name: &[u8]) -> u64 {
         HASH.hash_one(name)
     }

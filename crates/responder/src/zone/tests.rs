@@ -343,3 +343,39 @@ fn prefetch_changes_no_answer() {
     let after: Vec<String> = names.iter().map(|n| ask(&a, n, 1, None)).collect();
     assert_eq!(before, after);
 }
+
+/// A wildcard right below the apex (whose node, like the apex's, the zone keeps at hand): it
+/// answers the names the zone lacks below the apex, at any depth, with and without cuts; a
+/// name below an existing node without one is NXDOMAIN.
+#[test]
+fn a_wildcard_at_the_apex_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = "$ORIGIN example.test.\n$TTL 3600\n@ IN SOA ns1 hostmaster 1 7200 900 1209600 300\n@ IN NS ns1\n\
+                ns1 IN A 192.0.2.53\n* IN A 192.0.2.77\nwww IN A 192.0.2.80\n";
+    let plain = load(&[write(dir.path(), "plain.zone", base)]).unwrap();
+    let zone = &plain.zones()[0];
+    assert_eq!(zone.nodes.apex().map(|n| n.name()), Some(&*zone.apex));
+    assert_eq!(zone.nodes.apex_wildcard().map(|n| n.name()), Some(&b"\x01*\x07example\x04test\x00"[..]));
+    let cut = format!("{base}sub IN NS ns.sub\nns.sub IN A 192.0.2.9\n");
+    let cut = answerer(load(&[write(dir.path(), "cut.zone", &cut)]).unwrap(), false);
+    let plain = answerer(plain, false);
+    for a in [&plain, &cut] {
+        let r = ask(a, "Nope.example.test", 1, None);
+        assert!(r.contains("Nope.example.test.\t3600\tIN\tA\t192.0.2.77") && r.contains("ANSWER: 1"), "{r}");
+        let r = ask(a, "a.b.nope.example.test", 1, None);
+        assert!(r.contains("a.b.nope.example.test.\t3600\tIN\tA\t192.0.2.77"), "{r}");
+        let r = ask(a, "nope.example.test", 28, None);
+        assert!(r.contains("status: NOERROR") && r.contains("ANSWER: 0, AUTHORITY: 1"), "NODATA: {r}");
+        let r = ask(a, "a.www.example.test", 1, None);
+        assert!(r.contains("status: NXDOMAIN"), "{r}");
+        for (name, qtype) in
+            [("*.example.test", 1), ("www.example.test", 1), ("example.test", 6), ("x.y.z.example.test", 16)]
+        {
+            assert_eq!(ask(&plain, name, qtype, Some(4096)), ask(&cut, name, qtype, Some(4096)), "{name} type {qtype}");
+        }
+    }
+    let r = ask(&cut, "x.sub.example.test", 1, None);
+    assert!(r.contains("AUTHORITY: 1") && !r.contains("192.0.2.77"), "a referral, not the wildcard: {r}");
+    let no_wildcard = load(&[write(dir.path(), "none.zone", &base.replace("* IN A 192.0.2.77\n", ""))]).unwrap();
+    assert!(no_wildcard.zones()[0].nodes.apex_wildcard().is_none());
+}
