@@ -82,6 +82,19 @@ pub fn link_up(name: &str) -> io::Result<()> {
 /// [`configure_v6`]), and brings it up. Returns whether the interface has its IPv6 address:
 /// where it cannot (no IPv6 in the kernel), IPv6 is off on it.
 pub fn configure_p2p(name: &str, local: Ipv4Addr, peer: Ipv4Addr, v6: Option<Ipv6Addr>) -> io::Result<bool> {
+    configure(name, local, Some(peer), Ipv4Addr::new(255, 255, 255, 255), v6)
+}
+
+/// Gives interface `name` its IPv4 address `local` with `mask` (and on a point-to-point
+/// interface its `peer`'s), with `v6` an IPv6 address too (without it, or where the kernel
+/// has no IPv6, IPv6 is off on it), and brings it up. Returns whether it has its IPv6 address.
+fn configure(
+    name: &str,
+    local: Ipv4Addr,
+    peer: Option<Ipv4Addr>,
+    mask: Ipv4Addr,
+    v6: Option<Ipv6Addr>,
+) -> io::Result<bool> {
     let has_v6 = v6.is_some_and(|a| configure_v6(name, a).is_ok());
     if !has_v6 {
         // Best effort: without IPv6 in the kernel the file is not there.
@@ -91,11 +104,13 @@ pub fn configure_p2p(name: &str, local: Ipv4Addr, peer: Ipv4Addr, v6: Option<Ipv
     let mut r = ifreq(name)?;
     r.ifr_ifru.ifru_addr = sockaddr(local);
     ioctl_ifreq(&s, libc::SIOCSIFADDR, &mut r)?;
+    if let Some(peer) = peer {
+        let mut r = ifreq(name)?;
+        r.ifr_ifru.ifru_dstaddr = sockaddr(peer);
+        ioctl_ifreq(&s, libc::SIOCSIFDSTADDR, &mut r)?;
+    }
     let mut r = ifreq(name)?;
-    r.ifr_ifru.ifru_dstaddr = sockaddr(peer);
-    ioctl_ifreq(&s, libc::SIOCSIFDSTADDR, &mut r)?;
-    let mut r = ifreq(name)?;
-    r.ifr_ifru.ifru_netmask = sockaddr(Ipv4Addr::new(255, 255, 255, 255));
+    r.ifr_ifru.ifru_netmask = sockaddr(mask);
     ioctl_ifreq(&s, libc::SIOCSIFNETMASK, &mut r)?;
     link_up(name)?;
     Ok(has_v6)
@@ -386,19 +401,7 @@ pub fn wait_running(name: &str, limit: std::time::Duration) -> io::Result<bool> 
 /// address too (see [`configure_v6`]), and brings it up. Returns whether it has its IPv6
 /// address.
 pub fn configure_lan(name: &str, local: Ipv4Addr, v6: Option<Ipv6Addr>) -> io::Result<bool> {
-    let has_v6 = v6.is_some_and(|a| configure_v6(name, a).is_ok());
-    if !has_v6 {
-        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1");
-    }
-    let s = ctl_socket()?;
-    let mut r = ifreq(name)?;
-    r.ifr_ifru.ifru_addr = sockaddr(local);
-    ioctl_ifreq(&s, libc::SIOCSIFADDR, &mut r)?;
-    let mut r = ifreq(name)?;
-    r.ifr_ifru.ifru_netmask = sockaddr(Ipv4Addr::new(255, 255, 255, 252));
-    ioctl_ifreq(&s, libc::SIOCSIFNETMASK, &mut r)?;
-    link_up(name)?;
-    Ok(has_v6)
+    configure(name, local, None, Ipv4Addr::new(255, 255, 255, 252), v6)
 }
 
 /// The calling thread's network namespace, as a descriptor.
