@@ -92,6 +92,16 @@ start_responder "$VOLLEY_BIN"
 rss_bare="$(rss_kib "$SERVE_PID")"
 stop_pid "$SERVE_PID"
 
+# Each round's ratio to the synthesised names of the same round (min-max over the rounds), and
+# the synthesised names' own round-to-round ratio (their noise): a kind answers at the same rate
+# when its rounds lie within that noise.
+per_round() { paste -d' ' <(echo "${QPS[$1]}" | tr ' ' '\n' | grep -v '^$') <(echo "${QPS[synth]}" | tr ' ' '\n' | grep -v '^$') \
+    | awk 'NR == 1 { lo = hi = $1 / $2 } { r = $1 / $2; if (r < lo) lo = r; if (r > hi) hi = r } END { printf "%.2f-%.2f", lo, hi }'; }
+synth_noise() { echo "${QPS[synth]}" | tr ' ' '\n' | grep -v '^$' \
+    | awk 'NR > 1 { r = $1 / p; if (n == 0 || r < lo) lo = r; if (n == 0 || r > hi) hi = r; n++ } { p = $1 } END { if (n) printf "%.2f-%.2f", lo, hi; else print "n/a" }'; }
+declare -A ROUNDS_OF
+for kind in $KINDS; do ROUNDS_OF[$kind]="$(per_round "$kind")"; done
+NOISE="$(synth_noise)"
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 for kind in $KINDS; do
     QPS[$kind]="$(echo "${QPS[$kind]}" | median)"
@@ -107,10 +117,10 @@ done
         "$CLIENT_CORE, $QUERIES names per kind in a random order, $DURATION s per run, median of" \
         "$ROUNDS rounds. $(machine_line)."
     echo
-    echo "| names asked | answer | answered qps | server CPU µs per answer | qps / synthesised |"
-    echo "| --- | --- | ---: | ---: | ---: |"
-    echo "| synthesised (h*N*.synth.test A, outside the zone) | A 192.0.2.1 | ${QPS[synth]} | ${CPU[synth]} | 1.00 |"
-    echo "| in the zone (h*N*.zone.test A) | its A record | ${QPS[zone]} | ${CPU[zone]} | $(div "${QPS[zone]}" "${QPS[synth]}") |"
-    echo "| the zone's wildcard (x*N*.zone.test AAAA) | NODATA, SOA | ${QPS[wild]} | ${CPU[wild]} | $(div "${QPS[wild]}" "${QPS[synth]}") |"
-    echo "| not in the zone (a.h*N*.zone.test A) | NXDOMAIN, SOA | ${QPS[nx]} | ${CPU[nx]} | $(div "${QPS[nx]}" "${QPS[synth]}") |"
+    echo "| names asked | answer | answered qps | server CPU µs per answer | qps / synthesised | each round / its synthesised (min-max) |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: |"
+    echo "| synthesised (h*N*.synth.test A, outside the zone) | A 192.0.2.1 | ${QPS[synth]} | ${CPU[synth]} | 1.00 | round to round: $NOISE |"
+    echo "| in the zone (h*N*.zone.test A) | its A record | ${QPS[zone]} | ${CPU[zone]} | $(div "${QPS[zone]}" "${QPS[synth]}") | ${ROUNDS_OF[zone]} |"
+    echo "| the zone's wildcard (x*N*.zone.test AAAA) | NODATA, SOA | ${QPS[wild]} | ${CPU[wild]} | $(div "${QPS[wild]}" "${QPS[synth]}") | ${ROUNDS_OF[wild]} |"
+    echo "| not in the zone (a.h*N*.zone.test A) | NXDOMAIN, SOA | ${QPS[nx]} | ${CPU[nx]} | $(div "${QPS[nx]}" "${QPS[synth]}") | ${ROUNDS_OF[nx]} |"
 } | write_fragment "zone_1m"
