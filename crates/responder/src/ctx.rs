@@ -41,6 +41,8 @@ pub(crate) struct Ctx {
     pub faults: Arc<Active>,
     /// `cache-control` value for answers with records: `max-age=TTL`.
     pub cache_control: http::HeaderValue,
+    /// DoT and DoH: where the costly step of each TLS handshake runs.
+    pub handshaker: crate::tls::Handshaker,
 }
 
 /// The idle timeout of a TCP or DoT connection while its thread is crowded (holds 3/4 of its

@@ -57,6 +57,7 @@ fn ctx() -> Ctx {
         doh_path: Arc::from("/dns-query"),
         faults: Arc::new(crate::faults::Active::new(&[]).expect("no faults")),
         cache_control: HeaderValue::from_static("max-age=300"),
+        handshaker: Default::default(),
     }
 }
 

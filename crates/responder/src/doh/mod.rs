@@ -14,6 +14,7 @@ pub(crate) mod request;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
@@ -45,7 +46,7 @@ pub(crate) async fn serve(
 async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, handshaking: Option<crate::policy::Slot>) {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let sock = Sock { fd, peer: stream.peer_addr().ok().map(|a| a.ip()) };
-    let cork = Rc::new(Cork::default());
+    let cork = Arc::new(Cork::default());
     let stream = Corked { inner: stream, buf: Vec::new(), at: 0, cork: cork.clone() };
     let Some(mut tls) = crate::dot::handshake(stream, &ctx, &acceptor, handshaking).await else { return };
     let early = crate::dot::early_data(&mut tls, &ctx);
@@ -207,15 +208,16 @@ struct Corked<S> {
     buf: Vec<u8>,
     /// Already written of `buf`.
     at: usize,
-    cork: Rc<Cork>,
+    cork: Arc<Cork>,
 }
 
-/// Shared by a [`Corked`] socket and its connection loop.
+/// Shared by a [`Corked`] socket and its connection loop (one thread; atomic so that the
+/// socket may wait on the handshake thread, see `crate::tls::handshaker`).
 #[derive(Default)]
 struct Cork {
-    on: std::cell::Cell<bool>,
+    on: AtomicBool,
     /// Output is waiting for a flush.
-    held: std::cell::Cell<bool>,
+    held: AtomicBool,
 }
 
 impl<S: AsyncWrite + Unpin> Corked<S> {
@@ -224,17 +226,17 @@ impl<S: AsyncWrite + Unpin> Corked<S> {
         ready!(write_out(&mut self.inner, &self.buf, &mut self.at, cx))?;
         self.buf.clear();
         self.at = 0;
-        self.cork.held.set(false);
+        self.cork.held.store(false, Relaxed);
         Poll::Ready(Ok(()))
     }
 
     /// Whether a write goes straight through (nothing held, not corked).
     fn through(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<bool>> {
-        if self.cork.on.get() && self.buf.len() < CORK_MAX {
+        if self.cork.on.load(Relaxed) && self.buf.len() < CORK_MAX {
             return Poll::Ready(Ok(false));
         }
         ready!(self.poll_drain(cx))?;
-        Poll::Ready(Ok(!self.cork.on.get()))
+        Poll::Ready(Ok(!self.cork.on.load(Relaxed)))
     }
 }
 
@@ -250,7 +252,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Corked<S> {
             return Pin::new(&mut self.inner).poll_write(cx, buf);
         }
         self.buf.extend_from_slice(buf);
-        self.cork.held.set(true);
+        self.cork.held.store(true, Relaxed);
         Poll::Ready(Ok(buf.len()))
     }
     fn poll_write_vectored(
@@ -266,14 +268,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Corked<S> {
             self.buf.extend_from_slice(b);
             n += b.len();
         }
-        self.cork.held.set(true);
+        self.cork.held.store(true, Relaxed);
         Poll::Ready(Ok(n))
     }
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        if self.cork.on.get() && self.buf.len() < CORK_MAX {
+        if self.cork.on.load(Relaxed) && self.buf.len() < CORK_MAX {
             return Poll::Ready(Ok(()));
         }
         ready!(self.poll_drain(cx))?;
@@ -555,7 +557,7 @@ enum H2Event {
 }
 
 /// Serves HTTP/2 on `io`; `sock` is its TCP socket, `cork` its [`Corked`] switch.
-async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>, sock: Sock, cork: Rc<Cork>) {
+async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>, sock: Sock, cork: Arc<Cork>) {
     let idle = ctx.idle_timeout;
     let mut builder = h2::server::Builder::new();
     builder
@@ -586,7 +588,7 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
         // Take the requests at hand corked, so that their answers leave together; then,
         // out of requests, uncork and poll once more, which flushes.
         let event = std::future::poll_fn(|cx| {
-            cork.on.set(true);
+            cork.on.store(true, Relaxed);
             match conn.poll_accept(cx) {
                 Poll::Ready(Some(Ok((req, respond)))) => {
                     taken = true;
@@ -595,8 +597,8 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
                 Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(H2Event::Closed),
                 Poll::Pending => {}
             }
-            cork.on.set(false);
-            if cork.held.get() {
+            cork.on.store(false, Relaxed);
+            if cork.held.load(Relaxed) {
                 match conn.poll_accept(cx) {
                     Poll::Ready(Some(Ok((req, respond)))) => {
                         taken = true;
@@ -655,7 +657,7 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
         }
     }
     // Let the connection flush its last frames.
-    cork.on.set(false);
+    cork.on.store(false, Relaxed);
     let _ =
         tokio::time::timeout(std::time::Duration::from_secs(1), std::future::poll_fn(|cx| conn.poll_closed(cx))).await;
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rustls::HandshakeKind;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::{LazyConfigAcceptor, TlsAcceptor};
 
 use crate::answer::Transport;
 use crate::ctx::Ctx;
@@ -75,18 +75,26 @@ async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, hand
 
 /// Runs the server handshake, within the smaller of the idle and request timeouts (a
 /// timeout counts as `closed_slow`), holding its place under `--max-handshakes` until it
-/// ends; counts resumed handshakes. None when it failed or timed out.
-pub(crate) async fn handshake<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+/// ends; counts resumed handshakes. None when it failed or timed out. The ClientHello is read
+/// here, its costly processing runs on the thread's handshake thread ([`crate::tls::handshaker`]),
+/// the rest of the handshake here again.
+pub(crate) async fn handshake<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static>(
     stream: S,
     ctx: &Ctx,
     acceptor: &TlsAcceptor,
     handshaking: Option<Slot>,
 ) -> Option<tokio_rustls::server::TlsStream<S>> {
     let limit = ctx.idle_timeout.min(ctx.request_timeout);
-    let r = tokio::time::timeout(limit, acceptor.accept(stream)).await;
+    let config = acceptor.config().clone();
+    let r = tokio::time::timeout(limit, async {
+        let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream).await.ok()?;
+        let accept = ctx.handshaker.run(move || start.into_stream(config)).await?;
+        accept.await.ok()
+    })
+    .await;
     drop(handshaking);
     let tls = match r {
-        Ok(r) => r.ok()?,
+        Ok(r) => r?,
         Err(_) => {
             add(&ctx.counters.closed_slow, 1);
             return None;

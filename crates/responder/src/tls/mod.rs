@@ -19,6 +19,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::{NoServerSessionStorage, ProducesTickets, ServerSessionMemoryCache, StoresServerSessions};
 use rustls::ServerConfig;
 
+pub(crate) mod handshaker;
+pub(crate) use handshaker::Handshaker;
+
 /// Key type of a generated certificate (and of its CA): the ones study 004 compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum KeyType {
