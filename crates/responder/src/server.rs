@@ -580,33 +580,14 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
             // its table); this thread then closes its own copies, so that a listener lives
             // exactly as long as the thread that serves it.
             let raw = sockets.raw();
-            // TLS over TCP: the thread's handshake thread (see `tls::handshaker`).
-            let tls_on = sockets.dot.is_some() || sockets.doh.is_some();
             let (own_tx, own_rx) = std::sync::mpsc::channel();
             let t = std::thread::Builder::new().name(format!("volley-io-{i}")).spawn(move || {
-                let own = own_descriptor_table();
-                // Started from here: it shares this thread's descriptor table.
-                let handshaker = match tls_on {
-                    true => crate::tls::Handshaker::start(format!("volley-tls-{i}")),
-                    false => Ok((None, crate::tls::Handshaker::default())),
-                };
-                let (tls_thread, handshaker) = match handshaker {
-                    Ok(h) => h,
-                    Err(e) => {
-                        eprintln!(
-                            "volley: I/O thread {i}: no handshake thread ({e}): handshakes run on the I/O thread"
-                        );
-                        (None, crate::tls::Handshaker::default())
-                    }
-                };
-                let _ = own_tx.send((own, tls_thread));
-                if let Err(e) = io_thread(IoSockets::from_raw(raw), shared, counters, stop, handshaker) {
+                let _ = own_tx.send(own_descriptor_table());
+                if let Err(e) = io_thread(IoSockets::from_raw(raw), shared, counters, stop) {
                     eprintln!("volley: I/O thread {i}: {e}");
                 }
             })?;
-            let (own, tls_thread) = own_rx.recv().unwrap_or((false, None));
-            responder.threads.extend(tls_thread);
-            if !own {
+            if own_rx.recv() != Ok(true) {
                 // One table: the thread's sockets are these very descriptors.
                 for s in sockets.slots() {
                     if let Some(s) = s.take() {
@@ -656,7 +637,6 @@ fn io_thread(
     shared: Arc<IoShared>,
     counters: Arc<Counters>,
     signal: Arc<StopSignal>,
-    handshaker: crate::tls::Handshaker,
 ) -> io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
     let local = tokio::task::LocalSet::new();
@@ -678,7 +658,7 @@ fn io_thread(
             doh_path: shared.doh_path.clone(),
             faults: shared.faults.clone(),
             cache_control: shared.cache_control.clone(),
-            handshaker,
+            handshaker: Default::default(),
         });
         let mut tasks = Vec::new();
         if let Some(s) = sockets.tcp {

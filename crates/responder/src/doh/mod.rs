@@ -14,7 +14,6 @@ pub(crate) mod request;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
@@ -46,7 +45,7 @@ pub(crate) async fn serve(
 async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, handshaking: Option<crate::policy::Slot>) {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let sock = Sock { fd, peer: stream.peer_addr().ok().map(|a| a.ip()) };
-    let cork = Arc::new(Cork::default());
+    let cork = Rc::new(Cork::default());
     let stream = Corked { inner: stream, buf: Vec::new(), at: 0, cork: cork.clone() };
     let Some(mut tls) = crate::dot::handshake(stream, &ctx, &acceptor, handshaking).await else { return };
     let early = crate::dot::early_data(&mut tls, &ctx);
@@ -208,16 +207,15 @@ struct Corked<S> {
     buf: Vec<u8>,
     /// Already written of `buf`.
     at: usize,
-    cork: Arc<Cork>,
+    cork: Rc<Cork>,
 }
 
-/// Shared by a [`Corked`] socket and its connection loop (one thread; atomic so that the
-/// socket may wait on the handshake thread, see `crate::tls::handshaker`).
+/// Shared by a [`Corked`] socket and its connection loop.
 #[derive(Default)]
 struct Cork {
-    on: AtomicBool,
+    on: std::cell::Cell<bool>,
     /// Output is waiting for a flush.
-    held: AtomicBool,
+    held: std::cell::Cell<bool>,
 }
 
 impl<S: AsyncWrite + Unpin> Corked<S> {
@@ -226,17 +224,17 @@ impl<S: AsyncWrite + Unpin> Corked<S> {
         ready!(write_out(&mut self.inner, &self.buf, &mut self.at, cx))?;
         self.buf.clear();
         self.at = 0;
-        self.cork.held.store(false, Relaxed);
+        self.cork.held.set(false);
         Poll::Ready(Ok(()))
     }
 
     /// Whether a write goes straight through (nothing held, not corked).
     fn through(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<bool>> {
-        if self.cork.on.load(Relaxed) && self.buf.len() < CORK_MAX {
+        if self.cork.on.get() && self.buf.len() < CORK_MAX {
             return Poll::Ready(Ok(false));
         }
         ready!(self.poll_drain(cx))?;
-        Poll::Ready(Ok(!self.cork.on.load(Relaxed)))
+        Poll::Ready(Ok(!self.cork.on.get()))
     }
 }
 
@@ -252,7 +250,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Corked<S> {
             return Pin::new(&mut self.inner).poll_write(cx, buf);
         }
         self.buf.extend_from_slice(buf);
-        self.cork.held.store(true, Relaxed);
+        self.cork.held.set(true);
         Poll::Ready(Ok(buf.len()))
     }
     fn poll_write_vectored(
@@ -268,14 +266,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Corked<S> {
             self.buf.extend_from_slice(b);
             n += b.len();
         }
-        self.cork.held.store(true, Relaxed);
+        self.cork.held.set(true);
         Poll::Ready(Ok(n))
     }
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        if self.cork.on.load(Relaxed) && self.buf.len() < CORK_MAX {
+        if self.cork.on.get() && self.buf.len() < CORK_MAX {
             return Poll::Ready(Ok(()));
         }
         ready!(self.poll_drain(cx))?;
@@ -557,7 +555,7 @@ enum H2Event {
 }
 
 /// Serves HTTP/2 on `io`; `sock` is its TCP socket, `cork` its [`Corked`] switch.
-async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>, sock: Sock, cork: Arc<Cork>) {
+async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>, sock: Sock, cork: Rc<Cork>) {
     let idle = ctx.idle_timeout;
     let mut builder = h2::server::Builder::new();
     builder
@@ -588,7 +586,7 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
         // Take the requests at hand corked, so that their answers leave together; then,
         // out of requests, uncork and poll once more, which flushes.
         let event = std::future::poll_fn(|cx| {
-            cork.on.store(true, Relaxed);
+            cork.on.set(true);
             match conn.poll_accept(cx) {
                 Poll::Ready(Some(Ok((req, respond)))) => {
                     taken = true;
@@ -597,8 +595,8 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
                 Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(H2Event::Closed),
                 Poll::Pending => {}
             }
-            cork.on.store(false, Relaxed);
-            if cork.held.load(Relaxed) {
+            cork.on.set(false);
+            if cork.held.get() {
                 match conn.poll_accept(cx) {
                     Poll::Ready(Some(Ok((req, respond)))) => {
                         taken = true;
@@ -657,7 +655,7 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
         }
     }
     // Let the connection flush its last frames.
-    cork.on.store(false, Relaxed);
+    cork.on.set(false);
     let _ =
         tokio::time::timeout(std::time::Duration::from_secs(1), std::future::poll_fn(|cx| conn.poll_closed(cx))).await;
 }

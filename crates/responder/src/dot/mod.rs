@@ -76,9 +76,8 @@ async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, hand
 /// Runs the server handshake, within the smaller of the idle and request timeouts (a
 /// timeout counts as `closed_slow`), holding its place under `--max-handshakes` until it
 /// ends; counts resumed handshakes. None when it failed or timed out. The ClientHello is read
-/// here, its costly processing runs on the thread's handshake thread ([`crate::tls::handshaker`]),
-/// the rest of the handshake here again.
-pub(crate) async fn handshake<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static>(
+/// first; its costly processing waits its turn ([`crate::tls::handshaker`]).
+pub(crate) async fn handshake<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     stream: S,
     ctx: &Ctx,
     acceptor: &TlsAcceptor,

@@ -1,88 +1,88 @@
-//! The costly step of a TLS handshake over TCP (DoT, DoH) on a thread of its own beside each
-//! I/O thread, at the lowest priority (nice 19).
+//! The costly step of TLS handshakes over TCP (DoT, DoH) in turns, each after the I/O thread
+//! has looked at its sockets: a wave of handshakes does not queue its work ahead of the
+//! answers to established connections.
 //!
 //! A server handshake's work is almost all in one synchronous step: rustls taking the
 //! ClientHello (`Accepted::into_connection`: the key exchange, and the signature of the
-//! server's first flight), about 0.15 to 0.3 ms of CPU. On the I/O thread, which also answers
-//! the established connections, a wave of handshakes (clients that reconnect together, or an
-//! attacker that does) queues that work ahead of every answer, first come first served. Here
-//! the I/O thread reads the ClientHello (cheap), hands the step to its handshake thread, and
-//! finishes the handshake itself; the kernel runs the handshake thread only when the threads
-//! that answer do not need the core (a waking nice-0 thread preempts it), so established
-//! clients are answered first, and handshakes use what is left. The socket moves to the
-//! handshake thread and back untouched (nothing polls it there).
-//!
-//! The thread is started with its I/O thread (so that the responder's CPU clock counts it)
-//! and ends when the I/O thread does. Where it cannot run, the step runs on the I/O thread.
+//! server's first flight), about 0.15 to 0.3 ms of CPU. An I/O thread runs its ready tasks in
+//! turn and looks at its sockets again only between rounds of up to 61 of them: when
+//! hundreds of clients reconnect together (or an attacker does), each round took dozens of
+//! those steps, several ms, while an established client's query waited for the next look.
+//! Here each step waits for the thread's one turn, and the task that has it yields once
+//! before the step (`yield_now`: the runtime first polls its sockets, and the tasks they wake
+//! run ahead of it). A query arriving during a wave waits for at most the step in progress.
+//! Handshakes lose nothing: on one thread they ran one after another anyway.
 
-use std::sync::mpsc;
+use tokio::sync::Semaphore;
 
-type Job = Box<dyn FnOnce() + Send>;
-
-/// Niceness of the handshake threads: the lowest priority of the normal scheduler.
-const NICE: libc::c_int = 19;
-
-/// An I/O thread's way to its handshake thread.
-#[derive(Default)]
+/// One I/O thread's turns for the costly handshake step.
 pub(crate) struct Handshaker {
-    tx: Option<mpsc::Sender<Job>>,
+    turn: Semaphore,
+}
+
+impl Default for Handshaker {
+    fn default() -> Handshaker {
+        Handshaker { turn: Semaphore::new(1) }
+    }
 }
 
 impl Handshaker {
-    /// Starts a handshake thread named `name` (from the I/O thread: it then shares that
-    /// thread's descriptor table); returns it (to be joined) and the I/O thread's handle to it.
-    pub(crate) fn start(name: String) -> std::io::Result<(Option<std::thread::JoinHandle<()>>, Handshaker)> {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let t = std::thread::Builder::new().name(name).spawn(move || {
-            // SAFETY: setpriority on this thread's own ID (Linux: per thread).
-            unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, NICE) };
-            for job in rx {
-                job();
-            }
-        })?;
-        Ok((Some(t), Handshaker { tx: Some(tx) }))
-    }
-
-    /// Runs `f` on the handshake thread and waits for its result; on this thread when there
-    /// is none. None only if the thread is gone with the job.
-    pub(crate) async fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move || {
-            let _ = tx.send(f());
-        });
-        match &self.tx {
-            Some(to) => {
-                if let Err(mpsc::SendError(job)) = to.send(job) {
-                    job();
-                }
-            }
-            None => job(),
-        }
-        rx.await.ok()
+    /// Runs `f` (a handshake's costly step) when its turn comes, after the thread has looked
+    /// at its sockets. None only if the turns have ended (never: the semaphore is not closed).
+    pub(crate) async fn run<T>(&self, f: impl FnOnce() -> T) -> Option<T> {
+        let _turn = self.turn.acquire().await.ok()?;
+        tokio::task::yield_now().await;
+        Some(f())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+    use std::rc::Rc;
 
+    /// Three handshake steps ready at once, the first of which makes a socket readable: the
+    /// task waiting on that socket runs before the second step, not after the third.
     #[test]
-    fn jobs_run_on_the_handshake_thread_at_low_priority() {
-        let (t, h) = Handshaker::start("volley-tls-test".into()).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let (name, nice) = rt
-            .block_on(h.run(|| {
-                // SAFETY: getpriority of this thread; errno is not needed for these values.
-                let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
-                (std::thread::current().name().map(str::to_string), nice)
-            }))
-            .unwrap();
-        assert_eq!(name.as_deref(), Some("volley-tls-test"));
-        assert_eq!(nice, NICE);
-        drop(h);
-        t.unwrap().join().unwrap();
-        // No thread: the job runs here.
-        let here = rt.block_on(Handshaker::default().run(|| std::thread::current().id())).unwrap();
-        assert_eq!(here, std::thread::current().id());
+    fn a_ready_socket_is_served_between_handshake_steps() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async {
+            let order = Rc::new(RefCell::new(Vec::new()));
+            let h = Rc::new(Handshaker::default());
+            let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            let to = client.local_addr().unwrap();
+            let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let o = order.clone();
+            let answered = tokio::task::spawn_local(async move {
+                let mut buf = [0u8; 8];
+                client.recv(&mut buf).await.unwrap();
+                o.borrow_mut().push("answer");
+            });
+            // Let the client wait on its socket first.
+            tokio::task::yield_now().await;
+            let steps: Vec<_> = (0..3)
+                .map(|i| {
+                    let (h, o, peer) = (h.clone(), order.clone(), peer.try_clone().unwrap());
+                    tokio::task::spawn_local(async move {
+                        h.run(|| {
+                            if i == 0 {
+                                peer.send_to(b"answer", to).unwrap();
+                            }
+                            // The step's work: long enough for the datagram to arrive.
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                            o.borrow_mut().push(["step 0", "step 1", "step 2"][i]);
+                        })
+                        .await
+                    })
+                })
+                .collect();
+            for s in steps {
+                s.await.unwrap().unwrap();
+            }
+            answered.await.unwrap();
+            assert_eq!(*order.borrow(), ["step 0", "answer", "step 1", "step 2"]);
+        });
     }
 }
