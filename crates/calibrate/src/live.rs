@@ -395,3 +395,27 @@ fn read_loop(
     }
     Ok((matcher, out))
 }
+
+/// Segments the kernel has merged into segments already queued on a TCP socket, over the
+/// whole machine (`TcpExtTCPRcvCoalesce` in /proc/net/netstat); None where it cannot be read.
+/// A merged segment's data keeps only the newest segment's arrival stamp: answers that came
+/// apart but were read together take the later one's time.
+pub fn tcp_merged_segments() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/net/netstat").ok()?;
+    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (names, values) = (lines.next()?, lines.next()?);
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(k, _)| *k == "TCPRcvCoalesce")
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+#[cfg(test)]
+mod merged_tests {
+    #[test]
+    fn the_machine_counts_merged_segments() {
+        let n = super::tcp_merged_segments().expect("/proc/net/netstat has TcpExt's TCPRcvCoalesce");
+        assert!(super::tcp_merged_segments().unwrap() >= n, "a count only grows");
+    }
+}

@@ -127,7 +127,9 @@ fn live(a: &RunArgs) -> CliResult<(Calibration, bool)> {
             CalibrateError::NotPermitted(_) => CliError::usage(e),
             e => CliError::failure(e),
         })?;
+    let merged_before = volley_calibrate::live::tcp_merged_segments();
     let result = run::execute(&plan, a.progress, a.metrics_file.as_deref(), run::interrupt_flag(), None);
+    let merged = volley_calibrate::live::tcp_merged_segments().zip(merged_before).map(|(b, a)| b.saturating_sub(a));
     // The last answers are in the kernel's queue by now; the capture reads them before it stops.
     std::thread::sleep(Duration::from_millis(100));
     let stopped = capture.stop().map_err(CliError::failure);
@@ -143,6 +145,13 @@ fn live(a: &RunArgs) -> CliResult<(Calibration, bool)> {
         Some(stats),
         Some((proto, VolleyFigure::of(&result))),
     );
+    if let (Proto::Tcp, Some(n @ 1..)) = (proto, merged) {
+        warnings.push(format!(
+            "tcp: the kernel merged {n} segments into ones already queued during the run (machine-wide): answers \
+             that came apart but were read together take the later one's arrival time, so volley's tail can lie \
+             later than the wire's by how late it read (docs/calibrate.md)"
+        ));
+    }
     cal.warnings.splice(0..0, warnings);
     Ok((cal, result.status == volley_metrics::Status::Interrupted))
 }
