@@ -41,7 +41,7 @@ pub(crate) struct Ctx {
     pub faults: Arc<Active>,
     /// `cache-control` value for answers with records: `max-age=TTL`.
     pub cache_control: http::HeaderValue,
-    /// DoT and DoH: where the costly step of each TLS handshake runs.
+    /// DoT and DoH: the turns the costly step of each TLS handshake waits for.
     pub handshaker: crate::tls::Handshaker,
 }
 
