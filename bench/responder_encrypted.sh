@@ -9,6 +9,10 @@
 # per server core (qps / CPU share), the generator's CPU share (near 100 %: the generator, not
 # the server, set the pace), and the ratios volley/dnsdist and volley/unbound of qps per core.
 #
+# CONN_QUERIES=N: each connection takes N queries and closes (`volley run --conn-queries N`),
+# so that CONN_QUERIES=1 measures handshakes: answered qps per server core is then TLS
+# handshakes per server core (default: connections kept for the whole run).
+#
 # Env: DURATION (10 s per server and transport), INFLIGHT (200), CONNECTIONS (4), TRANSPORTS
 # ("dot doh"), SERVERS ("volley dnsdist unbound"), DOH_METHOD (post), CLIENT_CORE (0),
 # SERVER_CORE (1), VOLLEY, VOLLEY_NO_BUILD, OUT_DIR (bench/out).
@@ -124,6 +128,7 @@ for server in $SERVERS; do
         wait_url_answers "$VOLLEY_BIN" "$url" --ca "$CERT" "${extra[@]}"
         log "$server ($t, pid $SRV_PID, core $SERVER_CORE): volley run -c $INFLIGHT --connections $CONNECTIONS for ${DURATION}s"
         cpu0="$(proc_cpu_s "$SRV_PID")"
+        if [ -n "${CONN_QUERIES:-}" ]; then extra+=(--conn-queries "$CONN_QUERIES"); fi
         timed "$WORK/$server.$t.gen" taskset -c "$CLIENT_CORE" "$VOLLEY_BIN" run "$url" --ca "$CERT" "${extra[@]}" \
             -d "$QUERIES" -c "$INFLIGHT" -l "${DURATION}s" -T 1 --connections "$CONNECTIONS" --progress never -q \
             -o "$WORK/$server.$t.json" >"$WORK/$server.$t.out" 2>&1 \
@@ -155,7 +160,7 @@ ratio() { # volley's qps per core over $1's, for transport $2
     echo "### The responder against dnsdist and unbound over DoT and DoH/2"
     echo
     echo "Each server alone on core $SERVER_CORE (one thread where configurable), the same P-256" \
-        "certificate; \`volley run -c $INFLIGHT --connections $CONNECTIONS -T 1\` on core $CLIENT_CORE for" \
+        "certificate; \`volley run -c $INFLIGHT --connections $CONNECTIONS${CONN_QUERIES:+ --conn-queries $CONN_QUERIES} -T 1\` on core $CLIENT_CORE for" \
         "$DURATION s per server and transport; DoH/2 with ${DOH_METHOD^^}. dnsdist answers with SpoofAction," \
         "unbound from local-data. qps per core = answered qps / the server's CPU share. Goal (issue 3):" \
         "volley serve ahead of both. $(machine_line)."
