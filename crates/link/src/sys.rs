@@ -66,6 +66,18 @@ fn ioctl_ifreq(s: &OwnedFd, req: libc::c_ulong, r: &mut libc::ifreq) -> io::Resu
     cvt(unsafe { libc::ioctl(s.as_raw_fd(), req as _, r as *mut libc::ifreq) }).map(|_| ())
 }
 
+/// SIOCSIFTXQLEN (linux/sockios.h).
+const SIOCSIFTXQLEN: libc::c_ulong = 0x8943;
+
+/// Sets how many packets interface `name` queues for its reader (a TUN device: packets the
+/// kernel sent into it and the forwarder has not read yet).
+pub fn set_txqueuelen(name: &str, len: u32) -> io::Result<()> {
+    let s = ctl_socket()?;
+    let mut r = ifreq(name)?;
+    r.ifr_ifru.ifru_ifindex = len as libc::c_int;
+    ioctl_ifreq(&s, SIOCSIFTXQLEN, &mut r)
+}
+
 /// Brings an interface up (and running).
 pub fn link_up(name: &str) -> io::Result<()> {
     let s = ctl_socket()?;
