@@ -541,6 +541,91 @@ fn clients_split_by_start_at_issue_what_one_process_issues() {
     assert!(!m["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("split run")));
 }
 
+/// A pcap (raw IPv4, link type 101) of DNS queries to 10.0.0.53 from the clients `10.0.1.N`:
+/// `(N, seconds)` per packet.
+fn capture_from(packets: &[(u8, f64)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for v in [0xa1b2_c3d4u32.to_le_bytes().as_slice(), &2u16.to_le_bytes(), &4u16.to_le_bytes()] {
+        out.extend_from_slice(v);
+    }
+    out.extend_from_slice(&[0; 8]);
+    out.extend_from_slice(&65535u32.to_le_bytes());
+    out.extend_from_slice(&101u32.to_le_bytes());
+    for (i, &(client, t)) in packets.iter().enumerate() {
+        let mut dns = vec![(i >> 8) as u8, i as u8, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        for l in format!("q{i}.split.test").split('.') {
+            dns.push(l.len() as u8);
+            dns.extend_from_slice(l.as_bytes());
+        }
+        dns.extend_from_slice(&[0, 0, 1, 0, 1]);
+        let udp_len = 8 + dns.len();
+        let ip_len = 20 + udp_len;
+        let mut p =
+            vec![0x45, 0, (ip_len >> 8) as u8, ip_len as u8, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 1, client, 10, 0, 0, 53];
+        p.extend_from_slice(&[0x30, 0x39, 0, 53, (udp_len >> 8) as u8, udp_len as u8, 0, 0]);
+        p.extend_from_slice(&dns);
+        let (s, us) = (t as u32, (t.fract() * 1e6) as u32);
+        for v in [1_700_000_000 + s, us, p.len() as u32, p.len() as u32] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&p);
+    }
+    out
+}
+
+/// Replay clients go whole to one part each, dealt by their load: a capture whose first
+/// client sends 30 queries and three others 10 each splits 30 / 30 between two parts (dealt in
+/// turn it would be 40 / 20), and the parts together replay what one process replays.
+#[test]
+fn replay_clients_are_split_by_their_load() {
+    let server = Server::start();
+    let target = server.udp_url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut packets: Vec<(u8, f64)> = (0..30).map(|i| (1, i as f64 * 0.02)).collect();
+    for c in 2..=4u8 {
+        packets.extend((0..10).map(|i| (c, 0.01 + i as f64 * 0.06)));
+    }
+    packets.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let pcap = dir.path().join("split.pcap");
+    std::fs::write(&pcap, capture_from(&packets)).unwrap();
+    let clients = dir.path().join("split.clients");
+    let out = run_cmd(Command::new(volley()).arg("pcap").arg(&pcap).arg("-o").arg(&clients), RUN_WAIT);
+    assert!(out.status.success(), "volley pcap: {}", out.stderr);
+    let clients_s = clients.to_str().unwrap();
+    let load = ["--replay", clients_s, "-T", "1"];
+    let mut args = vec![target.as_str()];
+    args.extend(load);
+    let single = run_volley(&args);
+    let single = single.ok().clone();
+    assert_eq!(total(&single, "issued"), 60, "the capture's 60 queries");
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let at = (now_ms + 3000).to_string();
+    let mut children = Vec::new();
+    for i in 0..2 {
+        let part_arg = format!("{i}/2");
+        let mut args = vec![target.as_str(), "--part", &part_arg, "--start-at", &at];
+        args.extend(load);
+        children.push(part(Command::new(volley()), &args, &dir.path().join(format!("r{i}.json"))));
+    }
+    for c in children {
+        let (code, err) = finish_part(c);
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let parts: Vec<Value> = (0..2).map(|i| read_results(&dir.path().join(format!("r{i}.json"))).unwrap()).collect();
+    let issued: Vec<u64> = parts.iter().map(|p| total(p, "issued")).collect();
+    assert_eq!(issued, vec![30, 30], "each part replays half the queries");
+    let clients_of: Vec<u64> = parts.iter().map(|p| p["load"]["clients"].as_u64().unwrap()).collect();
+    assert_eq!(clients_of, vec![1, 3], "the heavy client alone on one part, the three others on the other");
+    let merged = dir.path().join("m.json");
+    let files: Vec<PathBuf> = (0..2).map(|i| dir.path().join(format!("r{i}.json"))).collect();
+    let out = run_cmd(Command::new(volley()).arg("merge").args(&files).arg("-o").arg(&merged), RUN_WAIT);
+    assert!(out.status.success(), "{}", out.stderr);
+    let m = read_results(&merged).unwrap();
+    check_accounting(&m);
+    assert_eq!(total(&m, "issued"), total(&single, "issued"));
+    assert_eq!(total(&m, "answered"), total(&single, "answered"));
+}
+
 /// `volley limit --part 0/2` sends half of each step: against a responder that answers 500 qps,
 /// the search finds the whole run's limit at about 1,000 qps (the two parts together), and
 /// judges each step against the part's share (no step is generator-bound for sending half).

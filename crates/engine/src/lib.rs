@@ -520,15 +520,29 @@ pub fn run(
             }]
         }
     };
-    // Clients are dealt to groups by weight, then to parts in turn (each whole to one), then
-    // to this part's workers in turn: `client_ids` are their indices in the whole run.
+    // Clients are dealt to groups by weight, then to parts (each whole to one: in turn, or by
+    // the captured clients' loads in a replay), then to this part's workers in turn:
+    // `client_ids` are their indices in the whole run.
     let (assignment, client_ids): (Vec<u16>, Vec<u64>) = match &plan.load {
         Load::Clients(c) => {
             let all = c.assignments();
-            part.clients(c.count).map(|k| (all[k as usize], k)).unzip()
+            let mine: Vec<u64> = match &c.replay {
+                Some(r) if !part.is_whole() => {
+                    let loads: Vec<u32> = (0..c.count)
+                        .map(|k| r.clients.get(r.source_of(k, c.count).0 as usize).map_or(0, |q| q.len() as u32))
+                        .collect();
+                    part.clients_by_load(&loads)
+                }
+                _ => part.clients(c.count).collect(),
+            };
+            mine.into_iter().map(|k| (all[k as usize], k)).unzip()
         }
         _ => (Vec::new(), Vec::new()),
     };
+    if matches!(plan.load, Load::Clients(_)) {
+        // Dealt by load, a part may hold fewer clients than its even share: a worker each at most.
+        threads = threads.min(client_ids.len().max(1));
+    }
     let udp_of: Vec<bool> = groups.iter().map(|g| g.spec.target.scheme == volley_transport::Scheme::Udp).collect();
     let udp_group = |g: u16| udp_of[g as usize];
     let udp_clients = assignment.iter().filter(|&&g| udp_group(g)).count();

@@ -7,9 +7,12 @@
 //!   takes the arrivals `k ≡ I (mod N)`, and its worker `w` of `T` those `k = I + N·w + N·T·j`.
 //!   The due time is computed from `k` alone, so the union of the parts' schedules is the
 //!   single run's schedule, to the nanosecond, whatever N and T.
-//! * Simulated and replay clients go whole to one part: client `c` of the run to part `c mod N`
-//!   (counts differ by at most one; a mixture's groups, dealt by weight in client order, spread
-//!   alike). Each client's random choices are keyed by its index in the whole run.
+//! * Simulated and replay clients go whole to one part. Simulated clients: client `c` of the run
+//!   to part `c mod N` (counts differ by at most one; a mixture's groups, dealt by weight in
+//!   client order, spread alike). Replay clients carry the captured clients' loads, which differ
+//!   by orders of magnitude (a forwarder beside a stub), so they are dealt by load
+//!   ([`deal_by_load`]): the heaviest first, each to the part with the least load so far. Each
+//!   client's random choices are keyed by its index in the whole run.
 //! * Which query of the set an arrival sends, and its random label, are keyed by the arrival's
 //!   global index `k`: the parts' queries together are those of the single run.
 //! * Closed-loop concurrency, connections and a query count are split so that the parts add up
@@ -94,6 +97,20 @@ impl Part {
         (u64::from(self.index)..total).step_by(self.count as usize)
     }
 
+    /// This part's clients when client `k` of the run carries `loads[k]` queries (a replay),
+    /// as global indices in order: see [`deal_by_load`].
+    pub fn clients_by_load(&self, loads: &[u32]) -> Vec<u64> {
+        if self.is_whole() {
+            return (0..loads.len() as u64).collect();
+        }
+        deal_by_load(self.count, loads)
+            .iter()
+            .enumerate()
+            .filter(|&(_, &p)| p == self.index)
+            .map(|(k, _)| k as u64)
+            .collect()
+    }
+
     /// The share of the run's load this part carries (for the merged results of a run that
     /// lost parts): its fraction of `total` items (arrivals, clients, concurrency).
     pub fn fraction(&self, total: u64) -> f64 {
@@ -153,6 +170,30 @@ impl Stripe {
             (total - self.first).div_ceil(self.stride)
         }
     }
+}
+
+/// Which part each client goes to when client `k` carries `loads[k]` queries: the clients from
+/// the heaviest to the lightest (equal loads in client order), each to the part whose load is
+/// the least so far (equal loads: the one with fewer clients, then the lower index), the
+/// longest-processing-time rule. The parts' loads then differ by at most the heaviest
+/// client's, and, among clients of equal load, their counts by at most one. Deterministic:
+/// every part computes the same deal from the same clients.
+pub fn deal_by_load(parts: u32, loads: &[u32]) -> Vec<u32> {
+    use std::cmp::Reverse;
+    let mut out = vec![0u32; loads.len()];
+    if parts <= 1 {
+        return out;
+    }
+    let mut order: Vec<u32> = (0..loads.len() as u32).collect();
+    order.sort_unstable_by_key(|&k| (Reverse(loads[k as usize]), k));
+    let mut heap: std::collections::BinaryHeap<Reverse<(u64, u64, u32)>> =
+        (0..parts).map(|p| Reverse((0, 0, p))).collect();
+    for k in order {
+        let Reverse((load, count, p)) = heap.pop().expect("one entry per part");
+        out[k as usize] = p;
+        heap.push(Reverse((load + u64::from(loads[k as usize]), count + 1, p)));
+    }
+    out
 }
 
 /// When arrival `k` of an open loop at `rate` queries per second is due, ns after the start: a
@@ -277,6 +318,41 @@ mod tests {
         assert!(g0.abs_diff(g1) <= 1, "{g0} {g1}");
         // Seeds are the client's own, the same in every split.
         assert_ne!(client_seed(0), client_seed(1));
+    }
+
+    /// Replay clients by load: each whole to one part, every part's load within the heaviest
+    /// client's of every other's, equal loads spread by count, the same deal every time.
+    #[test]
+    fn replay_clients_are_dealt_by_load() {
+        // A heavy-tailed capture: client k sends 1 + (k^3 mod 997) queries, a few send most.
+        let loads: Vec<u32> = (0..2000u64).map(|k| 1 + (k * k * k % 997) as u32).collect();
+        let heaviest = u64::from(*loads.iter().max().unwrap());
+        for n in [1u32, 2, 3, 7, 64] {
+            let mut seen = vec![0u32; loads.len()];
+            let mut part_loads = Vec::new();
+            for i in 0..n {
+                let mine = Part::new(i, n).unwrap().clients_by_load(&loads);
+                assert!(mine.windows(2).all(|w| w[0] < w[1]), "in order");
+                for &c in &mine {
+                    seen[c as usize] += 1;
+                }
+                part_loads.push(mine.iter().map(|&c| u64::from(loads[c as usize])).sum::<u64>());
+            }
+            assert!(seen.iter().all(|&s| s == 1), "n {n}: every client in exactly one part");
+            let (lo, hi) = (*part_loads.iter().min().unwrap(), *part_loads.iter().max().unwrap());
+            assert!(hi - lo <= heaviest, "n {n}: loads {part_loads:?}");
+        }
+        // Dealt in turn by index, the same clients put twice the load on one of two parts.
+        let mod2: u64 = (0..loads.len()).filter(|k| k % 2 == 0).map(|k| u64::from(loads[k])).sum();
+        let total: u64 = loads.iter().map(|&l| u64::from(l)).sum();
+        let by_load = Part::new(0, 2).unwrap().clients_by_load(&loads);
+        let half: u64 = by_load.iter().map(|&c| u64::from(loads[c as usize])).sum();
+        assert!(half.abs_diff(total - half) <= heaviest, "{half} of {total} (in turn: {mod2})");
+        // Equal loads: counts differ by at most one, as dealt in turn.
+        let flat = vec![5u32; 1001];
+        let counts: Vec<usize> = (0..4).map(|i| Part::new(i, 4).unwrap().clients_by_load(&flat).len()).collect();
+        assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1, "{counts:?}");
+        assert_eq!(deal_by_load(3, &loads), deal_by_load(3, &loads));
     }
 
     #[test]
