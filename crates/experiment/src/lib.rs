@@ -163,6 +163,36 @@ mod tests {
         let text = String::from_utf8(text).unwrap();
         assert!(text.contains("differs"), "{text}");
     }
+    /// A figure repeated shows its lowest and highest beside the middle one; a ratio does not
+    /// (its repetitions are of the figure before the ratio).
+    #[test]
+    fn repetitions_show_their_spread() {
+        let (_, text) = load("transport-cost").unwrap();
+        let spec = parse("transport-cost", &text).unwrap();
+        let fig = |qps: Vec<f64>, cpu: f64| {
+            let mut m = std::collections::BTreeMap::new();
+            m.insert("qps".to_string(), qps);
+            m.insert("server_cpu_us".to_string(), vec![cpu]);
+            m
+        };
+        let measured: check::Measured = vec![
+            ("udp".into(), fig(vec![100_000.0, 90_000.0, 120_000.0], 3.0)),
+            ("tcp-100".into(), fig(vec![40_000.0], 9.0)),
+        ];
+        let ev = evaluate(&spec, &measured);
+        let mut out = Vec::new();
+        output::write_text(&spec, &ev, &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let udp = out.lines().find(|l| l.starts_with("UDP ")).unwrap();
+        assert!(
+            udp.contains(&format!("{} [{}-{}]", check::num(100_000.0), check::num(90_000.0), check::num(120_000.0))),
+            "{out}"
+        );
+        let tcp = out.lines().find(|l| l.starts_with("tcp-100")).unwrap();
+        assert!(!tcp.contains('['), "one repetition, no spread: {tcp}");
+        assert!(out.contains("(in square brackets: the lowest and highest"), "{out}");
+    }
+
     /// clients-served judges by clients per server core: derived where the generator stopped a
     /// search (marked *), so the server's key types order the rows even when every search
     /// reached the same lower bound; a row derived the wrong way round makes a check differ.

@@ -22,6 +22,7 @@ pub fn write_text(spec: &Spec, ev: &Evaluation, out: &mut dyn Write) -> io::Resu
     }
     header.push("verdict".into());
     let mut lines = vec![header];
+    let mut spread = false;
     for r in &ev.rows {
         let mut l = vec![r.label.clone()];
         for c in &spec.columns {
@@ -30,6 +31,16 @@ pub fn write_text(spec: &Spec, ev: &Evaluation, out: &mut dyn Write) -> io::Resu
             let ratio = if c.ratio_to.is_some() || c.factor_of.is_some() { "x" } else { "" };
             let mark = if cell.derived { "*" } else { "" };
             let m = if cell.measured.is_some() { format!("{m}{ratio}{mark}") } else { m };
+            // The repetitions' spread beside a figure shown as it was measured (a ratio's
+            // repetitions are of the figure before the ratio: in the JSON only).
+            let lo = cell.values.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = cell.values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let m = if ratio.is_empty() && cell.measured.is_some() && cell.values.len() > 1 && lo < hi {
+                spread = true;
+                format!("{m} [{}-{}]", num(lo), num(hi))
+            } else {
+                m
+            };
             let s = match &cell.study {
                 Some(Figure::Number(v)) => format!(" ({}{ratio})", num(*v)),
                 Some(Figure::Words(w)) => format!(" ({w})"),
@@ -61,6 +72,9 @@ pub fn write_text(spec: &Spec, ev: &Evaluation, out: &mut dyn Write) -> io::Resu
         }
     }
     writeln!(out, "(in brackets: the study's figure)")?;
+    if spread {
+        writeln!(out, "(in square brackets: the lowest and highest of the repetitions; the middle one is shown)")?;
+    }
     let mut derived: Vec<&str> = spec
         .columns
         .iter()
