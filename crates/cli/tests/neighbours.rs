@@ -42,6 +42,37 @@ fn dnsperf_server_port_and_mode_name_the_target() {
     assert_eq!(per_answer("AAAA"), per_answer("A") + 12);
 }
 
+/// dnsperf's -m names the encrypted transports too (dot, doh, doq), at their own ports, and
+/// its -Q is the open loop's rate: 200 queries a second for one second are 200 queries.
+#[test]
+fn dnsperf_mode_names_encrypted_transports_and_q_is_the_rate() {
+    let server = Server::start_encrypted(&[]);
+    for (mode, kind, scheme) in [("dot", "dot", "tls"), ("doh", "doh", "https"), ("doq", "doq", "quic")] {
+        let a = server.listener(kind);
+        let r = run_volley(&[
+            "-s",
+            &a.ip().to_string(),
+            "-p",
+            &a.port().to_string(),
+            "-m",
+            mode,
+            "--ca",
+            server.ca_str(),
+            "-Q",
+            "200",
+            "-l",
+            "1s",
+        ]);
+        assert_eq!(r.status.code(), Some(0), "-m {mode}: {}", r.stderr);
+        let json = r.json.expect("results");
+        let url = json["target"]["url"].as_str().unwrap_or_default().to_string();
+        assert!(url.starts_with(&format!("{scheme}://{a}")), "-m {mode}: target {url}");
+        let t = &json["totals"];
+        assert_eq!(t["issued"].as_u64(), Some(200), "-m {mode} -Q 200 -l 1s: {t}");
+        assert_eq!(t["answered"].as_u64(), Some(200), "-m {mode}: {t}");
+    }
+}
+
 fn one_line(args: &[&str]) -> String {
     let out = run_cmd(Command::new(volley()).args(args), RUN_WAIT);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {}\n{}", out.status, out.stderr);

@@ -125,6 +125,9 @@ mod tests {
         let mut zsh = Vec::new();
         clap_complete::generate(Shell::Zsh, &mut Cli::command(), "volley", &mut zsh);
         let zsh = String::from_utf8(zsh).unwrap();
+        let mut fish = Vec::new();
+        clap_complete::generate(Shell::Fish, &mut Cli::command(), "volley", &mut fish);
+        let fish = String::from_utf8(fish).unwrap();
         let pages = pages();
         let mut checked = 0;
         for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
@@ -143,6 +146,14 @@ mod tests {
                 let flag = format!("--{long}");
                 assert!(bash.contains(&flag), "bash completions lack {} {flag}", sub.get_name());
                 assert!(zsh.contains(&flag), "zsh completions lack {} {flag}", sub.get_name());
+                // fish: one `complete` line per flag, under its subcommand's condition.
+                let under = [format!("subcommand {}\"", sub.get_name()), format!("subcommand {};", sub.get_name())];
+                assert!(
+                    fish.lines().any(|l| under.iter().any(|u| l.contains(u.as_str()))
+                        && l.split_whitespace().collect::<Vec<_>>().windows(2).any(|w| w == ["-l", long])),
+                    "fish completions lack {} {flag}",
+                    sub.get_name()
+                );
                 // roff escapes '-' as '\-'.
                 assert!(page.contains(&flag.replace('-', "\\-")), "man page volley-{} lacks {flag}", sub.get_name());
                 checked += 1;
