@@ -211,35 +211,10 @@ fn mixture_groups_add_up() {
     assert_eq!(total(v, "issued"), 400, "100 clients x 2 qps x 2 s:\n{}", show(v));
 }
 
-/// A pcap (raw IPv4, link type 101) of `client`'s UDP queries to 10.0.0.53:53 at `times` (s).
+/// A pcap of one client's (10.0.0.1) UDP queries to 10.0.0.53:53 at `times` (s).
 fn capture_of(times: &[f64]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for v in [0xa1b2_c3d4u32.to_le_bytes().as_slice(), &2u16.to_le_bytes(), &4u16.to_le_bytes()] {
-        out.extend_from_slice(v);
-    }
-    out.extend_from_slice(&[0; 8]);
-    out.extend_from_slice(&65535u32.to_le_bytes());
-    out.extend_from_slice(&101u32.to_le_bytes());
-    for (i, t) in times.iter().enumerate() {
-        let mut dns = vec![(i >> 8) as u8, i as u8, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
-        for l in format!("q{i}.dyn.test").split('.') {
-            dns.push(l.len() as u8);
-            dns.extend_from_slice(l.as_bytes());
-        }
-        dns.extend_from_slice(&[0, 0, 1, 0, 1]);
-        let udp_len = 8 + dns.len();
-        let ip_len = 20 + udp_len;
-        let mut p =
-            vec![0x45, 0, (ip_len >> 8) as u8, ip_len as u8, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 53];
-        p.extend_from_slice(&[0x30, 0x39, 0, 53, (udp_len >> 8) as u8, udp_len as u8, 0, 0]);
-        p.extend_from_slice(&dns);
-        let (s, us) = (*t as u32, ((t.fract()) * 1e6) as u32);
-        for v in [1_700_000_000 + s, us, p.len() as u32, p.len() as u32] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        out.extend_from_slice(&p);
-    }
-    out
+    let packets: Vec<([u8; 4], f64)> = times.iter().map(|&t| ([10, 0, 0, 1], t)).collect();
+    query_capture(&packets, "dyn.test")
 }
 
 /// A browser's connections follow its own traffic: a replayed client that sends slowly (light:

@@ -541,38 +541,6 @@ fn clients_split_by_start_at_issue_what_one_process_issues() {
     assert!(!m["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("split run")));
 }
 
-/// A pcap (raw IPv4, link type 101) of DNS queries to 10.0.0.53 from the clients `10.0.1.N`:
-/// `(N, seconds)` per packet.
-fn capture_from(packets: &[(u8, f64)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for v in [0xa1b2_c3d4u32.to_le_bytes().as_slice(), &2u16.to_le_bytes(), &4u16.to_le_bytes()] {
-        out.extend_from_slice(v);
-    }
-    out.extend_from_slice(&[0; 8]);
-    out.extend_from_slice(&65535u32.to_le_bytes());
-    out.extend_from_slice(&101u32.to_le_bytes());
-    for (i, &(client, t)) in packets.iter().enumerate() {
-        let mut dns = vec![(i >> 8) as u8, i as u8, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
-        for l in format!("q{i}.split.test").split('.') {
-            dns.push(l.len() as u8);
-            dns.extend_from_slice(l.as_bytes());
-        }
-        dns.extend_from_slice(&[0, 0, 1, 0, 1]);
-        let udp_len = 8 + dns.len();
-        let ip_len = 20 + udp_len;
-        let mut p =
-            vec![0x45, 0, (ip_len >> 8) as u8, ip_len as u8, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 1, client, 10, 0, 0, 53];
-        p.extend_from_slice(&[0x30, 0x39, 0, 53, (udp_len >> 8) as u8, udp_len as u8, 0, 0]);
-        p.extend_from_slice(&dns);
-        let (s, us) = (t as u32, (t.fract() * 1e6) as u32);
-        for v in [1_700_000_000 + s, us, p.len() as u32, p.len() as u32] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        out.extend_from_slice(&p);
-    }
-    out
-}
-
 /// Replay clients go whole to one part each, dealt by their load: a capture whose first
 /// client sends 30 queries and three others 10 each splits 30 / 30 between two parts (dealt in
 /// turn it would be 40 / 20), and the parts together replay what one process replays.
@@ -581,13 +549,13 @@ fn replay_clients_are_split_by_their_load() {
     let server = Server::start();
     let target = server.udp_url();
     let dir = tempfile::tempdir().unwrap();
-    let mut packets: Vec<(u8, f64)> = (0..30).map(|i| (1, i as f64 * 0.02)).collect();
+    let mut packets: Vec<([u8; 4], f64)> = (0..30).map(|i| ([10, 0, 1, 1], i as f64 * 0.02)).collect();
     for c in 2..=4u8 {
-        packets.extend((0..10).map(|i| (c, 0.01 + i as f64 * 0.06)));
+        packets.extend((0..10).map(|i| ([10, 0, 1, c], 0.01 + i as f64 * 0.06)));
     }
     packets.sort_by(|a, b| a.1.total_cmp(&b.1));
     let pcap = dir.path().join("split.pcap");
-    std::fs::write(&pcap, capture_from(&packets)).unwrap();
+    std::fs::write(&pcap, query_capture(&packets, "split.test")).unwrap();
     let clients = dir.path().join("split.clients");
     let out = run_cmd(Command::new(volley()).arg("pcap").arg(&pcap).arg("-o").arg(&clients), RUN_WAIT);
     assert!(out.status.success(), "volley pcap: {}", out.stderr);

@@ -1588,3 +1588,37 @@ pub fn link_counter(stderr: &str, dir: &str, key: &str) -> u64 {
     let i = words.iter().position(|w| *w == key).unwrap_or_else(|| panic!("no {key} in {line}"));
     words[i + 1].parse().unwrap_or_else(|_| panic!("{key} in {line}"))
 }
+
+/// A pcap (raw IPv4, link type 101) of DNS queries for A of `q{i}.{zone}` (i: the packet's
+/// number, also its DNS ID) to 10.0.0.53 port 53 from source port 12345: one `(source
+/// address, seconds)` per packet.
+pub fn query_capture(packets: &[([u8; 4], f64)], zone: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    for v in [0xa1b2_c3d4u32.to_le_bytes().as_slice(), &2u16.to_le_bytes(), &4u16.to_le_bytes()] {
+        out.extend_from_slice(v);
+    }
+    out.extend_from_slice(&[0; 8]);
+    out.extend_from_slice(&65535u32.to_le_bytes());
+    out.extend_from_slice(&101u32.to_le_bytes());
+    for (i, &(src, t)) in packets.iter().enumerate() {
+        let mut dns = vec![(i >> 8) as u8, i as u8, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        for l in format!("q{i}.{zone}").split('.') {
+            dns.push(l.len() as u8);
+            dns.extend_from_slice(l.as_bytes());
+        }
+        dns.extend_from_slice(&[0, 0, 1, 0, 1]);
+        let udp_len = 8 + dns.len();
+        let ip_len = 20 + udp_len;
+        let mut p = vec![0x45, 0, (ip_len >> 8) as u8, ip_len as u8, 0, 0, 0, 0, 64, 17, 0, 0];
+        p.extend_from_slice(&src);
+        p.extend_from_slice(&[10, 0, 0, 53]);
+        p.extend_from_slice(&[0x30, 0x39, 0, 53, (udp_len >> 8) as u8, udp_len as u8, 0, 0]);
+        p.extend_from_slice(&dns);
+        let (s, us) = (t as u32, (t.fract() * 1e6) as u32);
+        for v in [1_700_000_000 + s, us, p.len() as u32, p.len() as u32] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&p);
+    }
+    out
+}
