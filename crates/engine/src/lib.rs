@@ -189,6 +189,13 @@ const START_LEAD_NS: u64 = 5_000_000;
 /// Queries per second on one UDP socket from which a scheduled load reads answers lazily.
 const LAZY_RECEIVE_RATE: f64 = 1_000.0;
 
+/// The open loop's batch window unless a run says otherwise ([`Plan::batch_window`]): queries
+/// due within 250 µs of a wake-up leave together. With none, every query costs the generator a
+/// wake-up of its own (tens of µs on a VM), and a scheduled load of tens of thousands of
+/// queries a second keeps its thread busy: a limit search then stops at the generator, not
+/// at the target.
+pub const BATCH_WINDOW: Duration = Duration::from_micros(250);
+
 /// The share of its threads' time (CPU over wall clock) above which a run warns that the
 /// generator may have set the pace.
 pub const GENERATOR_BUSY: f64 = 0.9;

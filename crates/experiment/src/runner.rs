@@ -569,7 +569,8 @@ fn run_step(
         threads,
         connections,
         lane,
-        batch_window: Duration::ZERO,
+        // As `volley run` and `volley limit` send: a step's figures are then theirs.
+        batch_window: volley_engine::BATCH_WINDOW,
         target_pids: if embedded.is_some() { Vec::new() } else { opts.target_pids.clone() },
         target_clock: None,
         udp_retry,

@@ -1055,12 +1055,11 @@ fn parse_conn_rate(s: &str) -> Result<ConnGate, String> {
 /// wake-ups take the CPU per answer at 50k-100k qps down by 15-30 %, for bursts twice as
 /// long (each query's latency still counts from when it left).
 fn batch_window(a: &RunArgs) -> Duration {
-    a.batch_window.unwrap_or(if a.xdp.is_some() { XDP_BATCH_WINDOW } else { BATCH_WINDOW })
+    a.batch_window.unwrap_or(if a.xdp.is_some() { XDP_BATCH_WINDOW } else { volley_engine::BATCH_WINDOW })
 }
 
-/// The open loop's batch window unless `--batch-window` says otherwise.
-const BATCH_WINDOW: Duration = Duration::from_micros(250);
-/// ... and over AF_XDP (`--xdp`).
+/// The open loop's batch window over AF_XDP (`--xdp`) unless `--batch-window` says otherwise
+/// (elsewhere [`volley_engine::BATCH_WINDOW`]).
 const XDP_BATCH_WINDOW: Duration = Duration::from_micros(500);
 
 /// `--threads`, or one worker per core.
