@@ -569,8 +569,10 @@ fn run_step(
         threads,
         connections,
         lane,
-        // As `volley run` and `volley limit` send: a step's figures are then theirs.
-        batch_window: volley_engine::BATCH_WINDOW,
+        // A fixed run keeps the exact schedule (head-of-line's order of arrival at the server,
+        // response times from each query's own time); a limit search batches as `volley limit`
+        // does (below).
+        batch_window: Duration::ZERO,
         target_pids: if embedded.is_some() { Vec::new() } else { opts.target_pids.clone() },
         target_clock: None,
         udp_retry,
@@ -635,6 +637,10 @@ fn run_step(
                 } else {
                     Plan { load: Load::Open { rate: load }, duration: Some(step_len), count: None, ..plan.clone() }
                 };
+                // A step's figures are those `volley limit` would measure: the queries due within
+                // its batch window leave together (with none, every query is a wake-up of the
+                // generator's, and the search stops at the generator, not the target).
+                let step_plan = Plan { batch_window: volley_engine::BATCH_WINDOW, ..step_plan };
                 match measure_once(&step_plan, pool) {
                     Ok((res, _)) => {
                         let busy = res.generator.cpu_s / (res.duration_s.max(1e-3) * threads as f64);
