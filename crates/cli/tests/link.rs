@@ -338,9 +338,9 @@ fn run_behind_a_link_measures_the_emulated_rtt_and_round_trips() {
         // TCP_INFO's RTT within 10 % above (the time until the server's ACK: a busy machine's
         // debug-built responder doing TLS read it 21.6 ms over DoH once). QUIC's path RTT also
         // holds the server's processing of the handshake's packets (run.md), about 1 ms for
-        // this debug-built responder under the tests' load: within 15 % above. Never below
-        // the link's (5 %: the kernel's smoothing).
-        let above = if url.starts_with("quic") { 0.15 } else { 0.10 };
+        // this debug-built responder under the tests' load, 3.8 ms once (a clean clone's CI,
+        // 2026-12-01): within 25 % above. Never below the link's (5 %: the kernel's smoothing).
+        let above = if url.starts_with("quic") { 0.25 } else { 0.10 };
         assert!(rtt >= 20.0 * 0.95 && rtt < 20.0 * (1.0 + above), "{url}: RTT {rtt} ms, the link's 20 ms");
         let ratio = v["connections"]["handshake_rtt_ratio_milli"]["p50_ns"].as_u64().unwrap() as f64 / 1000.0;
         assert!(trips.contains(&(ratio.round() as i32)), "{url}: handshake {ratio} round trips, want {trips:?}");
