@@ -199,6 +199,19 @@ impl Calibration {
             if c.unstamped > 0 {
                 warnings.push(format!("{} packets had no kernel time stamp", c.unstamped));
             }
+            let tcp = transports.iter().find(|t| t.transport == Proto::Tcp).map_or(0, |t| t.wire_counts.queries);
+            // A held query reads late on the wire (tcpdump's too), not in volley: the tail
+            // moves by as many ranks as were held; from 1 % of them on, p99 cannot be judged.
+            if c.held > 0 && c.held * 100 >= tcp {
+                warnings.push(format!(
+                    "tcp: {} of {tcp} queries reached the server's side of loopback over {} µs after they left \
+                     (the longest {:.0} µs): the capture stamps them as they arrive there, as tcpdump does, \
+                     volley as they left, so its tail reads above the wire's by that wait",
+                    c.held,
+                    live::HELD_NS / 1000,
+                    c.held_max_ns as f64 / 1000.0
+                ));
+            }
         }
         for t in &transports {
             if t.wire_counts.overflow > 0 {
@@ -224,11 +237,23 @@ impl Calibration {
     /// The text table: per transport, volley's figures, the wire's and their differences.
     pub fn write_text(&self, w: &mut dyn Write) -> io::Result<()> {
         match &self.capture {
-            Some(c) => writeln!(
-                w,
-                "calibrate {}: captured on {}: {} packets, {} dropped",
-                self.input, c.interface, c.packets, c.dropped
-            )?,
+            Some(c) => {
+                write!(
+                    w,
+                    "calibrate {}: captured on {}: {} packets, {} dropped",
+                    self.input, c.interface, c.packets, c.dropped
+                )?;
+                if c.held > 0 {
+                    write!(
+                        w,
+                        ", {} TCP queries held by loopback over {} µs (the longest {:.0} µs)",
+                        c.held,
+                        live::HELD_NS / 1000,
+                        c.held_max_ns as f64 / 1000.0
+                    )?;
+                }
+                writeln!(w)?
+            }
             None => writeln!(w, "calibrate {}: {} packets read", self.input, self.packets.packets)?,
         }
         for t in &self.transports {

@@ -226,12 +226,12 @@ impl Matcher {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use volley_replay::capture::linktype;
 
     /// A raw IPv4 packet (link type RAW) carrying UDP or TCP.
-    fn ipv4(src: SocketAddr, dst: SocketAddr, tcp: Option<(u32, bool)>, payload: &[u8]) -> Vec<u8> {
+    pub(crate) fn ipv4(src: SocketAddr, dst: SocketAddr, tcp: Option<(u32, bool)>, payload: &[u8]) -> Vec<u8> {
         let (IpAddr::V4(s), IpAddr::V4(d)) = (src.ip(), dst.ip()) else { panic!("v4") };
         let l4 = if tcp.is_some() { 20 } else { 8 };
         let total = 20 + l4 + payload.len();

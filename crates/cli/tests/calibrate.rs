@@ -26,7 +26,7 @@ use std::process::Command;
 
 use common::{require, run_cmd, volley, Capture, Server, CAPTURE_WAIT, RUN_WAIT};
 use serde_json::Value;
-use volley_metrics::Histogram;
+use volley_metrics::{Histogram, SparseHistogram};
 
 /// The tests that run loads take turns: each measures a machine the others would load.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -229,6 +229,16 @@ fn volley_against_the_wire() {
                 let (d50, d99) = (i(t, &["difference", "p50_ns"]), i(t, &["difference", "p99_ns"]));
                 let (w50, w99) = (n(t, &["wire", "p50_ns"]), n(t, &["wire", "p99_ns"]));
                 let answered = n(t, &["volley", "answered"]);
+                // TCP queries the loopback device held after they left: the capture (tcpdump's
+                // too) stamps them as the server's side takes them, volley as they left, so
+                // each reads later in volley than on the wire by its wait. Held ones can only
+                // move volley's p99 up to the wire's quantile that many ranks higher.
+                let held = v["capture"]["held"].as_u64().unwrap_or(0);
+                let wire_hist: SparseHistogram =
+                    serde_json::from_value(t["wire"]["histogram"].clone()).expect("the wire's histogram");
+                let matched = n(t, &["wire_counts", "matched"]).max(1);
+                let p99_held = Histogram::from_sparse(&wire_hist).quantile(0.99 + held as f64 / matched as f64);
+                let volley_p99 = n(t, &["volley", "latency", "p99_ns"]);
                 assert!(answered > 0, "{name}: answers\n{v:#}");
                 if n(&v, &["capture", "dropped"]) == 0 {
                     assert_eq!(
@@ -246,7 +256,11 @@ fn volley_against_the_wire() {
                     d50 as f64 / 1e3,
                     d99 as f64 / 1e3,
                     if merged > 0 { format!(" ({merged} segments merged: tail not judged)") } else { String::new() }
-                ));
+                ) + &if held > 0 {
+                    format!(" ({held} held by loopback: the wire's quantile {held} ranks above p99 {:.1} µs)", p99_held as f64 / 1e3)
+                } else {
+                    String::new()
+                });
                 assert_eq!(field, "service_time", "{name}: the results carry the service time");
                 // The issue's bounds, p50 within 3 µs and p99 within 15 µs, hold over UDP (seen:
                 // +0.4 to +1.0 µs at p50). Over TCP volley's service time reads 2.5 to 3.6 µs
@@ -254,7 +268,8 @@ fn volley_against_the_wire() {
                 // read): TCP is held to 5 µs, the gap the issue leaves open (docs/calibrate.md).
                 let p50_bound = if proto == "udp" { 3_000 } else { 5_000 };
                 let tail_judged = merged == 0 || load[1] == "1";
-                let within = d50.abs() <= p50_bound && (d99.abs() <= 15_000 || !tail_judged);
+                let tail_within = d99.abs() <= 15_000 || volley_p99 <= p99_held + 15_000;
+                let within = d50.abs() <= p50_bound && (tail_within || !tail_judged);
                 if within {
                     break;
                 }
