@@ -611,14 +611,17 @@ mod tests {
             Err(CoordError::Refused(r)) => assert!(r.contains("part 2 is here already"), "{r}"),
             other => panic!("{:?}", other.map(|l| l.index)),
         }
-        // Both ready; part 1 never comes: after the wait they start without it.
+        // Both ready; part 1 never comes: after the coordinator's wait they start without it.
+        // They wait for the start longer than the coordinator waits for part 1 (the same 5 s
+        // each way raced on a loaded machine: a part gave up first).
+        let start_wait = Duration::from_secs(30);
         let (ta, tb) = (
-            std::thread::spawn(move || (a.ready(wait).map(|_| ()), a)),
-            std::thread::spawn(move || (b.ready(wait).map(|_| ()), b)),
+            std::thread::spawn(move || (a.ready(start_wait).map(|_| ()), a)),
+            std::thread::spawn(move || (b.ready(start_wait).map(|_| ()), b)),
         );
         let (ra, a) = ta.join().unwrap();
         let (rb, b) = tb.join().unwrap();
-        assert!(ra.is_ok() && rb.is_ok());
+        assert!(ra.is_ok() && rb.is_ok(), "{:?} {:?}", ra.err(), rb.err());
         a.failed("no sockets");
         drop(b);
         let (out, events) = run.join().unwrap();
