@@ -202,15 +202,23 @@ fn volley_against_the_wire() {
     let mut rows = Vec::new();
     for (proto, addr) in [("udp", server.udp_addr()), ("tcp", server.tcp_addr())] {
         let url = format!("{proto}://{addr}");
-        for load in [["-c", "1"], ["-c", "4"], ["-c", "64"], ["-Q", "5000"]] {
+        // Over UDP the default stamps some datagrams of each send batch and times the ones
+        // between by their place; `--tx-stamps each` stamps every one (64 in flight: batches
+        // of up to 64).
+        let each: &[&str] = &["-c", "64", "--tx-stamps", "each"];
+        let loads: &[&[&str]] = &[&["-c", "1"], &["-c", "4"], &["-c", "64"], &["-Q", "5000"], each];
+        for &load in loads.iter().filter(|&&l| proto == "udp" || l != each) {
             let name = format!("{proto} {}", load.join(" "));
             // A timed comparison on a shared machine: up to five tries, the last one's verdict.
             let mut attempt = 0;
             loop {
                 attempt += 1;
                 let merged_before = tcp_merged();
-                let v =
-                    calibrate(dir.path(), &name.replace(' ', "_"), &[&url, load[0], load[1], "-T", "1", "-l", "2s"]);
+                let v = calibrate(
+                    dir.path(),
+                    &name.replace(' ', "_"),
+                    &[&[url.as_str()], load, &["-T", "1", "-l", "2s"]].concat(),
+                );
                 // Over TCP, answers that came in segments of their own while volley had not read
                 // yet may have been merged by the kernel into one (segments queued behind each
                 // other are coalesced, and the merged data keeps only the newest arrival stamp):

@@ -37,9 +37,11 @@ fn hist_mean(h: &Value) -> f64 {
     sum / n
 }
 
-/// Closed loop over UDP and TCP: every query that left was timed by the kernel, the service
-/// time counts every answer, and it is the run's latency. With `--tx-stamps off` every
-/// departure is volley's clock, and says so.
+/// Closed loop over UDP and TCP: every query that left was timed by the kernel (over UDP by
+/// default some datagrams of each batch by their own stamps, the ones between by a time between
+/// them; with `--tx-stamps each` every one by its own), the service time counts every answer,
+/// and it is the run's latency. With `--tx-stamps off` every departure is volley's clock, and
+/// says so.
 #[test]
 fn the_kernel_times_every_departure_over_udp_and_tcp() {
     let _serial = one_at_a_time();
@@ -50,13 +52,26 @@ fn the_kernel_times_every_departure_over_udp_and_tcp() {
         let sent = u(v, &["totals", "sent"]);
         let answered = u(v, &["totals", "answered"]);
         assert_eq!(sent, 3000, "{url}: {:#}", v["totals"]);
-        assert_eq!(u(v, &["send_stamps", "kernel"]), sent, "{url}: {:#}", v["send_stamps"]);
+        let (kernel, between) = (u(v, &["send_stamps", "kernel"]), u(v, &["send_stamps", "between"]));
+        assert_eq!(kernel + between, sent, "{url}: {:#}", v["send_stamps"]);
         assert_eq!(u(v, &["send_stamps", "fallback"]), 0, "{url}");
+        if url.starts_with("tcp") {
+            assert_eq!(between, 0, "{url}: each write is stamped");
+        } else {
+            // Four in flight: answers come one or two at a time, and so do the next queries,
+            // but some batches are longer.
+            assert!(kernel > 0, "{url}: {:#}", v["send_stamps"]);
+        }
         assert_eq!(u(v, &["service_time", "count"]), answered, "{url}");
         assert_eq!(u(v, &["generator_delay", "count"]), sent, "{url}");
         // Closed loop: the latency is the service time, answer for answer.
         assert_eq!(v["latency"]["histogram"], v["service_time"]["histogram"], "{url}");
         assert!(r.stdout.contains("generator"), "{url}: {}", r.stdout);
+
+        let r = run_volley(&[&url, "-c", "16", "-n", "3000", "-T", "1", "--tx-stamps", "each"]);
+        let v = r.ok();
+        assert_eq!(u(v, &["send_stamps", "kernel"]), u(v, &["totals", "sent"]), "{url}: {:#}", v["send_stamps"]);
+        assert_eq!(u(v, &["send_stamps", "between"]), 0, "{url}");
 
         let r = run_volley(&[&url, "-c", "4", "-n", "500", "-T", "1", "--tx-stamps", "off"]);
         let v = r.ok();
@@ -121,7 +136,8 @@ fn generator_delay_plus_service_time_is_the_response_time() {
     for url in [s.udp_url(), s.tcp_url()] {
         let r = run_volley(&[&url, "-Q", "2000", "-n", "4000", "-T", "1"]);
         let v = r.ok();
-        assert_eq!(u(v, &["send_stamps", "kernel"]), u(v, &["totals", "sent"]), "{url}: {:#}", v["send_stamps"]);
+        let stamped = u(v, &["send_stamps", "kernel"]) + u(v, &["send_stamps", "between"]);
+        assert_eq!(stamped, u(v, &["totals", "sent"]), "{url}: {:#}", v["send_stamps"]);
         the_parts_add_up(&url, v, 4000);
         assert!(r.stdout.contains("service"), "{url}: {}", r.stdout);
     }

@@ -821,7 +821,11 @@ pub fn run(
         latency: LatencySummary::of(&got.latency),
         service_time: Some(LatencySummary::of(&got.send.service_time)),
         generator_delay: Some(LatencySummary::of(&got.send.generator_delay)),
-        send_stamps: Some(SendStamps { kernel: got.send.kernel, fallback: got.send.fallback }),
+        send_stamps: Some(SendStamps {
+            kernel: got.send.kernel,
+            between: got.send.between,
+            fallback: got.send.fallback,
+        }),
         send_lateness: lateness,
         schedule_lateness,
         transport_wait,

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use volley_metrics::{Close, ErrorKind, Handshake, Recorder, TraceFate, Unexpected, Unsent, Wait};
+use volley_metrics::{Close, Departure, ErrorKind, Handshake, Recorder, TraceFate, Unexpected, Unsent, Wait};
 use volley_transport::{spawn_lane, ConnPolicy, Exchange, Lane, LaneOptions, Target, Token};
 use volley_wire::{question_key, Header, Rcode};
 
@@ -552,7 +552,7 @@ impl Worker {
 
     /// The kernel's transmit stamp of query `token`'s first transmission: its departure (the
     /// stamps of later ones are not taken). The generator's delay is recorded with it.
-    fn stamped(&self, token: Token, at: u64) {
+    fn stamped(&self, token: Token, at: u64, by: Departure) {
         let mut guard = self.inner.borrow_mut();
         let inn = &mut *guard;
         if inn.finished {
@@ -569,7 +569,7 @@ impl Worker {
         e.wire_at = at;
         if !std::mem::replace(&mut e.timed, true) {
             let delay = at - e.scheduled;
-            inn.rec().departed(delay, true);
+            inn.rec().departed(delay, by);
         }
     }
 
@@ -578,7 +578,7 @@ impl Worker {
     #[inline]
     fn untimed(inn: &mut Inner, e: &Entry) {
         if e.left && !e.timed {
-            inn.rec().departed(e.sent_at.saturating_sub(e.scheduled), false);
+            inn.rec().departed(e.sent_at.saturating_sub(e.scheduled), Departure::Volley);
         }
     }
 
@@ -831,8 +831,8 @@ impl Exchange for LaneView {
     }
 
     #[inline]
-    fn stamped(&self, token: Token, at: u64) {
-        self.w.stamped(token, at)
+    fn stamped(&self, token: Token, at: u64, by: Departure) {
+        self.w.stamped(token, at, by)
     }
 
     fn waited(&self, token: Token, why: Wait, ns: u64) {
@@ -1275,7 +1275,7 @@ async fn worker_main(share: Share, c: Common) -> WorkerEnd {
         // Queries still in flight that left: their departures, as known now.
         if let Some(rec) = inn.rec.as_mut() {
             for e in inn.slab.iter_live().filter(|e| e.left && !e.timed) {
-                rec.departed(e.sent_at.saturating_sub(e.scheduled), false);
+                rec.departed(e.sent_at.saturating_sub(e.scheduled), Departure::Volley);
             }
         }
         (inn.slab.live() as u64, w.in_flight_by_group(inn))

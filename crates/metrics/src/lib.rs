@@ -27,7 +27,9 @@ pub use connections::{
 };
 pub use counters::{Counters, ErrorKind, Unexpected, Unsent, Wait, WireStats};
 pub use histogram::{Histogram, SparseHistogram, Tally};
-pub use recorder::{GroupAcc, Recorder, SecondSample, SendTimes, TransportWaits, WorkerFinal, WorkerMessage};
+pub use recorder::{
+    Departure, GroupAcc, Recorder, SecondSample, SendTimes, TransportWaits, WorkerFinal, WorkerMessage,
+};
 pub use result::*;
 pub use trace::{QueryTrace, TraceBuf, TraceFate, TraceSlot, TracedQuery, MAX_TRACE};
 

@@ -126,14 +126,34 @@ pub struct SendTimes {
     pub service_time: Histogram,
     /// Issue (closed loop) or schedule (open loop) to departure, every query that left.
     pub generator_delay: Histogram,
-    /// Queries that left timed by the kernel, and by volley's clock.
+    /// Queries that left timed by the kernel, between two kernel stamps (see
+    /// [`Departure::Between`]), and by volley's clock.
     pub kernel: u64,
+    pub between: u64,
     pub fallback: u64,
+}
+
+/// What timed a query's departure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Departure {
+    /// Its own kernel transmit stamp.
+    Kernel,
+    /// A time between the kernel's stamps of two datagrams that left in the same system call,
+    /// before and after it (`--tx-stamps ends`), by its place between them.
+    Between,
+    /// volley's clock after the send returned.
+    Volley,
 }
 
 impl Default for SendTimes {
     fn default() -> Self {
-        SendTimes { service_time: Histogram::new(3), generator_delay: Histogram::new(3), kernel: 0, fallback: 0 }
+        SendTimes {
+            service_time: Histogram::new(3),
+            generator_delay: Histogram::new(3),
+            kernel: 0,
+            between: 0,
+            fallback: 0,
+        }
     }
 }
 
@@ -142,6 +162,7 @@ impl SendTimes {
         self.service_time.merge(&o.service_time);
         self.generator_delay.merge(&o.generator_delay);
         self.kernel += o.kernel;
+        self.between += o.between;
         self.fallback += o.fallback;
     }
 }
@@ -175,6 +196,7 @@ pub struct Recorder {
     service_time: Tally,
     generator_delay: Tally,
     departed_kernel: u64,
+    departed_between: u64,
     departed_fallback: u64,
     peak_on_wire: u64,
     conns: ConnHistograms,
@@ -206,6 +228,7 @@ impl Recorder {
             service_time: Tally::new(3),
             generator_delay: Tally::new(3),
             departed_kernel: 0,
+            departed_between: 0,
             departed_fallback: 0,
             peak_on_wire: 0,
             conns: ConnHistograms::default(),
@@ -325,12 +348,12 @@ impl Recorder {
     /// A query's departure is known: `delay_ns` after its issue or schedule, timed by the
     /// kernel (`kernel`) or by volley's clock. Once per query that left.
     #[inline]
-    pub fn departed(&mut self, delay_ns: u64, kernel: bool) {
+    pub fn departed(&mut self, delay_ns: u64, by: Departure) {
         self.generator_delay.record(delay_ns);
-        if kernel {
-            self.departed_kernel += 1;
-        } else {
-            self.departed_fallback += 1;
+        match by {
+            Departure::Kernel => self.departed_kernel += 1,
+            Departure::Between => self.departed_between += 1,
+            Departure::Volley => self.departed_fallback += 1,
         }
     }
 
@@ -499,6 +522,7 @@ impl Recorder {
                 service_time: self.service_time.histogram(),
                 generator_delay: self.generator_delay.histogram(),
                 kernel: self.departed_kernel,
+                between: self.departed_between,
                 fallback: self.departed_fallback,
             }),
             peak_on_wire: self.peak_on_wire,

@@ -505,12 +505,15 @@ pub struct LinkDirection {
     pub queue_delay: Option<LatencySummary>,
 }
 
-/// How the queries that left were timed: `kernel` by a kernel transmit stamp, `fallback` by
-/// volley's clock after the send returned (no stamp from the kernel, stamps off, or a
-/// transport without them).
+/// How the queries that left were timed: `kernel` by a kernel transmit stamp of their own,
+/// `between` by a time between the stamps of the two stamped datagrams around them in the
+/// system call that sent them (UDP with `--tx-stamps ends`), `fallback` by volley's clock after the
+/// send returned (no stamp from the kernel, stamps off, or a transport without them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SendStamps {
     pub kernel: u64,
+    #[serde(default)]
+    pub between: u64,
     pub fallback: u64,
 }
 

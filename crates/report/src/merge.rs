@@ -192,6 +192,7 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
         if let Some(s) = r.send_stamps {
             let acc = send_stamps.get_or_insert_with(Default::default);
             acc.kernel += s.kernel;
+            acc.between += s.between;
             acc.fallback += s.fallback;
         }
         if let Some(w) = &r.transport_wait {

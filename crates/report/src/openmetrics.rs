@@ -198,6 +198,7 @@ pub fn write_openmetrics(r: &RunResult, w: &mut impl Write) -> io::Result<()> {
     if let Some(s) = r.send_stamps {
         om.family("volley_send_stamps", "counter", None, "Queries that left, by what timed their departure.")?;
         om.sample("volley_send_stamps_total", &[("clock", "kernel")], s.kernel)?;
+        om.sample("volley_send_stamps_total", &[("clock", "between")], s.between)?;
         om.sample("volley_send_stamps_total", &[("clock", "volley")], s.fallback)?;
     }
     if let Some(c) = &r.connections {

@@ -314,7 +314,7 @@ fn text_lines(r: &RunResult) -> Vec<String> {
                 line.push_str(&format!(
                     "; {} of {} departures timed by volley's clock (no kernel stamp)",
                     s.fallback,
-                    s.kernel + s.fallback
+                    s.kernel + s.between + s.fallback
                 ));
             }
             push_labeled(&mut out, "", &line);

@@ -129,7 +129,11 @@ fn sample(plan: Plan) -> RunResult {
         latency: LatencySummary::of(&got.latency),
         service_time: Some(LatencySummary::of(&got.send.service_time)),
         generator_delay: Some(LatencySummary::of(&got.send.generator_delay)),
-        send_stamps: Some(volley_metrics::SendStamps { kernel: got.send.kernel, fallback: got.send.fallback }),
+        send_stamps: Some(volley_metrics::SendStamps {
+            kernel: got.send.kernel,
+            between: got.send.between,
+            fallback: got.send.fallback,
+        }),
         send_lateness: plan.open_loop.then(|| LatencySummary::of(&got.lateness)),
         schedule_lateness: plan.open_loop.then(|| LatencySummary::of(&got.schedule_lateness)),
         transport_wait: volley_metrics::TransportWait::of(&got.waits),

@@ -1,4 +1,4 @@
-use volley_metrics::{Close, DrainEnd, ErrorKind, Handshake, Unexpected, Wait};
+use volley_metrics::{Close, Departure, DrainEnd, ErrorKind, Handshake, Unexpected, Wait};
 
 /// A query in flight, as the engine names it: never 0 (0 marks an empty slot in tables).
 pub type Token = u64;
@@ -17,9 +17,10 @@ pub trait Exchange {
     /// transmission left the socket (a transmit stamp from the error queue, see
     /// `stamp.rs`), never later than now (the caller clamps the clocks' conversion error).
     /// Called after [`Exchange::sent`], at most once per transmission, and not at all where
-    /// the kernel gives none: the engine then takes the time of `sent`.
-    fn stamped(&self, token: Token, at: u64) {
-        let _ = (token, at);
+    /// the kernel gives none: the engine then takes the time of `sent`. `by`: the query's own
+    /// stamp ([`Departure::Kernel`]), or a time between two ([`Departure::Between`]).
+    fn stamped(&self, token: Token, at: u64, by: Departure) {
+        let _ = (token, at, by);
     }
     /// Query `token`, taken from its lane, waited `ns` for its transport before it could
     /// leave, for `why` (a QUIC stream: the server's MAX_STREAMS). Called before

@@ -109,11 +109,25 @@ pub struct LaneOptions {
     /// QUIC (DoQ, DoH/3): write a qlog trace of each connection into this directory (`--qlog`).
     pub qlog: Option<std::path::PathBuf>,
     /// Kernel transmit stamps (`--tx-stamps`, on by default): each query's departure is the
-    /// kernel's send time where the transport supports it (UDP, TCP), volley's clock otherwise.
-    pub tx_stamps: bool,
+    /// kernel's send time where the transport supports it, volley's clock otherwise (None:
+    /// off). The mode tells which UDP datagrams are stamped; the other transports stamp each
+    /// write (TCP, TLS) or the first datagram after a stream is written (QUIC) either way.
+    pub tx_stamps: Option<TxStamps>,
     /// UDP through AF_XDP (`--xdp`): the interface, program and socket map set up before the
     /// run; `None`: kernel sockets.
     pub xdp: Option<udp::xdp::Xdp>,
+}
+
+/// Which UDP datagrams the kernel stamps as they leave (`--tx-stamps`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TxStamps {
+    /// Every one (`each`): a stamp of its own for each query, at the kernel's cost per stamp.
+    Each,
+    /// Of each system call that sends a batch (`ends`): the first, the second, every 8th after
+    /// it and the last (`udp::mmsg::asks_stamp`); the ones between take a time between the
+    /// two stamps around them, by their place in the batch.
+    #[default]
+    Ends,
 }
 
 impl Default for LaneOptions {
@@ -137,7 +151,7 @@ impl Default for LaneOptions {
             quic_tokens: true,
             resend: u32::MAX,
             qlog: None,
-            tx_stamps: true,
+            tx_stamps: Some(TxStamps::default()),
             xdp: None,
         }
     }

@@ -100,6 +100,20 @@ pub(crate) fn enable_tx(fd: RawFd) -> io::Result<()> {
     set_timestamping(fd, TX_FLAGS)
 }
 
+/// [`TX_FLAGS`] less the stamping of every send (TX_SOFTWARE): each datagram that is to be
+/// stamped asks for it in a control message of its own ([`TX_ASK`]), and OPT_ID numbers only
+/// those (the kernel counts a datagram only when it is stamped).
+const SPARSE_TX_FLAGS: libc::c_uint = TX_FLAGS & !libc::SOF_TIMESTAMPING_TX_SOFTWARE;
+
+/// What a datagram's own SO_TIMESTAMPING control message asks for: a software stamp as it
+/// leaves for the device.
+pub(crate) const TX_ASK: u32 = libc::SOF_TIMESTAMPING_TX_SOFTWARE;
+
+/// [`enable_tx`] for a socket whose sends ask for their stamps one by one ([`TX_ASK`]).
+pub(crate) fn enable_sparse_tx(fd: RawFd) -> io::Result<()> {
+    set_timestamping(fd, SPARSE_TX_FLAGS)
+}
+
 /// A transmit stamp from the error queue: its ID (OPT_ID) and its time, CLOCK_REALTIME ns.
 /// None for anything else there (an ICMP error, a stamp of another kind).
 pub(crate) fn tx_of(h: &libc::msghdr) -> Option<(u32, u64)> {
@@ -206,9 +220,13 @@ pub(crate) fn read_tx(fd: RawFd, mut each: impl FnMut(u32, u64)) -> usize {
 /// volley's own send time.
 #[derive(Default)]
 pub(crate) struct TxPending {
-    q: std::collections::VecDeque<(u64, crate::Token)>,
+    /// ID, query, and for a query sent between two stamped datagrams (not stamped itself),
+    /// where it lay between them: 0 at the first, 1 at the second.
+    q: std::collections::VecDeque<(u64, crate::Token, Option<f32>)>,
     /// The next datagram's ID (UDP), or the bytes written so far (TCP).
     pub(crate) next: u64,
+    /// The newest stamp taken by [`TxPending::stamp_at`]: its full ID and time.
+    last: Option<(u64, u64)>,
 }
 
 /// Most queries a socket keeps waiting for their stamps.
@@ -220,7 +238,16 @@ impl TxPending {
         if self.q.len() >= PENDING_MAX {
             self.q.pop_front();
         }
-        self.q.push_back((id, t));
+        self.q.push_back((id, t, None));
+    }
+
+    /// Query `t` left unstamped between the datagrams stamped `id - 1` and `id`, at `at` of
+    /// the way from the first to the second (by its place among the datagrams of one send).
+    pub(crate) fn push_between(&mut self, id: u64, t: crate::Token, at: f32) {
+        if self.q.len() >= PENDING_MAX {
+            self.q.pop_front();
+        }
+        self.q.push_back((id, t, Some(at)));
     }
 
     /// Forgets the queries waiting (they have their fates) and lets their memory go; the
@@ -244,15 +271,8 @@ impl TxPending {
     /// leave in order); else only the query with that ID, and the ones before it (whose stamps
     /// are lost) are forgotten.
     pub(crate) fn stamp(&mut self, id: u32, cumulative: bool, mut stamped: impl FnMut(crate::Token)) {
-        // The full ID: the one nearest to the oldest query waiting (the kernel's wraps).
-        let base = self.q.front().map_or(self.next, |&(k, _)| k);
-        let mut full = (base & !0xffff_ffff) | u64::from(id);
-        if full + (1 << 31) < base {
-            full += 1 << 32;
-        } else if full > base + (1 << 31) && full >= 1 << 32 {
-            full -= 1 << 32;
-        }
-        while let Some(&(k, t)) = self.q.front() {
+        let full = self.full_id(id);
+        while let Some(&(k, t, _)) = self.q.front() {
             if k > full {
                 break;
             }
@@ -261,6 +281,44 @@ impl TxPending {
                 stamped(t);
             }
         }
+    }
+
+    /// The full ID of the kernel's (32-bit) `id`: the one nearest to the oldest query waiting
+    /// (the kernel's wraps).
+    fn full_id(&self, id: u32) -> u64 {
+        let base = self.q.front().map_or(self.next, |&(k, _, _)| k);
+        let mut full = (base & !0xffff_ffff) | u64::from(id);
+        if full + (1 << 31) < base {
+            full += 1 << 32;
+        } else if full > base + (1 << 31) && full >= 1 << 32 {
+            full -= 1 << 32;
+        }
+        full
+    }
+
+    /// A datagram's stamp, ID `id` and time `at`, where not every datagram is stamped: the
+    /// query it stamps takes `at`; the queries sent between it and the stamp before it
+    /// ([`TxPending::push_between`]) take the time as far between the two stamps as they lay
+    /// between the two datagrams (`stamped`'s third argument: true), or none when that stamp
+    /// was lost. Queries before it whose stamps were lost are forgotten.
+    pub(crate) fn stamp_at(&mut self, id: u32, at: u64, mut stamped: impl FnMut(crate::Token, u64, bool)) {
+        let full = self.full_id(id);
+        let before = self.last.filter(|&(k, _)| k + 1 == full).map(|(_, t)| t.min(at));
+        while let Some(&(k, t, between)) = self.q.front() {
+            if k > full {
+                break;
+            }
+            self.q.pop_front();
+            if k != full {
+                continue;
+            }
+            match (between, before) {
+                (None, _) => stamped(t, at, false),
+                (Some(f), Some(b)) => stamped(t, b + ((at - b) as f64 * f64::from(f)).round() as u64, true),
+                (Some(_), None) => {}
+            }
+        }
+        self.last = Some((full, at));
     }
 }
 
@@ -606,7 +664,7 @@ impl RxStamp {
                 (now, self.shift_at(now, &|| x.now()))
             });
             let at = at.saturating_sub(s).min(now);
-            p.stamp(id, cumulative, |t| x.stamped(t, at));
+            p.stamp(id, cumulative, |t| x.stamped(t, at, volley_metrics::Departure::Kernel));
         };
         match &tx.dgram {
             Some(d) => {
@@ -1005,6 +1063,78 @@ mod tests {
         assert!(!trusted(4_000_000, ask(Some((3, 4)))));
         assert!(!trusted(4_000_000, ask(None)));
         assert_eq!(asked.get(), 3);
+    }
+
+    /// Only the ends of a send are stamped: the queries between them take times between
+    /// their stamps, by place; where the stamp before them is lost, none.
+    #[test]
+    fn queries_between_two_stamps_take_a_time_between_them() {
+        let mut p = TxPending::default();
+        // One send of five: stamped 0 and 1, three between.
+        p.push(0, 10);
+        for (i, t) in [11, 12, 13].into_iter().enumerate() {
+            p.push_between(1, t, (i + 1) as f32 / 4.0);
+        }
+        p.push(1, 14);
+        // The next send of one, and a send of three whose first stamp is lost.
+        p.push(2, 20);
+        p.push(3, 30);
+        p.push_between(4, 31, 0.5);
+        p.push(4, 32);
+        let mut got = Vec::new();
+        p.stamp_at(0, 1_000, |t, at, between| got.push((t, at, between)));
+        p.stamp_at(1, 1_400, |t, at, between| got.push((t, at, between)));
+        p.stamp_at(2, 9_000, |t, at, between| got.push((t, at, between)));
+        p.stamp_at(4, 9_500, |t, at, between| got.push((t, at, between)));
+        assert_eq!(
+            got,
+            [
+                (10, 1_000, false),
+                (11, 1_100, true),
+                (12, 1_200, true),
+                (13, 1_300, true),
+                (14, 1_400, false),
+                (20, 9_000, false),
+                (32, 9_500, false)
+            ]
+        );
+        assert!(p.is_empty());
+    }
+
+    /// A socket with sparse stamps (`enable_sparse_tx`) stamps only the datagrams that ask,
+    /// numbered from 0 among themselves: of each `sendmmsg`, the first, the second, every
+    /// 8th after it and the last.
+    #[test]
+    fn a_send_asks_for_the_stamps_of_its_ends() {
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        b.connect(a.local_addr().unwrap()).unwrap();
+        enable_sparse_tx(b.as_raw_fd()).unwrap();
+        let mut batch = crate::udp::mmsg::Batch::new(16, 64);
+        let mut got = Vec::new();
+        for (k, ends) in [(5, true), (3, false), (1, true), (12, true)] {
+            batch.count = 0;
+            for _ in 0..k {
+                batch.next_buf().extend_from_slice(b"query");
+                batch.commit();
+            }
+            assert_eq!(batch.send_asking(b.as_raw_fd(), 0, ends).unwrap(), k);
+            // The kernel turns stamping on a moment after the first socket asks.
+            for _ in 0..200 {
+                let before = got.len();
+                read_tx(b.as_raw_fd(), |id, _| got.push(id));
+                if got.len() > before || !ends {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        // Five: 0, 1 and 4 asked; three unasked: none; one: itself; twelve: 0, 1, 9 and 11.
+        assert_eq!(got, [0, 1, 2, 3, 4, 5, 6, 7], "3 + 0 + 1 + 4 stamps");
+        let mut buf = [0u8; 16];
+        for _ in 0..21 {
+            assert_eq!(a.recv(&mut buf).unwrap(), 5, "every datagram left");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use volley_engine::{Arrivals, ClientsLoad, Group, Load, Plan, Profile, QuerySet, UdpRetry};
 use volley_metrics::{RunResult, Status};
 use volley_transport::{
-    probe::probe_addresses, ConnGate, ConnPolicy, HttpVersion, LaneOptions, Scheme, Sources, Target,
+    probe::probe_addresses, ConnGate, ConnPolicy, HttpVersion, LaneOptions, Scheme, Sources, Target, TxStamps,
 };
 use volley_wire::{Edns, QType, QueryOptions};
 
@@ -174,12 +174,16 @@ pub struct RunArgs {
     pub udp_gso: bool,
 
     /// Time each query's departure by the kernel's transmit stamp (SO_TIMESTAMPING, read from
-    /// the socket's error queue) [on], or by volley's clock after the send returned [off].
-    /// Stamps are taken over every transport (DoQ and DoH/3: the first datagram sent after
-    /// the query's stream was written); a query the kernel gave none takes volley's clock
-    /// (the results' send_stamps count both). Off only to measure what the stamps cost.
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = crate::args::parse_on_off, action = clap::ArgAction::Set, help_heading = "Output")]
-    pub tx_stamps: bool,
+    /// the socket's error queue), or by volley's clock after the send returned [off]. Over UDP
+    /// [ends, also on] the first, the second, every 8th and the last datagram of each batch
+    /// sent in one system call are stamped and the ones between take a time between the two
+    /// stamps around them, by their place (a stamp costs the kernel about 1 µs); [each] stamps
+    /// every datagram. Stamps are taken over
+    /// every transport (TCP and TLS: each write; DoQ and DoH/3: the first datagram sent after
+    /// the query's stream was written); a query the kernel gave none takes volley's clock (the
+    /// results' send_stamps count each kind). Off only to measure what the stamps cost.
+    #[arg(long, value_name = "ends|each|off", value_enum, default_value = "ends", help_heading = "Output")]
+    pub tx_stamps: TxStampsArg,
 
     /// Spread sockets over these source addresses: ADDR or ADDR/PREFIX (e.g. 127.0.1.0/24),
     /// each socket or connection slot taking the next address in turn. One address has about
@@ -311,6 +315,15 @@ pub struct RunArgs {
     /// Print no summary (the results file is still written).
     #[arg(short = 'q', long, help_heading = "Output")]
     pub quiet: bool,
+}
+
+/// `--tx-stamps`: which departures the kernel stamps (see `volley_transport::TxStamps`).
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum TxStampsArg {
+    #[value(alias = "on")]
+    Ends,
+    Each,
+    Off,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -674,7 +687,11 @@ fn lane_options_with(a: &RunArgs, target: &Target, policy: ConnPolicy) -> CliRes
         conn_gate: a.conn_rate.clone(),
         udp_gso: a.udp_gso,
         resend: a.resend,
-        tx_stamps: a.tx_stamps,
+        tx_stamps: match a.tx_stamps {
+            TxStampsArg::Ends => Some(TxStamps::Ends),
+            TxStampsArg::Each => Some(TxStamps::Each),
+            TxStampsArg::Off => None,
+        },
         xdp: xdp_for(a, target)?,
         ..LaneOptions::default()
     };

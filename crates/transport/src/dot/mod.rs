@@ -159,7 +159,7 @@ pub(crate) async fn connect<X: Exchange + ?Sized>(
     let early = cfg.enable_early_data && want_alpn.is_none();
     let connector = TlsConnector::from(cfg.clone()).early_data(early);
     let handshake = async {
-        let mut s = connector.connect(name.clone(), StampedTcp::new(tcp, opts.tx_stamps)).await?;
+        let mut s = connector.connect(name.clone(), StampedTcp::new(tcp, opts.tx_stamps.is_some())).await?;
         let mut offered = false;
         if s.get_ref().1.is_handshaking() {
             // Early data state: what is written now goes as 0-RTT data; flush completes

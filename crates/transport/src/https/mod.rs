@@ -514,7 +514,8 @@ async fn connect<X: Exchange + 'static>(
     let tcp::Connected { s: tcp, tcp_ns, done: tcp_done, left } = tcp::connect_timed(target, opts, &**x, meter).await?;
     let connector = TlsConnector::from(cfg.clone()).early_data(true);
     // Returns at once in the early data state; otherwise after the full handshake.
-    let s = match tokio::time::timeout(left, connector.connect(name.clone(), StampedTcp::new(tcp, tx))).await {
+    let s = match tokio::time::timeout(left, connector.connect(name.clone(), StampedTcp::new(tcp, tx.is_some()))).await
+    {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(dot::handshake_failed(target, &e)),
         Err(_) => return Err((ErrorKind::Tls, format!("TLS handshake with {target} timed out"))),

@@ -471,7 +471,7 @@ pub(crate) async fn lane_setup<X: Exchange>(
             return None;
         }
     };
-    match endpoint(target.addr, opts.local, opts.tx_stamps) {
+    match endpoint(target.addr, opts.local, opts.tx_stamps.is_some()) {
         Ok((ep, rx)) => Some((Client::new(cfg, opts), ep, rx)),
         Err(e) => {
             x.conn_failed_why(ErrorKind::Io, &format!("QUIC socket: {e}"), x.now());

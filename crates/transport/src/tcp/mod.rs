@@ -97,7 +97,7 @@ pub async fn drive<X: Exchange + 'static>(addr: SocketAddr, lane: Rc<Lane>, x: R
         }
         let h = Handshake { tcp_ns: Some(x.now() - began), rtt_ns: rtt_ns(&s), ..Handshake::default() };
         x.conn_opened(&h, x.now());
-        let s = StampedTcp::new(s, opts.tx_stamps);
+        let s = StampedTcp::new(s, opts.tx_stamps.is_some());
         let served =
             stream::serve(&s, &s, &lane, &*x, &mut ids, &mut bufs, error_kind, &s.stamp(), opts.query_timeout).await;
         match served {

@@ -1,6 +1,6 @@
 //! DNS over UDP: a connected socket per lane, queries and answers in batches of datagrams.
 
-mod mmsg;
+pub(crate) mod mmsg;
 pub mod xdp;
 
 use std::io;
@@ -11,10 +11,10 @@ use std::rc::Rc;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
-use volley_metrics::{ErrorKind, WireStats};
+use volley_metrics::{Departure, ErrorKind, WireStats};
 
 use crate::stamp::TxPending;
-use crate::{deliver, error_kind, meter, Exchange, IdTable, Lane, LaneOptions, Token};
+use crate::{deliver, error_kind, meter, Exchange, IdTable, Lane, LaneOptions, Token, TxStamps};
 
 pub use mmsg::Batch;
 
@@ -38,18 +38,21 @@ pub fn connect(addr: SocketAddr, local: Option<std::net::IpAddr>) -> io::Result<
 pub struct Prepared {
     sock: std::net::UdpSocket,
     stamped: bool,
-    tx: bool,
+    tx: Option<TxStamps>,
 }
 
 /// Makes a lane's socket: [`connect`], kernel receive time stamps on, and transmit stamps
 /// too when `tx` (each datagram's departure read back from the socket's error queue).
-pub fn prepare(addr: SocketAddr, local: Option<std::net::IpAddr>, tx: bool) -> io::Result<Prepared> {
+pub fn prepare(addr: SocketAddr, local: Option<std::net::IpAddr>, tx: Option<TxStamps>) -> io::Result<Prepared> {
     let sock = connect(addr, local)?;
     // Answers are timed by the kernel when they arrive, so reading them later (in batches, or
     // in lazy mode) does not change their latency.
     let fd = sock.as_raw_fd();
-    let tx = tx && crate::stamp::enable_tx(fd).is_ok();
-    let stamped = tx || crate::stamp::enable(fd).is_ok();
+    let tx = tx.filter(|&m| match m {
+        TxStamps::Each => crate::stamp::enable_tx(fd).is_ok(),
+        TxStamps::Ends => crate::stamp::enable_sparse_tx(fd).is_ok(),
+    });
+    let stamped = tx.is_some() || crate::stamp::enable(fd).is_ok();
     Ok(Prepared { sock, stamped, tx })
 }
 
@@ -93,11 +96,12 @@ pub async fn drive<X: Exchange>(
     let in_size = opts.udp_payload.clamp(512, 65_535);
     let mut tokens: Vec<Token> = Vec::new();
     // Queries whose transmit stamps are still to be read (None: no transmit stamps).
-    let mut pending = tx.then(TxPending::default);
+    let mut pending = tx.map(|_| TxPending::default());
+    let ends = tx == Some(TxStamps::Ends);
     loop {
         while lane.queued() > 0 {
             let mut out = Batch::take(out_size);
-            send_batch(&sock, fd, &lane, &*x, &mut ids, &mut out, &mut tokens, header, pending.as_mut()).await;
+            send_batch(&sock, fd, &lane, &*x, &mut ids, &mut out, &mut tokens, header, pending.as_mut(), ends).await;
             out.give_back();
             // The stamps wait on the error queue, in the socket's receive buffer: they are read
             // with the answers, and here when a batch's worth piled up (no answers coming).
@@ -201,7 +205,9 @@ fn read_stamps<X: Exchange>(fd: i32, pending: &mut TxPending, x: &X) {
     crate::stamp::read_tx(fd, |id, at| {
         let &mut (now, s) = clocks.get_or_insert_with(|| (x.now(), crate::stamp::realtime_shift(&|| x.now())));
         let at = at.saturating_sub(s).min(now);
-        pending.stamp(id, false, |t| x.stamped(t, at));
+        pending.stamp_at(id, at, |t, at, between| {
+            x.stamped(t, at, if between { Departure::Between } else { Departure::Kernel })
+        });
     });
 }
 
@@ -300,6 +306,7 @@ async fn send_batch<X: Exchange>(
     tokens: &mut Vec<Token>,
     header: u64,
     mut pending: Option<&mut TxPending>,
+    ends: bool,
 ) {
     out.count = 0;
     tokens.clear();
@@ -318,18 +325,33 @@ async fn send_batch<X: Exchange>(
     }
     let mut from = 0;
     while from < out.count {
-        match sock.try_io(Interest::WRITABLE, || out.send(fd, from)) {
+        let ends = ends && pending.is_some();
+        match sock.try_io(Interest::WRITABLE, || out.send_asking(fd, from, ends)) {
             Ok(n) => {
                 let now = x.now();
                 let mut bytes = 0;
+                let (last, whole) = (out.count - 1, from + n == out.count);
+                let asks = |i: usize| mmsg::asks_stamp(from, last, i);
                 for (i, &t) in tokens.iter().enumerate().skip(from).take(n) {
                     bytes += out.len_of(i) as u64;
                     x.sent(t, out.len_of(i), now);
                     if let Some(p) = pending.as_deref_mut() {
-                        // The kernel numbers the datagrams that left, from 0.
-                        let id = p.next;
-                        p.push(id, t);
-                        p.next += 1;
+                        // The kernel numbers the datagrams it stamps as they leave, from 0.
+                        if !ends || asks(i) {
+                            let id = p.next;
+                            p.push(id, t);
+                            p.next += 1;
+                        } else if whole || (i..from + n).any(asks) {
+                            // Between two stamped datagrams of the call (the next one's number
+                            // is the next). A call the kernel took only part of left its last
+                            // unsent: the ones after its last stamped one that left have no
+                            // stamp after them, and keep volley's clock.
+                            let (a, b) = (
+                                (from..i).rev().find(|&j| asks(j)).unwrap_or(from),
+                                (i..=last).find(|&j| asks(j)).unwrap_or(last),
+                            );
+                            p.push_between(p.next, t, (i - a) as f32 / (b - a) as f32);
+                        }
                     }
                 }
                 let k = n as u64;
