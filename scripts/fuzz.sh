@@ -43,7 +43,7 @@ dict_for() {
     case $1 in
         dns_message | responder_query | responder_stream | stream_frames) echo dict/dns.dict ;;
         http1_responses | doh_request) echo dict/http.dict ;;
-        client_profile | link_profile | link_spec) echo dict/toml.dict ;;
+        client_profile | link_profile | link_spec | experiment_spec) echo dict/toml.dict ;;
         target_url) echo dict/url.dict ;;
         zone_file) echo dict/zone.dict ;;
         *) echo "" ;;

@@ -25,6 +25,7 @@ const TARGETS: &[(&str, Entry)] = &[
     ("client_profile", volley_engine::fuzzing::profile),
     ("link_spec", volley_link::fuzzing::spec),
     ("link_profile", volley_link::fuzzing::profile),
+    ("experiment_spec", volley_experiment::fuzzing::spec),
 ];
 
 fn fuzz_dir() -> PathBuf {

@@ -14,10 +14,39 @@ pub type Invalid = (Option<String>, String);
 /// Transports a run may name.
 pub const TRANSPORTS: &[&str] = &["udp", "tcp", "dot", "doh1", "doh2", "doh3", "doq"];
 
+/// Most runs an experiment may name, its blocks' lists multiplied and their repetitions: a
+/// file of a few lines could otherwise name billions (and the plan of them take the memory).
+pub const MAX_RUNS: u64 = 100_000;
+
 /// Checks what serde cannot: names of figures, columns, rows, transports.
 pub fn validate(spec: &Spec) -> Result<(), Invalid> {
     if spec.runs.is_empty() {
         return Err((None, "an experiment needs at least one [[runs]] block".into()));
+    }
+    for quick in [false, true] {
+        let runs = spec.runs.iter().fold(0u64, |sum, block| {
+            let r = block.effective(quick);
+            let len = |n: Option<usize>| n.unwrap_or(1).max(1) as u64;
+            [
+                len(r.transport.as_ref().map(Vec::len)),
+                len(r.lifetime.as_ref().map(Vec::len)),
+                len(r.key.as_ref().map(Vec::len)),
+                len(r.link.as_ref().map(Vec::len)),
+                len(r.connections.as_ref().map(Vec::len)),
+                len(r.tls.as_ref().map(Vec::len)),
+                u64::from(r.repetitions.unwrap_or(1).max(1)),
+            ]
+            .into_iter()
+            .fold(1u64, u64::saturating_mul)
+            .saturating_add(sum)
+        });
+        if runs > MAX_RUNS {
+            let what = if quick { "with --quick, " } else { "" };
+            return Err((
+                Some("[[runs]]".into()),
+                format!("{what}the [[runs]] blocks name {runs} runs (their lists multiplied, and repetitions), more than {MAX_RUNS}"),
+            ));
+        }
     }
     for c in &spec.columns {
         if !FIGURES.iter().any(|(f, _)| *f == c.figure) {

@@ -6,6 +6,7 @@
 
 pub mod check;
 pub mod figures;
+pub mod fuzzing;
 pub mod output;
 pub mod runner;
 pub mod servers;
@@ -125,6 +126,32 @@ mod tests {
         let text = "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\nbogus = 1\n";
         let e = parse("x.toml", text).unwrap_err().to_string();
         assert!(e.starts_with("x.toml:4: "), "{e}");
+    }
+
+    /// A few lines that would name more runs than anyone can measure (and whose plan would take
+    /// the memory) are turned away with the line of their [[runs]] block.
+    #[test]
+    fn too_many_runs_are_refused() {
+        const COLUMN: &str = "[[columns]]\nname = \"q\"\nfigure = \"qps\"\n";
+        let list = |v: &str, n: usize| vec![v; n].join(", ");
+        let text = format!(
+            "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\ntransport = [{}]\nkey = [{}]\nconnections = [{}]\n{COLUMN}",
+            list("\"udp\"", 50),
+            list("\"p256\"", 50),
+            list("1", 50)
+        );
+        let e = parse("x.toml", &text).unwrap_err().to_string();
+        assert!(e.starts_with("x.toml:4: the [[runs]] blocks name 125000 runs"), "{e}");
+        let text =
+            "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\nrepetitions = 4000000000\n".to_string() + COLUMN;
+        let e = parse("x.toml", &text).unwrap_err().to_string();
+        assert!(e.contains("name 4000000000 runs"), "{e}");
+        // The built-in experiments are far below the bound.
+        let text = format!(
+            "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\ntransport = [{}]\n{COLUMN}",
+            list("\"udp\"", 99)
+        );
+        assert!(parse("x.toml", &text).is_ok());
     }
 
     /// Verdicts come from the figures: head-of-line's with DoT not blocking and UDP blocking
