@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What the kernel transmit stamps cost the generator (issue 21): `volley run` over UDP at a
-# fixed rate against `volley serve`, with `--tx-stamps ends` (the default: the first, the
-# second, every 8th and the last datagram of each send call stamped, the others between them), `--tx-stamps each` (every
-# datagram) and `--tx-stamps off` side by side, ROUNDS times (the order rotating), generator
+# fixed rate against `volley serve`, with `--tx-stamps ends` (the first, the second, every 8th
+# and the last datagram of each send call stamped, the others between them), `--tx-stamps each`
+# (every datagram, the default) and `--tx-stamps off` side by side, ROUNDS times (the order rotating), generator
 # CPU per answer from the results (the worker threads' CPU clocks: the error queue's reads are
 # the thread's system calls). Prints each round, and the ratios ends/off and each/off of each
 # round with their min-max over the rounds.

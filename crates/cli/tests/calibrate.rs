@@ -202,12 +202,12 @@ fn volley_against_the_wire() {
     let mut rows = Vec::new();
     for (proto, addr) in [("udp", server.udp_addr()), ("tcp", server.tcp_addr())] {
         let url = format!("{proto}://{addr}");
-        // Over UDP the default stamps some datagrams of each send batch and times the ones
-        // between by their place; `--tx-stamps each` stamps every one (64 in flight: batches
-        // of up to 64).
-        let each: &[&str] = &["-c", "64", "--tx-stamps", "each"];
-        let loads: &[&[&str]] = &[&["-c", "1"], &["-c", "4"], &["-c", "64"], &["-Q", "5000"], each];
-        for &load in loads.iter().filter(|&&l| proto == "udp" || l != each) {
+        // Over UDP the default stamps every datagram; `--tx-stamps ends` stamps some of each
+        // send batch and times the ones between by their place (64 in flight: batches of up
+        // to 64).
+        let ends: &[&str] = &["-c", "64", "--tx-stamps", "ends"];
+        let loads: &[&[&str]] = &[&["-c", "1"], &["-c", "4"], &["-c", "64"], &["-Q", "5000"], ends];
+        for &load in loads.iter().filter(|&&l| proto == "udp" || l != ends) {
             let name = format!("{proto} {}", load.join(" "));
             // A timed comparison on a shared machine: up to five tries, the last one's verdict.
             let mut attempt = 0;
