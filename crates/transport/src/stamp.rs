@@ -1044,6 +1044,14 @@ mod tests {
     use std::time::{Duration, Instant};
     use tokio::io::AsyncReadExt;
 
+    /// Two UDP sockets on loopback: `b` connected to `a`, so that `b.send` reaches `a`.
+    fn sender_and_receiver() -> (std::net::UdpSocket, std::net::UdpSocket) {
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        b.connect(a.local_addr().unwrap()).unwrap();
+        (a, b)
+    }
+
     #[test]
     fn old_stamps_are_kept_only_without_reordering() {
         let asked = Cell::new(0);
@@ -1106,9 +1114,7 @@ mod tests {
     /// 8th after it and the last.
     #[test]
     fn a_send_asks_for_the_stamps_of_its_ends() {
-        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        b.connect(a.local_addr().unwrap()).unwrap();
+        let (a, b) = sender_and_receiver();
         enable_sparse_tx(b.as_raw_fd()).unwrap();
         let mut batch = crate::udp::mmsg::Batch::new(16, 64);
         let mut got = Vec::new();
@@ -1195,9 +1201,7 @@ mod tests {
     /// the read.
     #[test]
     fn the_error_queue_gives_each_send_its_stamp() {
-        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        b.connect(a.local_addr().unwrap()).unwrap();
+        let (a, b) = sender_and_receiver();
         enable_tx(b.as_raw_fd()).unwrap();
         let before = realtime_ns();
         for _ in 0..3 {
@@ -1336,9 +1340,7 @@ mod tests {
     fn a_datagram_is_timed_when_it_came() {
         let origin = Instant::now();
         let now = || origin.elapsed().as_nanos() as u64 + 1;
-        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        b.connect(a.local_addr().unwrap()).unwrap();
+        let (a, b) = sender_and_receiver();
         last_datagram(a.as_raw_fd());
         let rx = RxStamp::new(-1, Arc::default(), false, false);
         let mut buf = [0u8; 16];
