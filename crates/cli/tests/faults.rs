@@ -1,6 +1,6 @@
 //! The fault campaign's cases as tests (docs/reliability.md, "Fault campaign"): on DoT (a
 //! stream transport) and DoQ (a QUIC transport), at a fixed rate, each fault at a known
-//! moment: the link down for 2 s, 30 % loss for 5 s, the server SIGKILLed and restarted on the
+//! moment: the link down for 2 s, a loss burst, 30 % loss for 5 s, the server SIGKILLed and restarted on the
 //! same ports, the server resetting connections (DoQ: streams), the server reading nothing for
 //! 3 s, answers corrupted in flight, a certificate that changes mid-run. Each run must balance
 //! its accounting, give no query two fates, end within its duration plus its timeout, keep
@@ -68,6 +68,29 @@ fn has(c: &Cell, what: &str) -> Result<(), String> {
 #[test]
 fn link_down_for_2s() {
     holds(Fault::LinkDown, |c| has(c, "link dropped"));
+}
+
+#[test]
+fn a_loss_burst() {
+    holds(Fault::LossBurst, |c| {
+        has(c, "link dropped")?;
+        // The burst's losses fall in its second (from 1 s to 2 s of the short plan), none
+        // before it; a second row may straddle its edges by the link's 1 ms.
+        let v = c.results.as_ref().unwrap();
+        let rows = v["link"]["series"].as_array().ok_or("no link series")?;
+        let lost = |r: &serde_json::Value| {
+            ["up", "down"].iter().map(|d| r[*d]["dropped_loss"].as_u64().unwrap_or(0)).sum::<u64>()
+        };
+        let outside: Vec<(u64, u64)> = rows
+            .iter()
+            .map(|r| (r["second"].as_u64().unwrap_or(0), lost(r)))
+            .filter(|&(s, n)| n > 0 && !(1..=2).contains(&s))
+            .collect();
+        if !outside.is_empty() {
+            return Err(format!("losses outside the burst's second (second, packets): {outside:?}"));
+        }
+        Ok(())
+    });
 }
 
 #[test]
