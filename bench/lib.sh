@@ -15,6 +15,9 @@ export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/volley-bench.XXXXXX")"
 PIDS=()
+# Set by veth_namespace: the namespace (and its veth pair) to remove on exit.
+NS=""
+HOST=""
 
 cleanup() {
     local pid
@@ -24,6 +27,10 @@ cleanup() {
     for pid in "${PIDS[@]:-}"; do
         [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
     done
+    if [ -n "$NS" ]; then
+        ip netns del "$NS" 2>/dev/null || true
+        ip link del "$HOST" 2>/dev/null || true
+    fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -76,27 +83,51 @@ wait_time_wait() {
     log "warning: $n sockets still in TIME_WAIT"
 }
 
-# Polls (bounded) until a DNS server answers NAME over UDP (and TCP if $3 = tcp).
+# Polls (bounded) until a DNS server answers NAME over UDP (and TCP if $3 = tcp), on
+# $SERVE_IP (127.0.0.1 unless veth_namespace set it).
 wait_answers() {
-    local port="$1" name="$2" transport="${3:-udp}" i flag
+    local port="$1" name="$2" transport="${3:-udp}" i flag ip="${SERVE_IP:-127.0.0.1}"
     flag="+notcp"
     [ "$transport" = "tcp" ] && flag="+tcp"
     for i in $(seq 1 100); do
-        if kdig @127.0.0.1 -p "$port" "$flag" +retry=0 +time=1 "$name" A 2>/dev/null | grep -q "status: NOERROR"; then
+        if kdig @"$ip" -p "$port" "$flag" +retry=0 +time=1 "$name" A 2>/dev/null | grep -q "status: NOERROR"; then
             return 0
         fi
         sleep 0.2
     done
-    die "nothing answers $name on 127.0.0.1:$port over $transport after 20 s"
+    die "nothing answers $name on $ip:$port over $transport after 20 s"
 }
 
-# Starts `volley serve` pinned to the server core with one thread; sets SERVE_PID, SERVE_UDP,
+# A network namespace behind a veth pair (needs root and `ip`), removed on exit: sets NS, HOST
+# (the host's end, the interface a generator sends on), NET (a /24 of the process's own),
+# SERVE_IP (the namespace's address: start_responder then runs the server there).
+veth_namespace() {
+    [ "$(id -u)" = 0 ] || die "needs root (a namespace and a veth pair)"
+    need ip
+    NS="volley-bench-$$"
+    HOST="vbn$(($$ % 100000))h"
+    local peer="vbn$(($$ % 100000))n"
+    NET="10.$((100 + $$ % 100)).250"
+    SERVE_IP="$NET.2"
+    ip netns add "$NS"
+    ip link add "$HOST" type veth peer name "$peer"
+    ip link set "$peer" netns "$NS"
+    ip addr add "$NET.1/24" dev "$HOST"
+    ip link set "$HOST" up
+    ip netns exec "$NS" ip addr add "$SERVE_IP/24" dev "$peer"
+    ip netns exec "$NS" ip link set "$peer" up
+    ip netns exec "$NS" ip link set lo up
+}
+
+# Starts `volley serve` pinned to the server core with one thread (in the namespace of
+# veth_namespace, listening on its address, when one was made); sets SERVE_PID, SERVE_UDP,
 # SERVE_TCP (ports). Extra arguments go to `volley serve`.
 start_responder() {
     local bin="$1"
     shift
-    local log="$WORK/serve.out"
-    taskset -c "$SERVER_CORE" "$bin" serve -p 0 -T "${SERVE_THREADS:-1}" "$@" >"$log" 2>"$WORK/serve.err" &
+    local log="$WORK/serve.out" wrap=()
+    [ -n "$NS" ] && wrap=(ip netns exec "$NS") && set -- -l "$SERVE_IP" "$@"
+    "${wrap[@]}" taskset -c "$SERVER_CORE" "$bin" serve -p 0 -T "${SERVE_THREADS:-1}" "$@" >"$log" 2>"$WORK/serve.err" &
     SERVE_PID=$!
     PIDS+=("$SERVE_PID")
     local i

@@ -36,24 +36,8 @@ if [ -n "${RT_PRIO:-}" ]; then
     PRIO=(chrt -f "$RT_PRIO")
 fi
 
-NS="volley-xdp-bench-$$"
-HOST="vxb$(($$ % 100000))h"
-PEER="vxb$(($$ % 100000))n"
-NET="10.$((100 + $$ % 100)).250"
-SERVER_IP="$NET.2"
-teardown() {
-    ip netns del "$NS" 2>/dev/null || true
-    ip link del "$HOST" 2>/dev/null || true
-}
-trap 'teardown; cleanup' EXIT
-ip netns add "$NS"
-ip link add "$HOST" type veth peer name "$PEER"
-ip link set "$PEER" netns "$NS"
-ip addr add "$NET.1/24" dev "$HOST"
-ip link set "$HOST" up
-ip netns exec "$NS" ip addr add "$SERVER_IP/24" dev "$PEER"
-ip netns exec "$NS" ip link set "$PEER" up
-ip netns exec "$NS" ip link set lo up
+veth_namespace
+SERVER_IP="$SERVE_IP"
 
 PORT=5353
 ip netns exec "$NS" "${PRIO[@]}" taskset -c "$SERVER_CORE" "$VOLLEY_BIN" serve -l "$SERVER_IP" -p "$PORT" -T 1 --no-tcp \
