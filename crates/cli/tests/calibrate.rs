@@ -206,7 +206,7 @@ fn volley_against_the_wire() {
         // send batch and times the ones between by their place (64 in flight: batches of up
         // to 64).
         let ends: &[&str] = &["-c", "64", "--tx-stamps", "ends"];
-        let loads: &[&[&str]] = &[&["-c", "1"], &["-c", "4"], &["-c", "64"], &["-Q", "5000"], ends];
+        let loads: &[&[&str]] = &[&["-c", "1"], &["-c", "4"], &["-c", "64"], &["-Q", "5000"], &["-Q", "50000"], ends];
         for &load in loads.iter().filter(|&&l| proto == "udp" || l != ends) {
             let name = format!("{proto} {}", load.join(" "));
             // A timed comparison on a shared machine: up to five tries, the last one's verdict.
