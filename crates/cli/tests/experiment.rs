@@ -463,6 +463,55 @@ min = 5
     assert_eq!(cells, ["udp", "0", "2", "differs"], "two of 50 delayed, none held up: {udp}");
 }
 
+/// Against the embedded responder both ends of a connection are volley's: a step whose
+/// connections need more open files than the process may have is not measured, and says why,
+/// where it would otherwise have measured its own EMFILE; the steps within the limit run.
+#[test]
+fn connections_beyond_the_open_files_limit_are_not_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("files.toml");
+    std::fs::write(
+        &path,
+        r#"name = "files"
+title = "connections against the open-files limit"
+source = "none"
+[[runs]]
+row = "{transport}-{connections}"
+transport = ["tcp"]
+connections = [10, 400]
+concurrency = 20
+count = 200
+[[columns]]
+name = "qps"
+figure = "qps"
+"#,
+    )
+    .unwrap();
+    let json = dir.path().join("files.json");
+    let mut cmd = Command::new(require("prlimit"));
+    cmd.arg("--nofile=600:600").arg(volley()).arg("experiment").arg("run").arg(&path);
+    cmd.args(["--progress", "never", "-o", json.to_str().unwrap()]);
+    let out = run_cmd(&mut cmd, RUN_WAIT);
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    let row = |name: &str| out.stdout.lines().find(|l| l.starts_with(name)).unwrap_or_default().to_string();
+    let small = row("tcp-10 ");
+    let qps: f64 = small.split_whitespace().nth(1).and_then(|q| q.parse().ok()).unwrap_or(0.0);
+    assert!(qps > 0.0, "tcp-10 measured: {small}\n{}", out.stdout);
+    let big = row("tcp-400 ");
+    assert!(
+        !big.is_empty() && big.split_whitespace().nth(1).and_then(|q| q.parse::<f64>().ok()).is_none(),
+        "tcp-400 not measured: {big}\n{}",
+        out.stdout
+    );
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let text = doc.to_string();
+    assert!(
+        text.contains("400 connections to the embedded responder need 1312 open files in this process"),
+        "the step says why: {text}"
+    );
+    assert!(!text.contains("EMFILE") && !text.contains("too many open files"), "{text}");
+}
+
 /// `--server NAME`: volley writes the server's configuration, starts it on one core and
 /// measures it over the transports it serves (`served`); the others are said not to be
 /// measured. The server's CPU per query comes from its process, and the document names the

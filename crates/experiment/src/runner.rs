@@ -547,6 +547,25 @@ fn run_step(
     if fresh_conns.max_queries == Some(1) && !udp {
         connections = connections.max(concurrency as usize);
     }
+    // Against the embedded responder both ends of every connection are this process's: two
+    // open files each. Beyond its limit the run would measure EMFILE, not the server.
+    if !udp && embedded.is_some() {
+        let (need, limit) = (2 * connections as u64 + FILES_SPARE, open_files_limit());
+        if need > limit {
+            if let Some(l) = link {
+                let _ = l.finish();
+            }
+            return Ok(StepRecord {
+                step: step.clone(),
+                figures: BTreeMap::new(),
+                target: String::new(),
+                seconds: 0.0,
+                results: Vec::new(),
+                limit: None,
+                warnings: vec![too_many_files(connections, need, limit)],
+            });
+        }
+    }
     let udp_retry = match (&r.udp_retry, udp) {
         (Some(d), true) => Some(
             UdpRetry::new(Some(dur(&Some(d.clone()), timeout)), r.udp_tries.unwrap_or(2), timeout)
@@ -753,6 +772,28 @@ fn run_step(
         limit,
         warnings,
     })
+}
+
+/// Open files a run needs beside its connections' (listeners, pollers, timers, files).
+const FILES_SPARE: u64 = 512;
+
+/// This process's open-files limit (the CLI raises the soft limit to the hard one at start).
+fn open_files_limit() -> u64 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return u64::MAX;
+    }
+    lim.rlim_cur as u64
+}
+
+/// Why a step with `connections` to the embedded responder is not measured.
+fn too_many_files(connections: usize, need: u64, limit: u64) -> String {
+    format!(
+        "{connections} connections to the embedded responder need {need} open files in this process (both ends \
+         of each), above its limit of {limit}: not measured (measure a server in another process with --target \
+         or --server, or raise the hard limit, ulimit -Hn)"
+    )
 }
 
 fn responder_of<'p>(pool: &'p Pool, server: &Server, key: &str, listen: Option<IpAddr>) -> Option<&'p Embedded> {
