@@ -438,6 +438,21 @@ fn bad_parts_are_refused_with_one_line() {
     let r = run_volley(&[&target, "--parts", "2", "--coordinator", &closed, "--coordinator-wait", "1s", "-n", "10"]);
     let line = assert_usage_error(&r);
     assert!(line.contains(&closed) && line.contains("refused"), "{line}");
+    // A coordinator address that accepts the connection and never answers the hello: after
+    // the wait, one line saying so.
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mute_addr = mute.local_addr().unwrap().to_string();
+    let (tx, accepted) = mpsc::channel();
+    std::thread::spawn(move || {
+        if let Ok((conn, _)) = mute.accept() {
+            let _ = tx.send(conn);
+        }
+    });
+    let r = run_volley(&[&target, "--parts", "2", "--coordinator", &mute_addr, "--coordinator-wait", "1s", "-n", "10"]);
+    let line = assert_usage_error(&r);
+    assert!(line.contains(&mute_addr) && line.contains("no answer within 1.0 s"), "{line}");
+    let held = accepted.recv_timeout(STARTUP_WAIT).expect("the part connected to the mute coordinator");
+    drop(held);
     let r = run_volley(&[&target, "--start-at", "tomorrow", "-n", "10"]);
     assert!(assert_usage_error(&r).contains("invalid --start-at 'tomorrow'"));
 }
