@@ -434,6 +434,55 @@ fn a_part_that_falls_silent_is_named_live_then_given_up() {
     check_accounting(&p1);
 }
 
+/// A closed loop with a query count split over three processes (`-c 8 -n 3000`): the parts'
+/// concurrency adds up to 8 (shares that differ by at most one), their counts to 3,000, and
+/// the merge issues and answers what one process does.
+#[test]
+fn a_closed_loop_split_over_three_parts_makes_the_single_run() {
+    let server = Server::start();
+    let target = server.udp_url();
+    let dir = tempfile::tempdir().unwrap();
+    let load = ["-c", "8", "-n", "3000", "-T", "1", "--name", "www.example.test"];
+    let mut args = vec![target.as_str()];
+    args.extend(load);
+    let single = run_volley(&args);
+    let single = single.ok().clone();
+    assert_eq!(total(&single, "answered"), 3000, "{single:#}");
+    let merged_out = dir.path().join("merged.json");
+    let coord = Coord::start(Command::new(volley()), &format!("{}:0", lo(8)), 3, &merged_out, &["--wait", "60s"]);
+    let mut children = Vec::new();
+    for i in 0..3 {
+        let part_arg = format!("{i}/3");
+        let mut args = vec![target.as_str(), "--part", &part_arg, "--coordinator", &coord.addr];
+        args.extend(load);
+        children.push(part(Command::new(volley()), &args, &dir.path().join(format!("c{i}.json"))));
+    }
+    for c in children {
+        let (code, err) = finish_part(c);
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let (code, said, merged) = coord.finish();
+    assert_eq!(code, Some(0), "{said}");
+    let merged = merged.expect("merged results");
+    check_accounting(&merged);
+    for key in ["issued", "sent", "answered"] {
+        assert_eq!(total(&merged, key), total(&single, key), "{key}");
+    }
+    assert_eq!(merged["load"]["concurrency"].as_u64(), Some(8), "{:#}", merged["load"]);
+    let (mut concurrency, mut count) = (Vec::new(), 0);
+    for i in 0..3u64 {
+        let p = read_results(&dir.path().join(format!("c{i}.json"))).unwrap();
+        assert_eq!(p["part"]["index"].as_u64(), Some(i));
+        check_accounting(&p);
+        concurrency.push(p["load"]["concurrency"].as_u64().unwrap());
+        count += p["load"]["count"].as_u64().unwrap();
+        assert_eq!(total(&p, "issued"), p["load"]["count"].as_u64().unwrap(), "part {i} issues its count");
+    }
+    assert_eq!(concurrency.iter().sum::<u64>(), 8, "{concurrency:?}");
+    assert!(concurrency.iter().all(|&c| c == 2 || c == 3), "{concurrency:?}");
+    assert_eq!(count, 3000);
+}
+
 /// A part that never comes: the others start when the wait is over, and the merge names it.
 #[test]
 fn a_part_that_never_comes_is_named_after_the_wait() {
