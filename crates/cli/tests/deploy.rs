@@ -46,6 +46,21 @@ fn kubernetes_manifests_pass_the_api_schema() {
     ] {
         assert!(text.contains(needle), "no {what} ({needle}) in:\n{text}");
     }
+    // Every part writes its own results into the claim the coordinator writes the merge to
+    // (not into a volume of its pod's, lost with it): the claim is ReadWriteMany, since the
+    // parts run on different nodes, and the Job's pods and the coordinator's Pod mount it.
+    let docs: Vec<&str> = text.split("\n---\n").collect();
+    let doc_of = |kind: &str| {
+        docs.iter()
+            .find(|d| d.contains(&format!("\nkind: {kind}\n")))
+            .unwrap_or_else(|| panic!("no {kind} in:\n{text}"))
+    };
+    assert!(doc_of("PersistentVolumeClaim").contains(r#"accessModes: ["ReadWriteMany"]"#), "{text}");
+    for kind in ["Pod", "Job"] {
+        let d = doc_of(kind);
+        assert!(d.contains("claimName: volley-results") && d.contains("mountPath: /results"), "{kind}:\n{d}");
+    }
+    assert!(!text.contains("emptyDir"), "{text}");
     let good = dir.path().join("run.yaml");
     std::fs::write(&good, &text).unwrap();
     let out = run_cmd(Command::new(&validate).arg("--strict").arg(&good), RUN_WAIT);

@@ -346,6 +346,143 @@ fn a_part_killed_mid_run_is_named_in_an_incomplete_merge() {
     check_accounting(&merged);
 }
 
+/// A part process stopped (SIGSTOP) and so silent on a connection that stays open; killed
+/// when dropped unless it was taken back.
+struct Stopped(Option<Child>);
+
+fn signal(c: &Child, sig: libc::c_int) {
+    let rc = unsafe { libc::kill(c.id() as libc::pid_t, sig) };
+    assert_eq!(rc, 0, "kill({}, {sig}): {}", c.id(), std::io::Error::last_os_error());
+}
+
+impl Stopped {
+    fn stop(c: Child) -> Stopped {
+        signal(&c, libc::SIGSTOP);
+        Stopped(Some(c))
+    }
+
+    fn resume(mut self) -> Child {
+        let c = self.0.take().unwrap();
+        signal(&c, libc::SIGCONT);
+        c
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A part that joined, said ready and started, then falls silent with its connection open (its
+/// process stopped): the coordinator's line a second goes on without it and names it once it
+/// has not been heard from for 2 s; after `--silence` it is given up, and the merge of the
+/// other part's results is marked incomplete, naming it lost for its silence (exit 3). Resumed,
+/// the part finishes, finds nobody to hand its results to, and keeps them in its own file.
+#[test]
+fn a_part_that_falls_silent_is_named_live_then_given_up() {
+    let server = Server::start();
+    let target = server.udp_url();
+    let dir = tempfile::tempdir().unwrap();
+    let merged_out = dir.path().join("merged.json");
+    let mut coord = Coord::start(Command::new(volley()), &format!("{}:0", lo(7)), 2, &merged_out, &["--silence", "4s"]);
+    let mut children = Vec::new();
+    for i in 0..2 {
+        let part_arg = format!("{i}/2");
+        let args =
+            [target.as_str(), "--part", &part_arg, "--coordinator", &coord.addr, "-Q", "400", "-l", "12s", "-T", "1"];
+        children.push(part(Command::new(volley()), &args, &dir.path().join(format!("s{i}.json"))));
+    }
+    let line = coord.wait_for("second    1:");
+    assert!(line.ends_with("(2 parts reported, 2 running)"), "{line}");
+    let silent = Stopped::stop(children.pop().unwrap());
+    let line = coord.wait_for("not heard from for 2 s");
+    assert!(line.ends_with("(1 parts reported, 2 running; not heard from for 2 s: parts [1])"), "{line}");
+    let (code, err) = finish_part(children.pop().unwrap());
+    assert_eq!(code, Some(0), "{err}");
+    let (code, said, merged) = coord.finish();
+    assert_eq!(code, Some(3), "incomplete: exit 3\n{said}");
+    assert!(said.contains("part 1 (50.0% of the load) missing: lost (silent for 4 s)"), "{said}");
+    let merged = merged.expect("the other part's results merged");
+    let scale = &merged["scale"];
+    assert_eq!(scale["complete"].as_bool(), Some(false), "{scale:#}");
+    assert_eq!(scale["part_list"][0]["status"], "merged", "{scale:#}");
+    assert_eq!(scale["part_list"][1]["status"], "lost", "{scale:#}");
+    assert_eq!(scale["part_list"][1]["reason"], "silent for 4 s", "{scale:#}");
+    assert!((scale["missing_share"].as_f64().unwrap() - 0.5).abs() < 1e-9);
+    let w = merged["warnings"].as_array().unwrap();
+    assert!(
+        w.iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .starts_with("incomplete: part 1 of 2 (50.0% of the load) is missing (lost: silent for 4 s)")),
+        "{w:?}"
+    );
+    check_accounting(&merged);
+    let p0 = read_results(&dir.path().join("s0.json")).unwrap();
+    for key in ["issued", "sent", "answered"] {
+        assert_eq!(total(&merged, key), total(&p0, key), "{key}: the merge is part 0's alone");
+    }
+    let (code, err) = finish_part(silent.resume());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("results not handed in"), "{err}");
+    let p1 = read_results(&dir.path().join("s1.json")).expect("the silent part's own results");
+    assert_eq!(p1["part"]["index"].as_u64(), Some(1));
+    check_accounting(&p1);
+}
+
+/// A closed loop with a query count split over three processes (`-c 8 -n 3000`): the parts'
+/// concurrency adds up to 8 (shares that differ by at most one), their counts to 3,000, and
+/// the merge issues and answers what one process does.
+#[test]
+fn a_closed_loop_split_over_three_parts_makes_the_single_run() {
+    let server = Server::start();
+    let target = server.udp_url();
+    let dir = tempfile::tempdir().unwrap();
+    let load = ["-c", "8", "-n", "3000", "-T", "1", "--name", "www.example.test"];
+    let mut args = vec![target.as_str()];
+    args.extend(load);
+    let single = run_volley(&args);
+    let single = single.ok().clone();
+    assert_eq!(total(&single, "answered"), 3000, "{single:#}");
+    let merged_out = dir.path().join("merged.json");
+    let coord = Coord::start(Command::new(volley()), &format!("{}:0", lo(8)), 3, &merged_out, &["--wait", "60s"]);
+    let mut children = Vec::new();
+    for i in 0..3 {
+        let part_arg = format!("{i}/3");
+        let mut args = vec![target.as_str(), "--part", &part_arg, "--coordinator", &coord.addr];
+        args.extend(load);
+        children.push(part(Command::new(volley()), &args, &dir.path().join(format!("c{i}.json"))));
+    }
+    for c in children {
+        let (code, err) = finish_part(c);
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let (code, said, merged) = coord.finish();
+    assert_eq!(code, Some(0), "{said}");
+    let merged = merged.expect("merged results");
+    check_accounting(&merged);
+    for key in ["issued", "sent", "answered"] {
+        assert_eq!(total(&merged, key), total(&single, key), "{key}");
+    }
+    assert_eq!(merged["load"]["concurrency"].as_u64(), Some(8), "{:#}", merged["load"]);
+    let (mut concurrency, mut count) = (Vec::new(), 0);
+    for i in 0..3u64 {
+        let p = read_results(&dir.path().join(format!("c{i}.json"))).unwrap();
+        assert_eq!(p["part"]["index"].as_u64(), Some(i));
+        check_accounting(&p);
+        concurrency.push(p["load"]["concurrency"].as_u64().unwrap());
+        count += p["load"]["count"].as_u64().unwrap();
+        assert_eq!(total(&p, "issued"), p["load"]["count"].as_u64().unwrap(), "part {i} issues its count");
+    }
+    assert_eq!(concurrency.iter().sum::<u64>(), 8, "{concurrency:?}");
+    assert!(concurrency.iter().all(|&c| c == 2 || c == 3), "{concurrency:?}");
+    assert_eq!(count, 3000);
+}
+
 /// A part that never comes: the others start when the wait is over, and the merge names it.
 #[test]
 fn a_part_that_never_comes_is_named_after_the_wait() {
@@ -438,6 +575,21 @@ fn bad_parts_are_refused_with_one_line() {
     let r = run_volley(&[&target, "--parts", "2", "--coordinator", &closed, "--coordinator-wait", "1s", "-n", "10"]);
     let line = assert_usage_error(&r);
     assert!(line.contains(&closed) && line.contains("refused"), "{line}");
+    // A coordinator address that accepts the connection and never answers the hello: after
+    // the wait, one line saying so.
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mute_addr = mute.local_addr().unwrap().to_string();
+    let (tx, accepted) = mpsc::channel();
+    std::thread::spawn(move || {
+        if let Ok((conn, _)) = mute.accept() {
+            let _ = tx.send(conn);
+        }
+    });
+    let r = run_volley(&[&target, "--parts", "2", "--coordinator", &mute_addr, "--coordinator-wait", "1s", "-n", "10"]);
+    let line = assert_usage_error(&r);
+    assert!(line.contains(&mute_addr) && line.contains("no answer within 1.0 s"), "{line}");
+    let held = accepted.recv_timeout(STARTUP_WAIT).expect("the part connected to the mute coordinator");
+    drop(held);
     let r = run_volley(&[&target, "--start-at", "tomorrow", "-n", "10"]);
     assert!(assert_usage_error(&r).contains("invalid --start-at 'tomorrow'"));
 }

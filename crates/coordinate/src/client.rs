@@ -44,10 +44,21 @@ fn lost(e: impl std::fmt::Display) -> CoordError {
     CoordError::Lost(e.to_string())
 }
 
+/// A read that timed out says so in words (the system's words are "Resource temporarily
+/// unavailable"): a coordinator that accepts the connection and never answers.
+fn unanswered(e: io::Error, wait: Duration) -> io::Error {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {:.1} s", wait.as_secs_f64()))
+        }
+        _ => e,
+    }
+}
+
 impl PartLink {
     /// Connects to `addr` (HOST:PORT, a name resolved here: a Kubernetes Service), says hello
-    /// and measures the clock offset. `connect` bounds the connection and each answer before
-    /// the start.
+    /// and measures the clock offset. `connect` bounds the connection (tried again until it is
+    /// over: the coordinator may not be up yet) and each answer before the start.
     pub fn join(addr: &str, hello: &Hello, connect: Duration) -> Result<PartLink, CoordError> {
         let cerr = |err| CoordError::Connect { addr: addr.to_string(), err };
         // The coordinator may not be up yet (an orchestrator starts its tasks in no order, a
@@ -83,7 +94,7 @@ impl PartLink {
             Ok(Some(ToPart::Refused { reason })) => return Err(CoordError::Refused(reason)),
             Ok(Some(other)) => return Err(cerr(io::Error::other(format!("unexpected answer {other:?}")))),
             Ok(None) => return Err(cerr(io::Error::new(io::ErrorKind::UnexpectedEof, "closed the connection"))),
-            Err(e) => return Err(cerr(e)),
+            Err(e) => return Err(cerr(unanswered(e, connect))),
         };
         // NTP's offset and delay from the probe with the shortest round trip.
         let mut best: Option<(u64, i64)> = None;
@@ -100,7 +111,7 @@ impl PartLink {
                     }
                 }
                 Ok(other) => return Err(cerr(io::Error::other(format!("unexpected answer {other:?}")))),
-                Err(e) => return Err(cerr(e)),
+                Err(e) => return Err(cerr(unanswered(e, connect))),
             }
         }
         let (rtt_ns, offset_ns) = best.unwrap_or((0, 0));

@@ -13,6 +13,10 @@ use volley_report::{merge_runs, MergeError, Merged, NamedRun};
 use crate::protocol::{recv, send, Hello, LimitSpec, PartProgress, ToCoordinator, ToPart, PROTOCOL};
 use crate::{share, unix_ns};
 
+/// A running part not heard from for longer than this (it says it is alive every second) is
+/// named in the live line, which goes on without it.
+const QUIET_AFTER: Duration = Duration::from_secs(2);
+
 /// How the coordinator waits.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -289,10 +293,16 @@ impl Session {
                 }
             }
             // The merged progress of each second every live part has reported (or given up on).
+            // A part not heard from for over 2 s (it says it is alive every second) does not hold
+            // the line up: the line goes on without it, naming it, until it is heard again or
+            // given up after --silence.
             let live: Vec<&Slot> = st.slots.iter().filter(|s| s.started && s.gone.is_none()).collect();
             let next = shown;
-            let complete =
-                live.iter().all(|s| s.results.is_some() || s.seconds.keys().next_back().is_some_and(|&k| k >= next));
+            let is_quiet =
+                |s: &Slot| s.results.is_none() && s.last_heard.is_some_and(|t| now.duration_since(t) > QUIET_AFTER);
+            let complete = live.iter().all(|s| {
+                s.results.is_some() || is_quiet(s) || s.seconds.keys().next_back().is_some_and(|&k| k >= next)
+            });
             if !live.is_empty() && complete && live.iter().any(|s| s.seconds.contains_key(&next)) {
                 let mut p = PartProgress { second: next, ..Default::default() };
                 let mut reported = 0;
@@ -311,12 +321,12 @@ impl Session {
                     .slots
                     .iter()
                     .enumerate()
-                    .filter(|(_, s)| s.started && s.gone.is_none() && s.results.is_none())
-                    .filter(|(_, s)| s.last_heard.is_some_and(|t| now.duration_since(t) > Duration::from_secs(2)))
+                    .filter(|(_, s)| s.started && s.gone.is_none() && is_quiet(s))
                     .map(|(i, _)| i as u32)
                     .collect();
+                // A second shown is not kept (nor one a quiet part reports late, once heard again).
                 for s in st.slots.iter_mut() {
-                    s.seconds.remove(&next);
+                    s.seconds.retain(|&k, _| k > next);
                 }
                 shown += 1;
                 drop(st);

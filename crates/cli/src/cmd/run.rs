@@ -279,8 +279,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "HOST:PORT", env = "VOLLEY_COORDINATOR", help_heading = "Scale out")]
     pub coordinator: Option<String>,
 
-    /// How long to wait for the coordinator: to answer (tried again until then, at most 60 s:
-    /// an orchestrator starts it in no particular order), and for the start.
+    /// How long to wait for the coordinator: to answer (tried again until then: an orchestrator
+    /// starts it in no particular order, and its name may not resolve yet), and for the start.
     #[arg(long = "coordinator-wait", value_name = "DURATION", default_value = "5m", value_parser = parse_duration, help_heading = "Scale out")]
     pub coordinator_wait: Duration,
 

@@ -212,7 +212,7 @@ pub fn join(a: &RunArgs, items: u64, limit: Option<LimitSpec>) -> CliResult<Opti
         items,
         limit,
     };
-    let link = PartLink::join(addr, &hello, a.coordinator_wait.min(Duration::from_secs(60))).map_err(|e| match e {
+    let link = PartLink::join(addr, &hello, a.coordinator_wait).map_err(|e| match e {
         CoordError::Refused(r) => CliError::usage(format!("refused by the coordinator at {addr}: {r}")),
         e => CliError::usage(format!("--coordinator: {e}")),
     })?;
