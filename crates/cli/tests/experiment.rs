@@ -463,9 +463,10 @@ min = 5
     assert_eq!(cells, ["udp", "0", "2", "differs"], "two of 50 delayed, none held up: {udp}");
 }
 
-/// Against the embedded responder both ends of a connection are volley's: a step whose
-/// connections need more open files than the process may have is not measured, and says why,
-/// where it would otherwise have measured its own EMFILE; the steps within the limit run.
+/// Against the embedded responder both ends of a connection are volley's: a step that could
+/// not open its connections for want of open files is not measured, and says why, where it
+/// would otherwise have shown its own EMFILE as the server's figure; the steps within the
+/// limit run.
 #[test]
 fn connections_beyond_the_open_files_limit_are_not_measured() {
     let dir = tempfile::tempdir().unwrap();
@@ -489,7 +490,7 @@ figure = "qps"
     .unwrap();
     let json = dir.path().join("files.json");
     let mut cmd = Command::new(require("prlimit"));
-    cmd.arg("--nofile=600:600").arg(volley()).arg("experiment").arg("run").arg(&path);
+    cmd.arg("--nofile=300:300").arg(volley()).arg("experiment").arg("run").arg(&path);
     cmd.args(["--progress", "never", "-o", json.to_str().unwrap()]);
     let out = run_cmd(&mut cmd, RUN_WAIT);
     assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
@@ -506,10 +507,9 @@ figure = "qps"
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let text = doc.to_string();
     assert!(
-        text.contains("400 connections to the embedded responder need 1312 open files in this process"),
+        text.contains("of 400 connections opened:") && text.contains("no open file left in volley's process"),
         "the step says why: {text}"
     );
-    assert!(!text.contains("EMFILE") && !text.contains("too many open files"), "{text}");
 }
 
 /// `--server NAME`: volley writes the server's configuration, starts it on one core and

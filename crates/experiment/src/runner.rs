@@ -547,25 +547,6 @@ fn run_step(
     if fresh_conns.max_queries == Some(1) && !udp {
         connections = connections.max(concurrency as usize);
     }
-    // Against the embedded responder both ends of every connection are this process's: two
-    // open files each. Beyond its limit the run would measure EMFILE, not the server.
-    if !udp && embedded.is_some() {
-        let (need, limit) = (2 * connections as u64 + FILES_SPARE, open_files_limit());
-        if need > limit {
-            if let Some(l) = link {
-                let _ = l.finish();
-            }
-            return Ok(StepRecord {
-                step: step.clone(),
-                figures: BTreeMap::new(),
-                target: String::new(),
-                seconds: 0.0,
-                results: Vec::new(),
-                limit: None,
-                warnings: vec![too_many_files(connections, need, limit)],
-            });
-        }
-    }
     let udp_retry = match (&r.udp_retry, udp) {
         (Some(d), true) => Some(
             UdpRetry::new(Some(dur(&Some(d.clone()), timeout)), r.udp_tries.unwrap_or(2), timeout)
@@ -632,7 +613,14 @@ fn run_step(
     let (figures, results, limit) = match r.measure.unwrap_or(Measure::Run) {
         Measure::Run => {
             let (result, delayed) = measure_once(&plan, pool)?;
-            (crate::figures::of_run(&result, delayed, slow_over), vec![result], None)
+            match short_of_files(&result, plan.connections) {
+                // Its figures would be volley's own limit's, not the server's.
+                Some(w) => {
+                    warnings.push(w);
+                    (BTreeMap::new(), vec![result], None)
+                }
+                None => (crate::figures::of_run(&result, delayed, slow_over), vec![result], None),
+            }
         }
         Measure::Limit => {
             let l = r.limit.clone().unwrap_or_default();
@@ -774,26 +762,22 @@ fn run_step(
     })
 }
 
-/// Open files a run needs beside its connections' (listeners, pollers, timers, files).
-const FILES_SPARE: u64 = 512;
-
-/// This process's open-files limit (the CLI raises the soft limit to the hard one at start).
-fn open_files_limit() -> u64 {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return u64::MAX;
+/// Why a run that could not open the connections it asked for, for want of open files (its
+/// own EMFILE or ENFILE, `local_limit`), is not measured; None where it opened them all (some
+/// attempts may have failed and been made again).
+fn short_of_files(result: &RunResult, asked: usize) -> Option<String> {
+    let c = result.connections.as_ref()?;
+    let failed = c.errors.get("local_limit").copied().unwrap_or(0);
+    if failed == 0 || c.opened >= asked as u64 {
+        return None;
     }
-    lim.rlim_cur as u64
-}
-
-/// Why a step with `connections` to the embedded responder is not measured.
-fn too_many_files(connections: usize, need: u64, limit: u64) -> String {
-    format!(
-        "{connections} connections to the embedded responder need {need} open files in this process (both ends \
-         of each), above its limit of {limit}: not measured (measure a server in another process with --target \
-         or --server, or raise the hard limit, ulimit -Hn)"
-    )
+    Some(format!(
+        "{} of {asked} connections opened: {failed} attempts found no open file left in volley's process \
+         (local_limit; against the embedded responder both ends of each connection are volley's): not \
+         measured (measure a server in another process with --target or --server, or raise the limit, \
+         ulimit -n)",
+        c.opened
+    ))
 }
 
 fn responder_of<'p>(pool: &'p Pool, server: &Server, key: &str, listen: Option<IpAddr>) -> Option<&'p Embedded> {
