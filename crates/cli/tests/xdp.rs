@@ -414,3 +414,71 @@ fn bench_adds_an_xdp_row() {
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("no --target udp://"), "{}", out.stderr);
 }
+
+/// Packets from `src` to UDP port `port` counted by a rule of the namespace's INPUT chain
+/// ([`count_from`]).
+fn counted(v: &Veth, src: &str, port: u16) -> u64 {
+    let out = run_cmd(
+        Command::new("ip").args(["netns", "exec", &v.ns]).arg(require("iptables")).args(["-w", "-nvxL", "INPUT"]),
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "iptables -L: {}", out.stderr);
+    let dport = format!("dpt:{port}");
+    out.stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 9 && f[7] == src && f.contains(&dport.as_str()))
+        .and_then(|f| f[0].parse().ok())
+        .unwrap_or_else(|| panic!("no rule counting {src} to {port}:\n{}", out.stdout))
+}
+
+/// Has the namespace count the UDP packets from `src` to `port` (a rule that accepts them, as
+/// the chain's policy would).
+fn count_from(v: &Veth, src: &str, port: u16) {
+    let p = port.to_string();
+    let out = run_cmd(
+        Command::new("ip").args(["netns", "exec", &v.ns]).arg(require("iptables")).args([
+            "-w", "-A", "INPUT", "-s", src, "-p", "udp", "--dport", &p, "-j", "ACCEPT",
+        ]),
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "iptables -A: {}", out.stderr);
+}
+
+/// `--bind` with `--xdp`: lanes take the range's addresses in turn (two more addresses on the
+/// host's end), each frame from its lane's address, and the answers to every one come back.
+/// The namespace counts the queries by source address.
+#[test]
+fn bind_range_spreads_the_sources() {
+    let v = Veth::new(10);
+    let net = v.v4.0.rsplit_once('.').unwrap().0.to_string();
+    // 10.N.10.4/30: .5 and .6 (network and broadcast addresses left out).
+    let (a, b) = (format!("{net}.5"), format!("{net}.6"));
+    for addr in [&a, &b] {
+        ip(&["addr", "add", &format!("{addr}/32"), "dev", &v.host]);
+    }
+    let s = serve(&v, &v.v4.1);
+    let port = s.udp_addr().port();
+    for src in [&v.v4.0, &a, &b] {
+        count_from(&v, src, port);
+    }
+    let url = format!("udp://{}:{port}", v.v4.1);
+    let bind = format!("{net}.4/30");
+    // 1000 lanes, 500 on each address: the kernel gives some the same port on both (its
+    // ephemeral range holds about 28,000), which one lane holds for the run: answers are told
+    // apart by their destination port alone.
+    let r = run_volley(&[&url, "--xdp", &v.host, "--bind", &bind, "--connections", "1000", "-c", "1000", "-n", "4000"]);
+    assert_eq!(check_all_answered(&r, "--bind"), 4_000);
+    let (from_a, from_b) = (counted(&v, &a, port), counted(&v, &b, port));
+    // The one query from the route's own address: the probe before the run, over a kernel
+    // socket.
+    assert_eq!(counted(&v, &v.v4.0, port), 1, "only the probe from the route's own address");
+    assert!(from_a > 0 && from_b > 0, "both addresses of the range used: {from_a} and {from_b}");
+    assert_eq!(from_a + from_b, 4_000, "every query from the range, once");
+    // Open loop, each lane at its own share of the rate.
+    let r = run_volley(&[&url, "--xdp", &v.host, "--bind", &bind, "--connections", "8", "-Q", "2000", "-n", "2000"]);
+    assert_eq!(check_all_answered(&r, "--bind, open loop"), 2_000);
+    let (a2, b2) = (counted(&v, &a, port) - from_a, counted(&v, &b, port) - from_b);
+    assert_eq!(counted(&v, &v.v4.0, port), 2, "the second run's probe");
+    assert_eq!((a2, b2), (1_000, 1_000), "8 lanes over 2 addresses in turn, the queries in turn over the lanes");
+}

@@ -200,9 +200,16 @@ impl Xdp {
         }
     }
 
-    fn set_owner(&self, port: u16, worker: Option<u32>) {
-        let v = worker.map_or(0, |w| w as u8 + 1);
-        self.0.owners[port as usize].store(v, std::sync::atomic::Ordering::Relaxed);
+    /// Lets source port `port` go (its lane has ended).
+    fn release(&self, port: u16) {
+        self.0.owners[port as usize].store(0, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Claims source port `port` for `worker`'s lane: false when another lane holds it (on
+    /// another source address of `--bind`: answers are told apart by port alone).
+    fn claim(&self, port: u16, worker: u32) -> bool {
+        use std::sync::atomic::Ordering;
+        self.0.owners[port as usize].compare_exchange(0, worker as u8 + 1, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
     /// Hands an answer that arrived on this worker's queue to worker `to`, whose lane sent the
@@ -643,18 +650,22 @@ pub struct Prepared {
 pub fn prepare(xdp: &Xdp, opts: &LaneOptions) -> io::Result<Prepared> {
     let socket = Socket::get(xdp, opts.udp_lazy_receive)?;
     let src = opts.local.unwrap_or(xdp.0.src);
-    let reserve = reserve_port(src, socket.worker, xdp.0.workers)?;
+    let reserve = reserve_port(xdp, src, socket.worker)?;
     let template = Template::new(xdp.0.src_mac, xdp.0.dst_mac, src, xdp.0.target);
     Ok(Prepared { socket, reserve, template })
 }
 
-/// A kernel socket on `src` holding a free source port `p` with `p % workers == worker` (the
-/// ports the kernel offers are tried in turn; those that do not fit are let go after).
-fn reserve_port(src: IpAddr, worker: u32, workers: u32) -> io::Result<std::net::UdpSocket> {
+/// A kernel socket on `src` holding a free source port `p` with `p % workers == worker`,
+/// claimed for the lane in the run's table of ports (the ports the kernel offers are tried in
+/// turn; those that do not fit are let go after). A port another lane holds on another source
+/// address (`--bind`) does not fit: the RX path finds a lane by port alone.
+fn reserve_port(xdp: &Xdp, src: IpAddr, worker: u32) -> io::Result<std::net::UdpSocket> {
+    let workers = xdp.0.workers.max(1);
     let mut held = Vec::new();
-    for _ in 0..64 * workers.max(1) {
+    for _ in 0..64 * workers {
         let s = std::net::UdpSocket::bind(SocketAddr::new(src, 0))?;
-        if u32::from(s.local_addr()?.port()) % workers.max(1) == worker {
+        let port = s.local_addr()?.port();
+        if u32::from(port) % workers == worker && xdp.claim(port, worker) {
             return Ok(s);
         }
         held.push(s);
@@ -677,6 +688,7 @@ pub async fn drive<X: Exchange + 'static>(prepared: io::Result<Prepared>, addr: 
             return;
         }
     };
+    // The port was claimed when it was reserved (`reserve_port`).
     let sport = match p.reserve.local_addr() {
         Ok(a) => a.port(),
         Err(_) => return,
@@ -690,7 +702,6 @@ pub async fn drive<X: Exchange + 'static>(prepared: io::Result<Prepared>, addr: 
         received: Cell::new((0, 0)),
     });
     p.socket.lanes.borrow_mut().insert(sport, rx.clone());
-    p.socket.xdp.set_owner(sport, Some(p.socket.worker));
     p.socket.xdp.0.live_lanes.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     // The path is said once per worker socket, not per lane.
     if !p.socket.announced.replace(true) {
@@ -712,7 +723,7 @@ pub async fn drive<X: Exchange + 'static>(prepared: io::Result<Prepared>, addr: 
     // What this lane put on the ring last leaves now, not with a later turn's kick.
     p.socket.kick_now();
     p.socket.lanes.borrow_mut().remove(&sport);
-    p.socket.xdp.set_owner(sport, None);
+    p.socket.xdp.release(sport);
     p.socket.xdp.0.live_lanes.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     drop(p.reserve);
 }
