@@ -87,8 +87,9 @@ struct Inner {
     live_lanes: std::sync::atomic::AtomicU32,
 }
 
-/// An answer handed over from another worker's socket: destination port, receive time, bytes.
-type Mail = (u16, u64, Box<[u8]>);
+/// An answer handed over from another worker's socket: destination port, receive time,
+/// whether that time is the XDP program's ([`receive_time`]), bytes.
+type Mail = (u16, u64, bool, Box<[u8]>);
 
 /// Answers handed over from other workers' sockets.
 #[derive(Default)]
@@ -214,9 +215,9 @@ impl Xdp {
 
     /// Hands an answer that arrived on this worker's queue to worker `to`, whose lane sent the
     /// query.
-    fn hand_over(&self, to: u32, port: u16, at: u64, msg: &[u8]) {
+    fn hand_over(&self, to: u32, port: u16, at: u64, stamped: bool, msg: &[u8]) {
         let Some(m) = self.0.mail.get(to as usize) else { return };
-        m.items.lock().unwrap_or_else(|e| e.into_inner()).push((port, at, msg.into()));
+        m.items.lock().unwrap_or_else(|e| e.into_inner()).push((port, at, stamped, msg.into()));
         m.waiting.store(true, std::sync::atomic::Ordering::Release);
         m.notify.notify_one();
     }
@@ -247,9 +248,24 @@ pub fn set_worker(index: usize) {
     WORKER.with(|w| w.set(index.min(u32::MAX as usize) as u32));
 }
 
+/// The event that counts answers whose receive time is when the RX ring was read, not the XDP
+/// program's stamp (the frame came without the program's metadata).
+pub const RX_TIME_FALLBACK_EVENT: &str = "xdp_rx_time_fallback";
+
+/// An answer's receive time: the XDP program's stamp `stamp` (0: none; never later than
+/// `read`), else `read`, the time the RX ring was read. True when it is the program's.
+fn receive_time(stamp: u64, read: u64) -> (u64, bool) {
+    match stamp {
+        0 => (read, false),
+        s => (s.min(read), true),
+    }
+}
+
 /// What the receive task hands a lane: its answers.
 trait Sink {
-    fn deliver(&self, msg: &[u8], at: u64);
+    /// An answer received at `at`: the XDP program's stamp when `stamped`, else the time the
+    /// RX ring was read.
+    fn deliver(&self, msg: &[u8], at: u64, stamped: bool);
     fn stray(&self, bytes: usize, at: u64);
     fn in_flight(&self) -> u32;
     fn event(&self, what: &str);
@@ -269,18 +285,27 @@ struct LaneRx<X> {
     unsent: RefCell<Vec<(Token, usize)>>,
     /// Answers delivered and not yet reported to the engine's wire counts: (bytes, packets).
     received: Cell<(u64, u64)>,
+    /// Of those, the answers without the XDP program's receive time ([`RX_TIME_FALLBACK_EVENT`]).
+    unstamped: Cell<u64>,
 }
 
 impl<X: Exchange> Sink for LaneRx<X> {
-    fn deliver(&self, msg: &[u8], at: u64) {
+    fn deliver(&self, msg: &[u8], at: u64, stamped: bool) {
         deliver(msg, &mut self.ids.borrow_mut(), &*self.x, at);
         let (bytes, packets) = self.received.get();
         self.received.set((bytes + msg.len() as u64 + self.header, packets + 1));
+        if !stamped {
+            self.unstamped.set(self.unstamped.get() + 1);
+        }
     }
     fn flush_received(&self) {
         let (bytes_in, packets_in) = self.received.take();
         if packets_in > 0 {
             self.x.wire(&WireStats { bytes_in, packets_in, ..WireStats::default() });
+        }
+        let unstamped = self.unstamped.take();
+        if unstamped > 0 {
+            self.x.events(RX_TIME_FALLBACK_EVENT, unstamped);
         }
     }
     fn stray(&self, bytes: usize, at: u64) {
@@ -397,16 +422,16 @@ impl Socket {
             if n == 0 {
                 break;
             }
-            let fallback = crate::udp::xdp::now();
+            let read = crate::udp::xdp::now();
             for &(addr, len) in &got[..n] {
-                let (at, frame) = umem.frame(addr, len);
-                let at = if at == 0 { fallback } else { at.min(fallback) };
+                let (stamp, frame) = umem.frame(addr, len);
+                let (at, stamped) = receive_time(stamp, read);
                 if let Some((port, msg)) = frame::parse(frame, target) {
                     match lanes.get(&port) {
-                        Some(l) => l.deliver(msg, at),
+                        Some(l) => l.deliver(msg, at, stamped),
                         None => match self.xdp.owner(port) {
                             // Another worker's lane: the interface put its answer on our queue.
-                            Some(w) if w != self.worker => self.xdp.hand_over(w, port, at, msg),
+                            Some(w) if w != self.worker => self.xdp.hand_over(w, port, at, stamped, msg),
                             _ => {
                                 if let Some(l) = lanes.values().next() {
                                     l.stray(msg.len(), at);
@@ -437,11 +462,11 @@ impl Socket {
             return;
         }
         let items = std::mem::take(&mut *mailbox.items.lock().unwrap_or_else(|e| e.into_inner()));
-        for (port, at, msg) in items {
+        for (port, at, stamped, msg) in items {
             match lanes.get(&port) {
                 Some(l) => {
                     l.event("xdp_answers_handed_over");
-                    l.deliver(&msg, at);
+                    l.deliver(&msg, at, stamped);
                 }
                 None => {
                     if let Some(l) = lanes.values().next() {
@@ -700,6 +725,7 @@ pub async fn drive<X: Exchange + 'static>(prepared: io::Result<Prepared>, addr: 
         header: meter::udp_header(addr),
         unsent: RefCell::new(Vec::with_capacity(BATCH)),
         received: Cell::new((0, 0)),
+        unstamped: Cell::new(0),
     });
     p.socket.lanes.borrow_mut().insert(sport, rx.clone());
     p.socket.xdp.0.live_lanes.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -726,4 +752,16 @@ pub async fn drive<X: Exchange + 'static>(prepared: io::Result<Prepared>, addr: 
     p.socket.xdp.release(sport);
     p.socket.xdp.0.live_lanes.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     drop(p.reserve);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_receive_time_is_the_programs_stamp_else_the_ring_read() {
+        assert_eq!(receive_time(0, 5_000), (5_000, false), "no stamp: the read, counted as a fallback");
+        assert_eq!(receive_time(4_000, 5_000), (4_000, true));
+        assert_eq!(receive_time(6_000, 5_000), (5_000, true), "never after the read");
+    }
 }
