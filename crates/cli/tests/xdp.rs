@@ -134,6 +134,23 @@ fn check_answered(r: &RunResult, what: &str) -> u64 {
     answered
 }
 
+/// The same queries over AF_XDP (`xdp`) and over kernel sockets (`plain`), against the same
+/// server: the same answers, by RCODE, truncation and bytes in all (each query's answer is a
+/// function of its question: a byte lost, added or changed on the way, or an answer handed to
+/// the wrong query, shows). volley has already checked each answer's ID and question.
+fn same_answers(xdp: &Value, plain: &Value, what: &str) {
+    assert_eq!(total(xdp, "answered"), total(plain, "answered"), "{what}");
+    assert_eq!(xdp["totals"]["rcodes"], plain["totals"]["rcodes"], "{what}: answers by RCODE");
+    assert_eq!(total(xdp, "truncated"), total(plain, "truncated"), "{what}");
+    assert_eq!(total(xdp, "bytes_in"), total(plain, "bytes_in"), "{what}: answers' bytes over AF_XDP and over a socket");
+    assert_eq!(total(xdp, "bytes_out"), total(plain, "bytes_out"), "{what}: the same queries");
+}
+
+/// Queries whose answers differ in size and RCODE: against `volley serve` A, AAAA, TXT, a
+/// 700-octet TXT and NXDOMAIN; against [`unbound_in`]'s data the same types and NXDOMAIN.
+const MIXED: [&str; 5] =
+    ["www.example.test A", "www.example.test AAAA", "www.example.test TXT", "size-700.example.test TXT", "nx.example.test A"];
+
 fn map_sum(m: &Value) -> u64 {
     m.as_object().map_or(0, |o| o.values().filter_map(Value::as_u64).sum())
 }
@@ -159,6 +176,17 @@ fn closed_and_open_loop(v: &Veth, server: &str, url: &str) {
     assert_eq!(total(p, "answered"), 200, "{:#}", p["totals"]);
     assert_eq!(bytes_per_answer(closed.ok()), bytes_per_answer(p), "answers' bytes over AF_XDP and over a socket");
     assert_eq!(event(p, "xdp_native_copy"), 0, "the socket path stays the default");
+    // Answers of several sizes and RCODEs, the same over both paths.
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_queries(dir.path(), "mixed.txt", &MIXED);
+    let file = file.to_str().unwrap();
+    let mixed = run_volley(&[&url, "--xdp", &v.host, "-d", file, "-c", "8", "-n", "5000"]);
+    assert_eq!(check_answered(&mixed, "mixed"), 5_000);
+    let m = mixed.ok();
+    assert_eq!(rcode(m, "NXDOMAIN"), 1_000, "{:#}", m["totals"]);
+    assert_eq!(rcode(m, "NOERROR"), 4_000, "{:#}", m["totals"]);
+    let plain = run_volley(&[&url, "-T", "1", "-d", file, "-c", "8", "-n", "5000"]);
+    same_answers(m, plain.ok(), "mixed answers from volley serve");
 }
 
 #[test]
@@ -204,10 +232,14 @@ fn unbound_in(v: &Veth) -> NsUnbound {
         "server:\n  username: \"\"\n  chroot: \"\"\n  directory: \"{d}\"\n  pidfile: \"\"\n  use-syslog: no\n  \
          logfile: \"\"\n  num-threads: 1\n  interface: {a}@53\n  interface: {b}@53\n  \
          access-control: 0.0.0.0/0 allow\n  access-control: ::/0 allow\n  module-config: \"iterator\"\n  \
-         local-zone: \"example.test.\" static\n  local-data: 'www.example.test. 300 IN A 192.0.2.1'\n",
+         local-zone: \"example.test.\" static\n  local-data: 'www.example.test. 300 IN A 192.0.2.1'\n  \
+         local-data: 'www.example.test. 300 IN AAAA 2001:db8::1'\n  \
+         local-data: 'www.example.test. 300 IN TXT \"volley\"'\n  \
+         local-data: 'size-700.example.test. 300 IN TXT \"{long}\" \"{long}\" \"{long}\"'\n",
         d = dir.path().display(),
         a = v.v4.1,
-        b = v.v6.1
+        b = v.v6.1,
+        long = "x".repeat(230)
     );
     let path = dir.path().join("unbound.conf");
     fs::write(&path, conf).unwrap();
@@ -240,13 +272,34 @@ fn unbound_in(v: &Veth) -> NsUnbound {
     ub
 }
 
+/// unbound, over IPv4 and IPv6, closed and open loop: every query answered, with the answers
+/// volley gets from the same unbound over kernel sockets.
 #[test]
 fn against_unbound_over_ipv4_and_ipv6() {
     let v = Veth::new(4);
     let _ub = unbound_in(&v);
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_queries(dir.path(), "mixed.txt", &MIXED);
+    let file = file.to_str().unwrap();
     for url in [format!("udp://{}:53", v.v4.1), format!("udp://[{}]:53", v.v6.1)] {
         let r = run_volley(&[&url, "--xdp", &v.host, "--name", "www.example.test", "-c", "8", "-n", "5000"]);
         assert_eq!(check_all_answered(&r, &url), 5_000);
+
+        let closed = run_volley(&[&url, "--xdp", &v.host, "-d", file, "-c", "8", "-n", "5000"]);
+        assert_eq!(check_answered(&closed, &url), 5_000);
+        let c = closed.ok();
+        assert_eq!(rcode(c, "NXDOMAIN"), 1_000, "{url}: nx.example.test in a static zone: {:#}", c["totals"]);
+        assert_eq!(rcode(c, "NOERROR"), 4_000, "{url}: {:#}", c["totals"]);
+        let plain = run_volley(&[&url, "-T", "1", "-d", file, "-c", "8", "-n", "5000"]);
+        same_answers(c, plain.ok(), &format!("{url}: unbound's answers"));
+
+        // Open loop: 4000 queries at 2000 a second, the file's five lines 800 times each.
+        let open = run_volley(&[&url, "--xdp", &v.host, "-d", file, "-Q", "2000", "-n", "4000"]);
+        assert_eq!(check_answered(&open, &url), 4_000);
+        let o = open.ok();
+        assert_eq!(o["load"]["model"], "open");
+        assert_eq!(rcode(o, "NXDOMAIN"), 800, "{url}: {:#}", o["totals"]);
+        assert_eq!(5 * total(o, "bytes_in"), 4 * total(c, "bytes_in"), "{url}: the open loop's answers, 4/5 of the closed loop's");
     }
 }
 
