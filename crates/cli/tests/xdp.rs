@@ -1,6 +1,8 @@
 //! `volley run --xdp`: UDP through AF_XDP over a veth pair into a network namespace each test
-//! makes (addresses of its own), against `volley serve` and unbound in the namespace; and the
-//! one-line refusals (loopback, no such interface, no permission).
+//! makes (addresses of its own), against `volley serve` and unbound in the namespace: answers
+//! the same as over kernel sockets, receive times from the XDP program, `--bind` ranges, the
+//! interface's other traffic passed to the kernel, the per-second series; and the one-line
+//! refusals (loopback, no such interface, no permission).
 
 mod common;
 
@@ -546,4 +548,92 @@ fn bind_range_spreads_the_sources() {
     let (a2, b2) = (counted(&v, &a, port) - from_a, counted(&v, &b, port) - from_b);
     assert_eq!(counted(&v, &v.v4.0, port), 2, "the second run's probe");
     assert_eq!((a2, b2), (1_000, 1_000), "8 lanes over 2 addresses in turn, the queries in turn over the lanes");
+}
+
+/// While `--xdp` holds the interface, the kernel still gets every other frame on it: UDP to
+/// another port of the namespace and TCP, over kernel sockets, are answered (the XDP program
+/// passes all but the target's answers). The run's per-second series add up to its totals,
+/// and `volley report` renders the file.
+#[test]
+fn other_traffic_passes_and_the_series_adds_up() {
+    let v = Veth::new(11);
+    let s = serve(&v, &v.v4.1);
+    let other = Server::start_via(v.volley_inside(), &["--listen", &v.v4.1, "-T", "1"]);
+    let url = format!("udp://{}:{}", v.v4.1, s.udp_addr().port());
+    let attached = || {
+        let out = run_cmd(Command::new("ip").args(["link", "show", "dev", &v.host]), Duration::from_secs(20));
+        out.stdout.contains("prog/xdp")
+    };
+    assert!(!attached(), "no XDP program before the run");
+    let run = {
+        let (url, host) = (url.clone(), v.host.clone());
+        thread::spawn(move || run_volley(&[&url, "--xdp", &host, "--name", "www.example.test", "-Q", "1000", "-l", "4s"]))
+    };
+    let start = Instant::now();
+    while !attached() {
+        assert!(start.elapsed() < STARTUP_WAIT, "the run did not attach its program");
+        thread::sleep(Duration::from_millis(20));
+    }
+    for i in 0..20u16 {
+        let q = build_query(0x7000 + i, "www.example.test", 1, None);
+        let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        sock.send_to(&q, other.udp_addr()).unwrap();
+        let mut buf = [0u8; 512];
+        let n = sock.recv(&mut buf).unwrap_or_else(|e| panic!("UDP query {i} to another port: no answer ({e})"));
+        let m = parse_msg(&buf[..n]).unwrap();
+        assert_eq!((m.id, m.qr(), m.rcode(), m.answers.len()), (0x7000 + i, true, 0, 1), "UDP {i}: {m:?}");
+        let q = build_query(0x7100 + i, "www.example.test", 28, None);
+        let a = tcp_exchange(other.tcp_addr(), &q, Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("TCP query {i}: no answer ({e})"));
+        let m = parse_msg(&a).unwrap();
+        assert_eq!((m.id, m.qr(), m.rcode(), m.answers.len()), (0x7100 + i, true, 0, 1), "TCP {i}: {m:?}");
+    }
+    assert!(attached(), "the queries went while the program was attached");
+    let r = run.join().unwrap();
+    let answered = check_all_answered(&r, "beside other traffic");
+    assert_eq!(answered, 4_000, "4 s at 1000 qps");
+    let start = Instant::now();
+    while attached() {
+        assert!(start.elapsed() < STARTUP_WAIT, "the program goes with the run");
+        thread::sleep(Duration::from_millis(20));
+    }
+
+    // The per-second series: every count and every answer's latency sample in some second.
+    let res = r.ok();
+    let series = res["series"].as_array().unwrap();
+    assert!(series.len() >= 4, "a row per second of 4 s: {}", series.len());
+    let sum = |f: &dyn Fn(&Value) -> u64| series.iter().map(f).sum::<u64>();
+    for key in ["issued", "sent", "answered", "timed_out", "failed", "truncated"] {
+        assert_eq!(sum(&|row| row[key].as_u64().unwrap()), total(res, key), "series {key}");
+    }
+    for (name, n) in res["totals"]["rcodes"].as_object().unwrap() {
+        assert_eq!(sum(&|row| row["rcodes"][name].as_u64().unwrap_or(0)), n.as_u64().unwrap(), "series rcodes {name}");
+    }
+    let samples = |row: &Value| {
+        row["latency"]["histogram"]["buckets"].as_array().map_or(0, |b| b.iter().map(|e| e[1].as_u64().unwrap()).sum())
+    };
+    assert_eq!(sum(&samples), answered, "the seconds' latency histograms hold every answer");
+    for row in &series[..4] {
+        assert!(row["answered"].as_u64().unwrap() > 0, "answers in each second of the run: {row}");
+    }
+
+    // volley report: the HTML report and the series as CSV.
+    let file = r.output.to_str().unwrap();
+    let html = r.dir.path().join("report.html");
+    let out = run_cmd(
+        Command::new(volley()).args(["report", file, "-o"]).arg(&html),
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.status.code(), Some(0), "volley report: {}", out.stderr);
+    let page = fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<section class=\"run\""), "a section for the run");
+    let out = run_cmd(Command::new(volley()).args(["report", file, "--csv", "-"]), Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "volley report --csv: {}", out.stderr);
+    let mut lines = out.stdout.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = header.iter().position(|h| *h == "answered").unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), series.len(), "a CSV row per second");
+    assert_eq!(rows.iter().map(|r| r[col].parse::<u64>().unwrap()).sum::<u64>(), answered, "CSV answered");
 }
