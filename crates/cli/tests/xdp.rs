@@ -144,14 +144,23 @@ fn same_answers(xdp: &Value, plain: &Value, what: &str) {
     assert_eq!(total(xdp, "answered"), total(plain, "answered"), "{what}");
     assert_eq!(xdp["totals"]["rcodes"], plain["totals"]["rcodes"], "{what}: answers by RCODE");
     assert_eq!(total(xdp, "truncated"), total(plain, "truncated"), "{what}");
-    assert_eq!(total(xdp, "bytes_in"), total(plain, "bytes_in"), "{what}: answers' bytes over AF_XDP and over a socket");
+    assert_eq!(
+        total(xdp, "bytes_in"),
+        total(plain, "bytes_in"),
+        "{what}: answers' bytes over AF_XDP and over a socket"
+    );
     assert_eq!(total(xdp, "bytes_out"), total(plain, "bytes_out"), "{what}: the same queries");
 }
 
 /// Queries whose answers differ in size and RCODE: against `volley serve` A, AAAA, TXT, a
 /// 700-octet TXT and NXDOMAIN; against [`unbound_in`]'s data the same types and NXDOMAIN.
-const MIXED: [&str; 5] =
-    ["www.example.test A", "www.example.test AAAA", "www.example.test TXT", "size-700.example.test TXT", "nx.example.test A"];
+const MIXED: [&str; 5] = [
+    "www.example.test A",
+    "www.example.test AAAA",
+    "www.example.test TXT",
+    "size-700.example.test TXT",
+    "nx.example.test A",
+];
 
 fn map_sum(m: &Value) -> u64 {
     m.as_object().map_or(0, |o| o.values().filter_map(Value::as_u64).sum())
@@ -301,7 +310,11 @@ fn against_unbound_over_ipv4_and_ipv6() {
         let o = open.ok();
         assert_eq!(o["load"]["model"], "open");
         assert_eq!(rcode(o, "NXDOMAIN"), 800, "{url}: {:#}", o["totals"]);
-        assert_eq!(5 * total(o, "bytes_in"), 4 * total(c, "bytes_in"), "{url}: the open loop's answers, 4/5 of the closed loop's");
+        assert_eq!(
+            5 * total(o, "bytes_in"),
+            4 * total(c, "bytes_in"),
+            "{url}: the open loop's answers, 4/5 of the closed loop's"
+        );
     }
 }
 
@@ -504,9 +517,10 @@ fn counted(v: &Veth, src: &str, port: u16) -> u64 {
 fn count_from(v: &Veth, src: &str, port: u16) {
     let p = port.to_string();
     let out = run_cmd(
-        Command::new("ip").args(["netns", "exec", &v.ns]).arg(require("iptables")).args([
-            "-w", "-A", "INPUT", "-s", src, "-p", "udp", "--dport", &p, "-j", "ACCEPT",
-        ]),
+        Command::new("ip")
+            .args(["netns", "exec", &v.ns])
+            .arg(require("iptables"))
+            .args(["-w", "-A", "INPUT", "-s", src, "-p", "udp", "--dport", &p, "-j", "ACCEPT"]),
         Duration::from_secs(20),
     );
     assert!(out.status.success(), "iptables -A: {}", out.stderr);
@@ -567,7 +581,9 @@ fn other_traffic_passes_and_the_series_adds_up() {
     assert!(!attached(), "no XDP program before the run");
     let run = {
         let (url, host) = (url.clone(), v.host.clone());
-        thread::spawn(move || run_volley(&[&url, "--xdp", &host, "--name", "www.example.test", "-Q", "1000", "-l", "4s"]))
+        thread::spawn(move || {
+            run_volley(&[&url, "--xdp", &host, "--name", "www.example.test", "-Q", "1000", "-l", "4s"])
+        })
     };
     let start = Instant::now();
     while !attached() {
@@ -621,10 +637,7 @@ fn other_traffic_passes_and_the_series_adds_up() {
     // volley report: the HTML report and the series as CSV.
     let file = r.output.to_str().unwrap();
     let html = r.dir.path().join("report.html");
-    let out = run_cmd(
-        Command::new(volley()).args(["report", file, "-o"]).arg(&html),
-        Duration::from_secs(60),
-    );
+    let out = run_cmd(Command::new(volley()).args(["report", file, "-o"]).arg(&html), Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(0), "volley report: {}", out.stderr);
     let page = fs::read_to_string(&html).unwrap();
     assert!(page.contains("<section class=\"run\""), "a section for the run");
