@@ -913,6 +913,12 @@ impl Exchange for LaneView {
     fn event(&self, what: &str) {
         count_event(&mut self.w.inner.borrow_mut().events, what);
     }
+
+    fn events(&self, what: &str, n: u64) {
+        if n > 0 {
+            count_events(&mut self.w.inner.borrow_mut().events, what, n);
+        }
+    }
 }
 
 /// The prefix of the event that counts queries sent again after their connection ended
@@ -931,10 +937,15 @@ pub const TC_RETRY_EVENT: &str = "tcp_retries_after_truncation";
 
 /// Adds one to event `what` (a new name costs an allocation; a known one none).
 fn count_event(events: &mut BTreeMap<String, u64>, what: &str) {
+    count_events(events, what, 1);
+}
+
+/// Adds `n` to event `what`.
+fn count_events(events: &mut BTreeMap<String, u64>, what: &str, n: u64) {
     match events.get_mut(what) {
-        Some(n) => *n += 1,
+        Some(c) => *c += n,
         None => {
-            events.insert(what.to_string(), 1);
+            events.insert(what.to_string(), n);
         }
     }
 }

@@ -81,6 +81,12 @@ pub trait Exchange {
     /// A transport-level event that is not a query's fate (e.g. ICMP unreachable on UDP), or
     /// a detail of one (the HTTP status of an `http_status` failure).
     fn event(&self, what: &str);
+    /// Adds `n` to event `what` at once (a count gathered over a batch).
+    fn events(&self, what: &str, n: u64) {
+        for _ in 0..n {
+            self.event(what);
+        }
+    }
 }
 
 /// Hands one received message to the engine: finds its query by ID in `ids`, or counts it

@@ -87,8 +87,9 @@ struct Inner {
     live_lanes: std::sync::atomic::AtomicU32,
 }
 
-/// An answer handed over from another worker's socket: destination port, receive time, bytes.
-type Mail = (u16, u64, Box<[u8]>);
+/// An answer handed over from another worker's socket: destination port, receive time,
+/// whether that time is the XDP program's ([`receive_time`]), bytes.
+type Mail = (u16, u64, bool, Box<[u8]>);
 
 /// Answers handed over from other workers' sockets.
 #[derive(Default)]
@@ -200,16 +201,23 @@ impl Xdp {
         }
     }
 
-    fn set_owner(&self, port: u16, worker: Option<u32>) {
-        let v = worker.map_or(0, |w| w as u8 + 1);
-        self.0.owners[port as usize].store(v, std::sync::atomic::Ordering::Relaxed);
+    /// Lets source port `port` go (its lane has ended).
+    fn release(&self, port: u16) {
+        self.0.owners[port as usize].store(0, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Claims source port `port` for `worker`'s lane: false when another lane holds it (on
+    /// another source address of `--bind`: answers are told apart by port alone).
+    fn claim(&self, port: u16, worker: u32) -> bool {
+        use std::sync::atomic::Ordering;
+        self.0.owners[port as usize].compare_exchange(0, worker as u8 + 1, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
     /// Hands an answer that arrived on this worker's queue to worker `to`, whose lane sent the
     /// query.
-    fn hand_over(&self, to: u32, port: u16, at: u64, msg: &[u8]) {
+    fn hand_over(&self, to: u32, port: u16, at: u64, stamped: bool, msg: &[u8]) {
         let Some(m) = self.0.mail.get(to as usize) else { return };
-        m.items.lock().unwrap_or_else(|e| e.into_inner()).push((port, at, msg.into()));
+        m.items.lock().unwrap_or_else(|e| e.into_inner()).push((port, at, stamped, msg.into()));
         m.waiting.store(true, std::sync::atomic::Ordering::Release);
         m.notify.notify_one();
     }
@@ -240,9 +248,24 @@ pub fn set_worker(index: usize) {
     WORKER.with(|w| w.set(index.min(u32::MAX as usize) as u32));
 }
 
+/// The event that counts answers whose receive time is when the RX ring was read, not the XDP
+/// program's stamp (the frame came without the program's metadata).
+pub const RX_TIME_FALLBACK_EVENT: &str = "xdp_rx_time_fallback";
+
+/// An answer's receive time: the XDP program's stamp `stamp` (0: none; never later than
+/// `read`), else `read`, the time the RX ring was read. True when it is the program's.
+fn receive_time(stamp: u64, read: u64) -> (u64, bool) {
+    match stamp {
+        0 => (read, false),
+        s => (s.min(read), true),
+    }
+}
+
 /// What the receive task hands a lane: its answers.
 trait Sink {
-    fn deliver(&self, msg: &[u8], at: u64);
+    /// An answer received at `at`: the XDP program's stamp when `stamped`, else the time the
+    /// RX ring was read.
+    fn deliver(&self, msg: &[u8], at: u64, stamped: bool);
     fn stray(&self, bytes: usize, at: u64);
     fn in_flight(&self) -> u32;
     fn event(&self, what: &str);
@@ -262,18 +285,27 @@ struct LaneRx<X> {
     unsent: RefCell<Vec<(Token, usize)>>,
     /// Answers delivered and not yet reported to the engine's wire counts: (bytes, packets).
     received: Cell<(u64, u64)>,
+    /// Of those, the answers without the XDP program's receive time ([`RX_TIME_FALLBACK_EVENT`]).
+    unstamped: Cell<u64>,
 }
 
 impl<X: Exchange> Sink for LaneRx<X> {
-    fn deliver(&self, msg: &[u8], at: u64) {
+    fn deliver(&self, msg: &[u8], at: u64, stamped: bool) {
         deliver(msg, &mut self.ids.borrow_mut(), &*self.x, at);
         let (bytes, packets) = self.received.get();
         self.received.set((bytes + msg.len() as u64 + self.header, packets + 1));
+        if !stamped {
+            self.unstamped.set(self.unstamped.get() + 1);
+        }
     }
     fn flush_received(&self) {
         let (bytes_in, packets_in) = self.received.take();
         if packets_in > 0 {
             self.x.wire(&WireStats { bytes_in, packets_in, ..WireStats::default() });
+        }
+        let unstamped = self.unstamped.take();
+        if unstamped > 0 {
+            self.x.events(RX_TIME_FALLBACK_EVENT, unstamped);
         }
     }
     fn stray(&self, bytes: usize, at: u64) {
@@ -390,16 +422,16 @@ impl Socket {
             if n == 0 {
                 break;
             }
-            let fallback = crate::udp::xdp::now();
+            let read = crate::udp::xdp::now();
             for &(addr, len) in &got[..n] {
-                let (at, frame) = umem.frame(addr, len);
-                let at = if at == 0 { fallback } else { at.min(fallback) };
+                let (stamp, frame) = umem.frame(addr, len);
+                let (at, stamped) = receive_time(stamp, read);
                 if let Some((port, msg)) = frame::parse(frame, target) {
                     match lanes.get(&port) {
-                        Some(l) => l.deliver(msg, at),
+                        Some(l) => l.deliver(msg, at, stamped),
                         None => match self.xdp.owner(port) {
                             // Another worker's lane: the interface put its answer on our queue.
-                            Some(w) if w != self.worker => self.xdp.hand_over(w, port, at, msg),
+                            Some(w) if w != self.worker => self.xdp.hand_over(w, port, at, stamped, msg),
                             _ => {
                                 if let Some(l) = lanes.values().next() {
                                     l.stray(msg.len(), at);
@@ -430,11 +462,11 @@ impl Socket {
             return;
         }
         let items = std::mem::take(&mut *mailbox.items.lock().unwrap_or_else(|e| e.into_inner()));
-        for (port, at, msg) in items {
+        for (port, at, stamped, msg) in items {
             match lanes.get(&port) {
                 Some(l) => {
                     l.event("xdp_answers_handed_over");
-                    l.deliver(&msg, at);
+                    l.deliver(&msg, at, stamped);
                 }
                 None => {
                     if let Some(l) = lanes.values().next() {
@@ -643,18 +675,22 @@ pub struct Prepared {
 pub fn prepare(xdp: &Xdp, opts: &LaneOptions) -> io::Result<Prepared> {
     let socket = Socket::get(xdp, opts.udp_lazy_receive)?;
     let src = opts.local.unwrap_or(xdp.0.src);
-    let reserve = reserve_port(src, socket.worker, xdp.0.workers)?;
+    let reserve = reserve_port(xdp, src, socket.worker)?;
     let template = Template::new(xdp.0.src_mac, xdp.0.dst_mac, src, xdp.0.target);
     Ok(Prepared { socket, reserve, template })
 }
 
-/// A kernel socket on `src` holding a free source port `p` with `p % workers == worker` (the
-/// ports the kernel offers are tried in turn; those that do not fit are let go after).
-fn reserve_port(src: IpAddr, worker: u32, workers: u32) -> io::Result<std::net::UdpSocket> {
+/// A kernel socket on `src` holding a free source port `p` with `p % workers == worker`,
+/// claimed for the lane in the run's table of ports (the ports the kernel offers are tried in
+/// turn; those that do not fit are let go after). A port another lane holds on another source
+/// address (`--bind`) does not fit: the RX path finds a lane by port alone.
+fn reserve_port(xdp: &Xdp, src: IpAddr, worker: u32) -> io::Result<std::net::UdpSocket> {
+    let workers = xdp.0.workers.max(1);
     let mut held = Vec::new();
-    for _ in 0..64 * workers.max(1) {
+    for _ in 0..64 * workers {
         let s = std::net::UdpSocket::bind(SocketAddr::new(src, 0))?;
-        if u32::from(s.local_addr()?.port()) % workers.max(1) == worker {
+        let port = s.local_addr()?.port();
+        if u32::from(port) % workers == worker && xdp.claim(port, worker) {
             return Ok(s);
         }
         held.push(s);
@@ -677,6 +713,7 @@ pub async fn drive<X: Exchange + 'static>(prepared: io::Result<Prepared>, addr: 
             return;
         }
     };
+    // The port was claimed when it was reserved (`reserve_port`).
     let sport = match p.reserve.local_addr() {
         Ok(a) => a.port(),
         Err(_) => return,
@@ -688,9 +725,9 @@ pub async fn drive<X: Exchange + 'static>(prepared: io::Result<Prepared>, addr: 
         header: meter::udp_header(addr),
         unsent: RefCell::new(Vec::with_capacity(BATCH)),
         received: Cell::new((0, 0)),
+        unstamped: Cell::new(0),
     });
     p.socket.lanes.borrow_mut().insert(sport, rx.clone());
-    p.socket.xdp.set_owner(sport, Some(p.socket.worker));
     p.socket.xdp.0.live_lanes.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     // The path is said once per worker socket, not per lane.
     if !p.socket.announced.replace(true) {
@@ -712,7 +749,19 @@ pub async fn drive<X: Exchange + 'static>(prepared: io::Result<Prepared>, addr: 
     // What this lane put on the ring last leaves now, not with a later turn's kick.
     p.socket.kick_now();
     p.socket.lanes.borrow_mut().remove(&sport);
-    p.socket.xdp.set_owner(sport, None);
+    p.socket.xdp.release(sport);
     p.socket.xdp.0.live_lanes.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     drop(p.reserve);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_receive_time_is_the_programs_stamp_else_the_ring_read() {
+        assert_eq!(receive_time(0, 5_000), (5_000, false), "no stamp: the read, counted as a fallback");
+        assert_eq!(receive_time(4_000, 5_000), (4_000, true));
+        assert_eq!(receive_time(6_000, 5_000), (5_000, true), "never after the read");
+    }
 }
