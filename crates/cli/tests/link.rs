@@ -815,3 +815,86 @@ fn ipv6(dev: &[&str]) {
     assert!(ms(v, "min_ns") >= 10.0 * 0.999, "through the link's 10 ms: {}", ms(v, "min_ns"));
     assert!(v["link"]["up"]["packets_out"].as_u64().unwrap() >= 20, "{}", v["link"]);
 }
+
+/// The field sums of the link's per-second rows of a run, against its totals: every counter of
+/// each direction, and the lateness (each row's histogram's count, against the run's).
+fn series_add_up(l: &serde_json::Value, what: &str) {
+    let series = l["series"].as_array().unwrap_or_else(|| panic!("{what}: no series: {l}"));
+    for dir in ["up", "down"] {
+        for field in [
+            "packets_in",
+            "bytes_in",
+            "packets_out",
+            "bytes_out",
+            "dropped_loss",
+            "dropped_queue",
+            "dropped_outage",
+            "reordered",
+            "duplicated",
+        ] {
+            let per_s: u64 = series.iter().map(|s| s[dir][field].as_u64().unwrap_or_else(|| panic!("{s}"))).sum();
+            assert_eq!(Some(per_s), l[dir][field].as_u64(), "{what}: {dir}.{field}, the rows' sum and the total");
+        }
+    }
+    let late: u64 = series
+        .iter()
+        .map(|s| {
+            s["lateness"]["histogram"]["buckets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b[1].as_u64().unwrap())
+                .sum::<u64>()
+        })
+        .sum();
+    assert_eq!(Some(late), l["lateness"]["count"].as_u64(), "{what}: the rows' lateness counts");
+}
+
+/// The link per second: each row carries what came in and went out (packets and bytes), the
+/// drops by cause, the reordered and duplicated packets and the lateness, and the rows add up
+/// to the run's totals exactly (the last row holds what came after the last whole second);
+/// `volley merge` keeps them exact.
+#[test]
+fn the_link_per_second_adds_up_to_its_totals_and_merges_exactly() {
+    let server = Server::start_with(&["--listen", "0.0.0.0"]);
+    let url = format!("udp://127.0.0.1:{}", server.udp_addr().port());
+    let r = run_volley(&[
+        &url,
+        "--link",
+        "delay=5ms jitter=3ms dup=2% loss=1%",
+        "--link-seed",
+        "4",
+        "-Q",
+        "300",
+        "-l",
+        "3s",
+        "--timeout",
+        "1s",
+    ]);
+    let v = r.ok();
+    check_accounting(v);
+    let l = &v["link"];
+    for dir in ["up", "down"] {
+        for field in ["reordered", "duplicated", "dropped_loss", "bytes_in"] {
+            assert!(l[dir][field].as_u64().unwrap() > 0, "{dir}.{field} > 0 (jitter reorders, dup, loss): {l}");
+        }
+    }
+    assert!(l["series"].as_array().unwrap().len() >= 3, "{l}");
+    series_add_up(l, "the run");
+    // Merged with itself: every figure twice, the rows still the totals.
+    let merged = r.dir.path().join("merged.json");
+    let mut cmd = Command::new(volley());
+    cmd.arg("merge").arg("-o").arg(&merged).arg(&r.output).arg(&r.output);
+    let out = run_cmd(&mut cmd, RUN_WAIT);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    let m = read_results(&merged).unwrap();
+    let ml = &m["link"];
+    assert_eq!(ml["up"]["packets_in"].as_u64(), l["up"]["packets_in"].as_u64().map(|n| 2 * n), "{ml}");
+    assert_eq!(ml["lateness"]["count"].as_u64(), l["lateness"]["count"].as_u64().map(|n| 2 * n));
+    series_add_up(ml, "the merged run");
+    for (a, b) in ml["series"].as_array().unwrap().iter().zip(l["series"].as_array().unwrap()) {
+        for k in ["lateness_p99_ns", "lateness_max_ns"] {
+            assert_eq!(a[k], b[k], "{k}: a second merged with itself: {a}");
+        }
+    }
+}

@@ -2,7 +2,7 @@
 
 use clap::Args;
 use volley_link::{spec, Link, LinkReport};
-use volley_metrics::{Histogram, LatencySummary, LinkDirection, LinkInfo, LinkSecond, LinkSecondDir};
+use volley_metrics::{Histogram, LatencySummary, LinkDirection, LinkInfo, LinkSecond, LinkSecondDir, SecondLatency};
 
 use crate::error::{CliError, CliResult};
 
@@ -141,7 +141,7 @@ pub struct BehindLink {
     /// Since the start of the current part (a run; in `volley bench`, a transport's run).
     part: Part,
     /// The last sample's counters (the next second's figures are the difference).
-    prev: Option<(volley_link::Counters, volley_link::Counters)>,
+    prev: Prev,
 }
 
 /// What the link did over a part of its life, from its samples.
@@ -235,30 +235,16 @@ impl BehindLink {
     /// The end of second `second` of the run: the link's figures of that second.
     pub fn tick(&mut self, second: u64) {
         let Some(s) = self.sample() else { return };
-        let (pu, pd) = self.prev.unwrap_or_default();
-        let dir = |c: &volley_link::Counters, p: &volley_link::Counters, queued: u64, q: &Histogram| LinkSecondDir {
-            packets_out: c.packets_out - p.packets_out,
-            dropped_loss: c.dropped_loss - p.dropped_loss,
-            dropped_queue: c.dropped_queue - p.dropped_queue,
-            dropped_outage: c.dropped_outage - p.dropped_outage,
-            queued,
-            queue_delay_p99_ns: q.quantile(0.99),
-        };
-        self.part.series.push(LinkSecond {
-            second,
-            up: dir(&s.up, &pu, s.up_queued, &s.up_queue_delay),
-            down: dir(&s.down, &pd, s.down_queued, &s.down_queue_delay),
-            lateness_p99_ns: s.lateness.quantile(0.99),
-            lateness_max_ns: s.lateness.max(),
-            overdue: s.overdue,
-        });
-        self.prev = Some((s.up, s.down));
+        push_second(&mut self.part, &mut self.prev, second, &s);
     }
 
     /// The results' `link` of the part so far (since [`BehindLink::mark`]), and its warnings;
     /// the link goes on.
     pub fn part(&mut self) -> (LinkInfo, Vec<String>) {
         let s = self.sample();
+        if let Some(s) = &s {
+            push_rest(&mut self.part, &mut self.prev, s);
+        }
         let (mut up, mut down) = s.as_ref().map(|s| (s.up, s.down)).unwrap_or_default();
         let sub = |c: &mut volley_link::Counters, b: &volley_link::Counters| {
             c.packets_in -= b.packets_in;
@@ -293,22 +279,83 @@ impl BehindLink {
     /// Stops the link, prints its lines on stderr and returns the results' `link` (over the
     /// link's whole life) and the warnings of an emulator that fell behind.
     pub fn finish(self) -> CliResult<(LinkInfo, Vec<String>)> {
-        let seed = self.link.seed;
-        let r = self.link.finish().map_err(CliError::failure)?;
+        let BehindLink { link, spec, up, down, mut part, mut prev } = self;
+        let seed = link.seed;
+        let r = link.finish().map_err(CliError::failure)?;
+        push_rest(&mut part, &mut prev, &r.last);
         print_report(&r);
         let info = LinkInfo {
-            spec: self.spec,
+            spec,
             seed,
-            up: direction(self.up, &r.up, &r.up_queue_delay),
-            down: direction(self.down, &r.down, &r.down_queue_delay),
+            up: direction(up, &r.up, &r.up_queue_delay),
+            down: direction(down, &r.down, &r.down_queue_delay),
             lateness: LatencySummary::of(&r.lateness),
             held_at_end: r.held_at_end,
             forwarder_cpu_s: r.cpu.as_secs_f64(),
             realtime: r.realtime,
-            series: self.part.series,
+            series: part.series,
         };
         let warnings = warnings(&r.lateness, &info.series);
         Ok((info, warnings))
+    }
+}
+
+type Prev = Option<(volley_link::Counters, volley_link::Counters)>;
+
+/// Adds the row of `second` (from the previous sample, `prev`, to `s`) to the part's series.
+fn push_second(part: &mut Part, prev: &mut Prev, second: u64, s: &volley_link::LinkSample) {
+    let (pu, pd) = prev.unwrap_or_default();
+    part.series.push(second_of(second, s, &pu, &pd));
+    *prev = Some((s.up, s.down));
+}
+
+/// What the link did after the last whole second (the run's end: its last answers and
+/// closing packets), as one more row, so that the rows add up to the totals; none where
+/// nothing happened.
+fn push_rest(part: &mut Part, prev: &mut Prev, s: &volley_link::LinkSample) {
+    let (pu, pd) = prev.unwrap_or_default();
+    if (s.up, s.down) == (pu, pd) && s.lateness.is_empty() {
+        return;
+    }
+    let second = part.series.last().map_or(0, |l| l.second + 1);
+    push_second(part, prev, second, s);
+}
+
+/// The row of `second`: what the link did from the sample of counters `pu`, `pd` (up, down)
+/// to the sample `s`.
+fn second_of(
+    second: u64,
+    s: &volley_link::LinkSample,
+    pu: &volley_link::Counters,
+    pd: &volley_link::Counters,
+) -> LinkSecond {
+    let dir = |c: &volley_link::Counters, p: &volley_link::Counters, queued: u64, q: &Histogram| LinkSecondDir {
+        packets_in: c.packets_in - p.packets_in,
+        bytes_in: c.bytes_in - p.bytes_in,
+        packets_out: c.packets_out - p.packets_out,
+        bytes_out: c.bytes_out - p.bytes_out,
+        dropped_loss: c.dropped_loss - p.dropped_loss,
+        dropped_queue: c.dropped_queue - p.dropped_queue,
+        dropped_outage: c.dropped_outage - p.dropped_outage,
+        queued,
+        queue_delay_p99_ns: q.quantile(0.99),
+        reordered: c.reordered - p.reordered,
+        duplicated: c.duplicated - p.duplicated,
+    };
+    // The second's lateness at the per-second rows' precision (2 significant figures).
+    let mut late = Histogram::new(2);
+    for (v, n) in s.lateness.to_sparse().iter() {
+        late.record_n(v, n);
+    }
+    LinkSecond {
+        second,
+        up: dir(&s.up, pu, s.up_queued, &s.up_queue_delay),
+        down: dir(&s.down, pd, s.down_queued, &s.down_queue_delay),
+        // At the row's precision: the p99 of merged rows is their merged histogram's.
+        lateness_p99_ns: late.quantile(0.99),
+        lateness_max_ns: s.lateness.max(),
+        overdue: s.overdue,
+        lateness: Some(SecondLatency::of(&late)),
     }
 }
 
