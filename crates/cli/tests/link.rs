@@ -898,3 +898,57 @@ fn the_link_per_second_adds_up_to_its_totals_and_merges_exactly() {
         }
     }
 }
+
+/// An emulator that falls behind is said in the results: a `volley run --link` stopped
+/// (SIGSTOP) for 600 ms mid-run, its forwarder with it, sends every packet it held (5 % of the
+/// run's: a 200 ms delay each way in a 4 s run) hundreds of ms after its due time, and the
+/// results carry the link's lateness warning.
+#[test]
+fn an_emulator_that_falls_behind_is_warned_of() {
+    use std::io::Read;
+    let server = Server::start_with(&["--listen", "0.0.0.0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("r.json");
+    let mut child = Command::new(volley())
+        .args(["run", &format!("udp://127.0.0.1:{}", server.udp_addr().port())])
+        .args(["--link", "delay=200ms", "--link-seed", "1", "-Q", "200", "-l", "4s", "--timeout", "3s"])
+        .args(["--progress", "always", "-o"])
+        .arg(&out_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    // The progress line of the first whole second: the load and the link are running.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = thread::spawn(move || {
+        let (mut all, mut buf, mut told) = (Vec::new(), [0u8; 4096], false);
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+            if !told && all.windows(5).any(|w| w == b"\r\x1b[2K") {
+                told = tx.send(()).is_ok();
+            }
+        }
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    rx.recv_timeout(Duration::from_secs(60)).expect("a progress line");
+    signal(&child, libc::SIGSTOP);
+    thread::sleep(Duration::from_millis(600));
+    signal(&child, libc::SIGCONT);
+    let status = wait_bounded(&mut child, RUN_WAIT).expect("volley run ends");
+    let stderr = reader.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let v = read_results(&out_file).expect("results");
+    check_accounting(&v);
+    let p99 = v["link"]["lateness"]["p99_ns"].as_u64().unwrap();
+    assert!(p99 > 100_000, "p99 lateness {p99} ns after a stop of 600 ms");
+    let warnings: Vec<&str> = v["warnings"].as_array().unwrap().iter().filter_map(|w| w.as_str()).collect();
+    assert!(
+        warnings.iter().any(|w| w.starts_with("the link's emulator fell behind: p99 lateness")),
+        "the link's warning in {warnings:?}"
+    );
+    assert!(stderr.contains("(warning: the link's emulator fell behind"), "{stderr}");
+}

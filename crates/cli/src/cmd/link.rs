@@ -438,3 +438,62 @@ pub fn print_report(r: &LinkReport) {
     }
     eprintln!("{line}");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A histogram of `n` values of `ns` each, and `tail` values of `tail_ns`.
+    fn lateness(n: u64, ns: u64, tail: u64, tail_ns: u64) -> Histogram {
+        let mut h = Histogram::new(3);
+        h.record_n(ns, n);
+        if tail > 0 {
+            h.record_n(tail_ns, tail);
+        }
+        h
+    }
+
+    #[test]
+    fn lateness_warns_just_above_100us_at_p99_and_not_just_below() {
+        // Every packet as late: p99 is that lateness.
+        let w = lateness_warning(&lateness(1000, 101_000, 0, 0)).expect("p99 101 us warns");
+        assert!(w.contains("fell behind") && w.contains("p99 lateness 101us"), "{w}");
+        assert_eq!(lateness_warning(&lateness(1000, 99_000, 0, 0)), None, "p99 99 us");
+        // p99 is what counts, not the tail beyond it: 1.5 % at 150 us warns, 0.5 % at 10 ms
+        // does not.
+        assert!(lateness_warning(&lateness(985, 10_000, 15, 150_000)).is_some());
+        assert_eq!(lateness_warning(&lateness(995, 10_000, 5, 10_000_000)), None);
+        assert_eq!(lateness_warning(&Histogram::new(3)), None, "no packets");
+    }
+
+    fn series(overdue: &[u64]) -> Vec<LinkSecond> {
+        overdue
+            .iter()
+            .enumerate()
+            .map(|(i, &o)| LinkSecond { second: i as u64, overdue: o, ..Default::default() })
+            .collect()
+    }
+
+    #[test]
+    fn a_backlog_growing_over_the_last_3_seconds_warns_and_one_that_is_not_does_not() {
+        let w = backlog_growing(&series(&[0, 0, 50, 120, 400])).expect("growing to 400 over 3 s");
+        assert!(w.contains("400 packets past their due time"), "{w}");
+        // Grew, but not over each of the last three seconds.
+        assert_eq!(backlog_growing(&series(&[50, 120, 400, 400])), None, "steady at the end");
+        assert_eq!(backlog_growing(&series(&[50, 400, 120, 300])), None, "fell in between");
+        // Growing, but small: under 100 at the end.
+        assert_eq!(backlog_growing(&series(&[10, 40, 99])), None);
+        assert!(backlog_growing(&series(&[10, 40, 100])).is_some(), "100 is enough");
+        // Fewer than three seconds: no verdict.
+        assert_eq!(backlog_growing(&series(&[100, 1000])), None);
+        assert_eq!(backlog_growing(&[]), None);
+    }
+
+    #[test]
+    fn warnings_carry_both_causes() {
+        let w = warnings(&lateness(1000, 500_000, 0, 0), &series(&[200, 300, 400]));
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("p99 lateness") && w[1].contains("growing"), "{w:?}");
+        assert!(warnings(&lateness(1000, 5_000, 0, 0), &series(&[400, 300, 200])).is_empty());
+    }
+}
