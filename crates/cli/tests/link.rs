@@ -952,3 +952,44 @@ fn an_emulator_that_falls_behind_is_warned_of() {
     );
     assert!(stderr.contains("(warning: the link's emulator fell behind"), "{stderr}");
 }
+
+/// A target the namespace cannot reach through the link: a server on 127.0.0.1 only (its
+/// address is taken to the link's host end, where nothing listens), over UDP, TCP and DoT and
+/// with `volley query`, and an address beyond the link (no route). One error line, which names
+/// the link and says where to listen, and exit 2.
+#[test]
+fn an_unreachable_target_behind_the_link_is_one_line_naming_the_link() {
+    let server = Server::start_encrypted(&["--listen", "127.0.0.1"]);
+    let error_line = |what: &str, code: Option<i32>, stderr: &str| -> String {
+        assert_eq!(code, Some(2), "{what}: {stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("volley: error:")).collect();
+        assert_eq!(errors.len(), 1, "{what}: one error line:\n{stderr}");
+        // Beside it, only the link's own lines.
+        for l in stderr.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("volley: error:")) {
+            assert!(l.starts_with("volley link: "), "{what}: {l}");
+        }
+        errors[0].to_string()
+    };
+    for url in [
+        server.udp_url(),
+        server.tcp_url(),
+        format!("tls://{}", server.listener("dot")),
+        format!("quic://{}", server.listener("doq")),
+    ] {
+        let r = run_volley(&[&url, "--link", "delay=1ms", "-n", "5", "--ca", server.ca_str()]);
+        let e = error_line(&url, r.status.code(), &r.stderr);
+        assert!(e.starts_with("volley: error: --link 'delay=1ms': "), "{url}: {e}");
+        assert!(e.contains("listen on 0.0.0.0") && e.contains("127.0.0.1 only"), "{url}: {e}");
+        assert!(e.contains("10.213."), "{url}: the link's host end in {e}");
+        assert!(!r.output.exists(), "{url}: no results");
+    }
+    let mut cmd = Command::new(volley());
+    cmd.args(["query", "--link", "delay=1ms", &server.udp_url(), "example.test"]);
+    let out = run_cmd(&mut cmd, RUN_WAIT);
+    let e = error_line("query", out.status.code(), &out.stderr);
+    assert!(e.contains("--link 'delay=1ms'") && e.contains("listen on 0.0.0.0"), "{e}");
+    // No route: only the link's host end is reachable from its namespace.
+    let r = run_volley(&["udp://192.0.2.7:53", "--link", "delay=1ms", "-n", "5"]);
+    let e = error_line("192.0.2.7", r.status.code(), &r.stderr);
+    assert!(e.contains("only its host end 10.213.") && e.contains("listen on 0.0.0.0"), "{e}");
+}

@@ -174,6 +174,17 @@ impl BehindLink {
         std::net::IpAddr::V4(self.link.addrs.host)
     }
 
+    /// The error of a target that could not be reached through the link (refused at the
+    /// link's host end, or no route from the namespace): one line that names the link and says
+    /// where the server must listen. Other errors as they are.
+    pub fn unreachable(&self, e: CliError) -> CliError {
+        let host6 = self.link.addrs.host6.map(std::net::IpAddr::V6);
+        match unreachable_through(&e.message, &self.spec, self.host(), host6) {
+            Some(message) => CliError::usage(message),
+            None => e,
+        }
+    }
+
     /// Loopback targets (127.0.0.1, ::1, localhost's addresses are the namespace's own) are
     /// reached at the link's host end, once: ::1 at its IPv6 end where the link has one.
     pub fn reach(&self, targets: Vec<&mut volley_transport::Target>) {
@@ -363,6 +374,39 @@ fn direction(settings: String, c: &volley_link::Counters, q: &Histogram) -> Link
     LinkDirection { settings, counts: *c, queue_delay: (!q.is_empty()).then(|| LatencySummary::of(q)) }
 }
 
+/// [`BehindLink::unreachable`]'s line for the probe's error `msg` behind the link of `spec`
+/// whose host end is `host` (and `host6`); None when `msg` is not about reaching the target.
+fn unreachable_through(
+    msg: &str,
+    spec: &str,
+    host: std::net::IpAddr,
+    host6: Option<std::net::IpAddr>,
+) -> Option<String> {
+    let lower = msg.to_ascii_lowercase();
+    let refused = ["connection refused", "port unreachable", "os error 111"].iter().any(|p| lower.contains(p));
+    let no_route = ["network is unreachable", "no route to host", "os error 101", "os error 113"]
+        .iter()
+        .any(|p| lower.contains(p));
+    let hosts = match host6 {
+        Some(h6) => format!("{host} (or {h6})"),
+        None => host.to_string(),
+    };
+    let listen = format!("a server on this host must listen on 0.0.0.0 (or ::) or on {hosts}");
+    if refused {
+        Some(format!(
+            "--link '{spec}': {msg}: the target is reached through the link at its host end {hosts}, where nothing \
+             listens; {listen} (one on 127.0.0.1 only is out of the link's reach)"
+        ))
+    } else if no_route {
+        Some(format!(
+            "--link '{spec}': {msg}: behind the link only its host end {hosts} can be reached; {listen}, and be given \
+             as 127.0.0.1 or {host}"
+        ))
+    } else {
+        None
+    }
+}
+
 /// The warnings of a run whose emulator fell behind: its lateness, or its backlog of due
 /// packets growing over the last seconds.
 fn warnings(lateness: &Histogram, series: &[LinkSecond]) -> Vec<String> {
@@ -487,6 +531,35 @@ mod tests {
         // Fewer than three seconds: no verdict.
         assert_eq!(backlog_growing(&series(&[100, 1000])), None);
         assert_eq!(backlog_growing(&[]), None);
+    }
+
+    #[test]
+    fn an_unreachable_target_names_the_link_and_where_to_listen() {
+        let host: std::net::IpAddr = "10.213.7.1".parse().unwrap();
+        for msg in [
+            "nothing is listening at udp://10.213.7.1:53 (connection refused)",
+            "nothing is listening at quic://10.213.7.1:853 (ICMP port unreachable)",
+            "cannot connect to 10.213.7.1:853: Connection refused (os error 111)",
+        ] {
+            let m = unreachable_through(msg, "delay=5ms", host, None).unwrap_or_else(|| panic!("{msg}"));
+            assert!(m.starts_with("--link 'delay=5ms': ") && m.contains(msg), "{m}");
+            assert!(m.contains("listen on 0.0.0.0") && m.contains("10.213.7.1") && m.contains("127.0.0.1"), "{m}");
+            assert!(!m.contains('\n'), "one line: {m}");
+        }
+        let m = unreachable_through(
+            "cannot reach udp://192.0.2.7:53: Network is unreachable (os error 101)",
+            "4g",
+            host,
+            None,
+        )
+        .unwrap();
+        assert!(m.contains("only its host end 10.213.7.1 can be reached") && m.contains("0.0.0.0"), "{m}");
+        let six = Some("fd76:6c69:6e6b::1c:1".parse().unwrap());
+        let m = unreachable_through("connection refused", "4g", host, six).unwrap();
+        assert!(m.contains("10.213.7.1 (or fd76:6c69:6e6b::1c:1)"), "{m}");
+        // Not about reaching the target: as it was.
+        assert_eq!(unreachable_through("invalid name 'a..b'", "4g", host, None), None);
+        assert_eq!(unreachable_through("certificate verify failed", "4g", host, None), None);
     }
 
     #[test]
