@@ -621,7 +621,8 @@ fn bench_behind_a_link_counts_handshakes_in_round_trips() {
     }
 }
 
-/// An outage of 2 s in the middle of a 5 s run, on every transport: the link drops everything
+/// An outage of 2 s in the middle of a 5 s run, on every transport (UDP, TCP, DoT, DoH/2,
+/// DoH/3, DoQ): the link drops everything
 /// in it (the seconds of the link's series say when), every query still has one fate, and the
 /// run ends on time.
 #[test]
@@ -633,6 +634,7 @@ fn an_outage_mid_run_balances_and_ends_on_time() {
         format!("tcp://127.0.0.1:{}", port("tcp")),
         format!("tls://127.0.0.1:{}", port("dot")),
         format!("https://127.0.0.1:{}/dns-query", port("doh")),
+        format!("h3://127.0.0.1:{}/dns-query", port("doh3")),
         format!("quic://127.0.0.1:{}", port("doq")),
     ] {
         let r = run_volley(&[
@@ -992,4 +994,51 @@ fn an_unreachable_target_behind_the_link_is_one_line_naming_the_link() {
     let r = run_volley(&["udp://192.0.2.7:53", "--link", "delay=1ms", "-n", "5"]);
     let e = error_line("192.0.2.7", r.status.code(), &r.stderr);
     assert!(e.contains("only its host end 10.213.") && e.contains("listen on 0.0.0.0"), "{e}");
+}
+
+/// A bottleneck under load: `up:rate=200kbit,queue=20` offered about three times its rate.
+/// Packets wait in the queue (its queueing delay, and the per-second `queued`, above 0), the
+/// wait is never more than the 20 packets ahead take to send, and what the queue has no room
+/// for is dropped and counted (each dropped query one of the run's timeouts or unanswered).
+#[test]
+fn a_loaded_bottleneck_queues_and_drops() {
+    let server = Server::start_with(&["--listen", "0.0.0.0"]);
+    let url = format!("udp://127.0.0.1:{}", server.udp_addr().port());
+    let r = run_volley(&[
+        &url,
+        "--link",
+        "up:rate=200kbit,queue=20",
+        "--link-seed",
+        "1",
+        "-Q",
+        "1000",
+        "-l",
+        "3s",
+        "--timeout",
+        "1s",
+    ]);
+    let v = r.ok();
+    check_accounting(v);
+    let l = &v["link"];
+    let up = &l["up"];
+    let dropped = up["dropped_queue"].as_u64().unwrap();
+    assert!(dropped > 0, "the queue's drops: {up}");
+    assert_eq!(l["down"]["dropped_queue"].as_u64(), Some(0), "no queue on the way down");
+    // What left is the rate's share of what came: about a third.
+    let (pin, pout) = (up["packets_in"].as_u64().unwrap(), up["packets_out"].as_u64().unwrap());
+    assert!(pout < pin / 2, "{pout} of {pin} packets through a bottleneck offered 3 times its rate");
+    assert!(total(v, "timed_out") + total(v, "failed") >= dropped, "each dropped query unanswered: {:#}", v["totals"]);
+    let qd = &up["queue_delay"];
+    assert!(qd["p50_ns"].as_u64().unwrap() > 0, "queueing delay: {qd}");
+    // The emulator's own bound: the 20 packets ahead, at most, at 200 kbit/s each.
+    let largest = (up["bytes_in"].as_u64().unwrap() / pin.max(1)) as f64 * 2.0;
+    let bound = 21.0 * largest * 8.0 / 200_000.0 * 1e9;
+    assert!((qd["max_ns"].as_u64().unwrap() as f64) < bound, "queueing delay max {qd} above {bound} ns");
+    let series = l["series"].as_array().unwrap();
+    assert!(series.iter().any(|s| s["up"]["queued"].as_u64().unwrap() > 0), "per second, queued > 0: {series:?}");
+    assert!(series.iter().any(|s| s["up"]["queue_delay_p99_ns"].as_u64().unwrap() > 0), "{series:?}");
+    assert!(series.iter().all(|s| s["up"]["queued"].as_u64().unwrap() <= 20), "never above the limit: {series:?}");
+    let per_s: u64 = series.iter().map(|s| s["up"]["dropped_queue"].as_u64().unwrap()).sum();
+    assert_eq!(per_s, dropped, "the rows' drops and the total");
+    assert!(r.stdout.contains("link"), "{}", r.stdout);
 }
