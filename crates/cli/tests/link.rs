@@ -283,9 +283,11 @@ fn bad_input_is_one_line_exit_2() {
 }
 
 /// `volley run --link`: the generator's sockets live behind the link (a target on 127.0.0.1 is
-/// reached at the link's host end). The RTT the transports measure is the emulated one (TCP_INFO
-/// within 5 %; QUIC's path RTT, which holds the server's processing too, within 15 % above),
-/// and handshakes take their round trips: TCP 1, DoT and
+/// reached at the link's host end). The RTT the transports measure is the emulated one: never
+/// more than 5 % below (the kernel's smoothing), TCP_INFO's at most 10 % above and QUIC's path
+/// RTT at most 25 % above, as both hold the debug-built responder's own work (docs/link.md says
+/// why; the 5 % for TCP_INFO is checked with an echo of the test's own in
+/// crates/link/tests/accuracy.rs), and handshakes take their round trips: TCP 1, DoT and
 /// DoH 2 (TCP, then TLS 1.3), DoQ 1 or 2 (2 when the server's anti-amplification limit stalls
 /// it).
 #[test]
