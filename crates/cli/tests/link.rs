@@ -283,9 +283,11 @@ fn bad_input_is_one_line_exit_2() {
 }
 
 /// `volley run --link`: the generator's sockets live behind the link (a target on 127.0.0.1 is
-/// reached at the link's host end). The RTT the transports measure is the emulated one (TCP_INFO
-/// within 5 %; QUIC's path RTT, which holds the server's processing too, within 15 % above),
-/// and handshakes take their round trips: TCP 1, DoT and
+/// reached at the link's host end). The RTT the transports measure is the emulated one: never
+/// more than 5 % below (the kernel's smoothing), TCP_INFO's at most 10 % above and QUIC's path
+/// RTT at most 25 % above, as both hold the debug-built responder's own work (docs/link.md says
+/// why; the 5 % for TCP_INFO is checked with an echo of the test's own in
+/// crates/link/tests/accuracy.rs), and handshakes take their round trips: TCP 1, DoT and
 /// DoH 2 (TCP, then TLS 1.3), DoQ 1 or 2 (2 when the server's anti-amplification limit stalls
 /// it).
 #[test]
@@ -621,7 +623,8 @@ fn bench_behind_a_link_counts_handshakes_in_round_trips() {
     }
 }
 
-/// An outage of 2 s in the middle of a 5 s run, on every transport: the link drops everything
+/// An outage of 2 s in the middle of a 5 s run, on every transport (UDP, TCP, DoT, DoH/2,
+/// DoH/3, DoQ): the link drops everything
 /// in it (the seconds of the link's series say when), every query still has one fate, and the
 /// run ends on time.
 #[test]
@@ -633,6 +636,7 @@ fn an_outage_mid_run_balances_and_ends_on_time() {
         format!("tcp://127.0.0.1:{}", port("tcp")),
         format!("tls://127.0.0.1:{}", port("dot")),
         format!("https://127.0.0.1:{}/dns-query", port("doh")),
+        format!("h3://127.0.0.1:{}/dns-query", port("doh3")),
         format!("quic://127.0.0.1:{}", port("doq")),
     ] {
         let r = run_volley(&[
@@ -814,4 +818,229 @@ fn ipv6(dev: &[&str]) {
     assert!(addr.starts_with("[fd76:6c69:6e6b::"), "measured at {addr}");
     assert!(ms(v, "min_ns") >= 10.0 * 0.999, "through the link's 10 ms: {}", ms(v, "min_ns"));
     assert!(v["link"]["up"]["packets_out"].as_u64().unwrap() >= 20, "{}", v["link"]);
+}
+
+/// The field sums of the link's per-second rows of a run, against its totals: every counter of
+/// each direction, and the lateness (each row's histogram's count, against the run's).
+fn series_add_up(l: &serde_json::Value, what: &str) {
+    let series = l["series"].as_array().unwrap_or_else(|| panic!("{what}: no series: {l}"));
+    for dir in ["up", "down"] {
+        for field in [
+            "packets_in",
+            "bytes_in",
+            "packets_out",
+            "bytes_out",
+            "dropped_loss",
+            "dropped_queue",
+            "dropped_outage",
+            "reordered",
+            "duplicated",
+        ] {
+            let per_s: u64 = series.iter().map(|s| s[dir][field].as_u64().unwrap_or_else(|| panic!("{s}"))).sum();
+            assert_eq!(Some(per_s), l[dir][field].as_u64(), "{what}: {dir}.{field}, the rows' sum and the total");
+        }
+    }
+    let late: u64 = series
+        .iter()
+        .map(|s| {
+            s["lateness"]["histogram"]["buckets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b[1].as_u64().unwrap())
+                .sum::<u64>()
+        })
+        .sum();
+    assert_eq!(Some(late), l["lateness"]["count"].as_u64(), "{what}: the rows' lateness counts");
+}
+
+/// The link per second: each row carries what came in and went out (packets and bytes), the
+/// drops by cause, the reordered and duplicated packets and the lateness, and the rows add up
+/// to the run's totals exactly (the last row holds what came after the last whole second);
+/// `volley merge` keeps them exact.
+#[test]
+fn the_link_per_second_adds_up_to_its_totals_and_merges_exactly() {
+    let server = Server::start_with(&["--listen", "0.0.0.0"]);
+    let url = format!("udp://127.0.0.1:{}", server.udp_addr().port());
+    let r = run_volley(&[
+        &url,
+        "--link",
+        "delay=5ms jitter=3ms dup=2% loss=1%",
+        "--link-seed",
+        "4",
+        "-Q",
+        "300",
+        "-l",
+        "3s",
+        "--timeout",
+        "1s",
+    ]);
+    let v = r.ok();
+    check_accounting(v);
+    let l = &v["link"];
+    for dir in ["up", "down"] {
+        for field in ["reordered", "duplicated", "dropped_loss", "bytes_in"] {
+            assert!(l[dir][field].as_u64().unwrap() > 0, "{dir}.{field} > 0 (jitter reorders, dup, loss): {l}");
+        }
+    }
+    assert!(l["series"].as_array().unwrap().len() >= 3, "{l}");
+    series_add_up(l, "the run");
+    // Merged with itself: every figure twice, the rows still the totals.
+    let merged = r.dir.path().join("merged.json");
+    let mut cmd = Command::new(volley());
+    cmd.arg("merge").arg("-o").arg(&merged).arg(&r.output).arg(&r.output);
+    let out = run_cmd(&mut cmd, RUN_WAIT);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    let m = read_results(&merged).unwrap();
+    let ml = &m["link"];
+    assert_eq!(ml["up"]["packets_in"].as_u64(), l["up"]["packets_in"].as_u64().map(|n| 2 * n), "{ml}");
+    assert_eq!(ml["lateness"]["count"].as_u64(), l["lateness"]["count"].as_u64().map(|n| 2 * n));
+    series_add_up(ml, "the merged run");
+    for (a, b) in ml["series"].as_array().unwrap().iter().zip(l["series"].as_array().unwrap()) {
+        for k in ["lateness_p99_ns", "lateness_max_ns"] {
+            assert_eq!(a[k], b[k], "{k}: a second merged with itself: {a}");
+        }
+    }
+}
+
+/// An emulator that falls behind is said in the results: a `volley run --link` stopped
+/// (SIGSTOP) for 600 ms mid-run, its forwarder with it, sends every packet it held (5 % of the
+/// run's: a 200 ms delay each way in a 4 s run) hundreds of ms after its due time, and the
+/// results carry the link's lateness warning.
+#[test]
+fn an_emulator_that_falls_behind_is_warned_of() {
+    use std::io::Read;
+    let server = Server::start_with(&["--listen", "0.0.0.0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("r.json");
+    let mut child = Command::new(volley())
+        .args(["run", &format!("udp://127.0.0.1:{}", server.udp_addr().port())])
+        .args(["--link", "delay=200ms", "--link-seed", "1", "-Q", "200", "-l", "4s", "--timeout", "3s"])
+        .args(["--progress", "always", "-o"])
+        .arg(&out_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    // The progress line of the first whole second: the load and the link are running.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = thread::spawn(move || {
+        let (mut all, mut buf, mut told) = (Vec::new(), [0u8; 4096], false);
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+            if !told && all.windows(5).any(|w| w == b"\r\x1b[2K") {
+                told = tx.send(()).is_ok();
+            }
+        }
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    rx.recv_timeout(Duration::from_secs(60)).expect("a progress line");
+    signal(&child, libc::SIGSTOP);
+    thread::sleep(Duration::from_millis(600));
+    signal(&child, libc::SIGCONT);
+    let status = wait_bounded(&mut child, RUN_WAIT).expect("volley run ends");
+    let stderr = reader.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let v = read_results(&out_file).expect("results");
+    check_accounting(&v);
+    let p99 = v["link"]["lateness"]["p99_ns"].as_u64().unwrap();
+    assert!(p99 > 100_000, "p99 lateness {p99} ns after a stop of 600 ms");
+    let warnings: Vec<&str> = v["warnings"].as_array().unwrap().iter().filter_map(|w| w.as_str()).collect();
+    assert!(
+        warnings.iter().any(|w| w.starts_with("the link's emulator fell behind: p99 lateness")),
+        "the link's warning in {warnings:?}"
+    );
+    assert!(stderr.contains("(warning: the link's emulator fell behind"), "{stderr}");
+}
+
+/// A target the namespace cannot reach through the link: a server on 127.0.0.1 only (its
+/// address is taken to the link's host end, where nothing listens), over UDP, TCP and DoT and
+/// with `volley query`, and an address beyond the link (no route). One error line, which names
+/// the link and says where to listen, and exit 2.
+#[test]
+fn an_unreachable_target_behind_the_link_is_one_line_naming_the_link() {
+    let server = Server::start_encrypted(&["--listen", "127.0.0.1"]);
+    let error_line = |what: &str, code: Option<i32>, stderr: &str| -> String {
+        assert_eq!(code, Some(2), "{what}: {stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("volley: error:")).collect();
+        assert_eq!(errors.len(), 1, "{what}: one error line:\n{stderr}");
+        // Beside it, only the link's own lines.
+        for l in stderr.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("volley: error:")) {
+            assert!(l.starts_with("volley link: "), "{what}: {l}");
+        }
+        errors[0].to_string()
+    };
+    for url in [
+        server.udp_url(),
+        server.tcp_url(),
+        format!("tls://{}", server.listener("dot")),
+        format!("quic://{}", server.listener("doq")),
+    ] {
+        let r = run_volley(&[&url, "--link", "delay=1ms", "-n", "5", "--ca", server.ca_str()]);
+        let e = error_line(&url, r.status.code(), &r.stderr);
+        assert!(e.starts_with("volley: error: --link 'delay=1ms': "), "{url}: {e}");
+        assert!(e.contains("listen on 0.0.0.0") && e.contains("127.0.0.1 only"), "{url}: {e}");
+        assert!(e.contains("10.213."), "{url}: the link's host end in {e}");
+        assert!(!r.output.exists(), "{url}: no results");
+    }
+    let mut cmd = Command::new(volley());
+    cmd.args(["query", "--link", "delay=1ms", &server.udp_url(), "example.test"]);
+    let out = run_cmd(&mut cmd, RUN_WAIT);
+    let e = error_line("query", out.status.code(), &out.stderr);
+    assert!(e.contains("--link 'delay=1ms'") && e.contains("listen on 0.0.0.0"), "{e}");
+    // No route: only the link's host end is reachable from its namespace.
+    let r = run_volley(&["udp://192.0.2.7:53", "--link", "delay=1ms", "-n", "5"]);
+    let e = error_line("192.0.2.7", r.status.code(), &r.stderr);
+    assert!(e.contains("only its host end 10.213.") && e.contains("listen on 0.0.0.0"), "{e}");
+}
+
+/// A bottleneck under load: `up:rate=200kbit,queue=20` offered about three times its rate.
+/// Packets wait in the queue (its queueing delay, and the per-second `queued`, above 0), the
+/// wait is never more than the 20 packets ahead take to send, and what the queue has no room
+/// for is dropped and counted (each dropped query one of the run's timeouts or unanswered).
+#[test]
+fn a_loaded_bottleneck_queues_and_drops() {
+    let server = Server::start_with(&["--listen", "0.0.0.0"]);
+    let url = format!("udp://127.0.0.1:{}", server.udp_addr().port());
+    let r = run_volley(&[
+        &url,
+        "--link",
+        "up:rate=200kbit,queue=20",
+        "--link-seed",
+        "1",
+        "-Q",
+        "1000",
+        "-l",
+        "3s",
+        "--timeout",
+        "1s",
+    ]);
+    let v = r.ok();
+    check_accounting(v);
+    let l = &v["link"];
+    let up = &l["up"];
+    let dropped = up["dropped_queue"].as_u64().unwrap();
+    assert!(dropped > 0, "the queue's drops: {up}");
+    assert_eq!(l["down"]["dropped_queue"].as_u64(), Some(0), "no queue on the way down");
+    // What left is the rate's share of what came: about a third.
+    let (pin, pout) = (up["packets_in"].as_u64().unwrap(), up["packets_out"].as_u64().unwrap());
+    assert!(pout < pin / 2, "{pout} of {pin} packets through a bottleneck offered 3 times its rate");
+    assert!(total(v, "timed_out") + total(v, "failed") >= dropped, "each dropped query unanswered: {:#}", v["totals"]);
+    let qd = &up["queue_delay"];
+    assert!(qd["p50_ns"].as_u64().unwrap() > 0, "queueing delay: {qd}");
+    // The emulator's own bound: the 20 packets ahead, at most, at 200 kbit/s each.
+    let largest = (up["bytes_in"].as_u64().unwrap() / pin.max(1)) as f64 * 2.0;
+    let bound = 21.0 * largest * 8.0 / 200_000.0 * 1e9;
+    assert!((qd["max_ns"].as_u64().unwrap() as f64) < bound, "queueing delay max {qd} above {bound} ns");
+    let series = l["series"].as_array().unwrap();
+    assert!(series.iter().any(|s| s["up"]["queued"].as_u64().unwrap() > 0), "per second, queued > 0: {series:?}");
+    assert!(series.iter().any(|s| s["up"]["queue_delay_p99_ns"].as_u64().unwrap() > 0), "{series:?}");
+    assert!(series.iter().all(|s| s["up"]["queued"].as_u64().unwrap() <= 20), "never above the limit: {series:?}");
+    let per_s: u64 = series.iter().map(|s| s["up"]["dropped_queue"].as_u64().unwrap()).sum();
+    assert_eq!(per_s, dropped, "the rows' drops and the total");
+    assert!(r.stdout.contains("link"), "{}", r.stdout);
 }

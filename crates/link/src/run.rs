@@ -145,6 +145,9 @@ pub struct LinkReport {
     /// CPU time of the forwarder thread (user + system).
     pub cpu: Duration,
     pub elapsed: Duration,
+    /// The link as it stopped, as a [`Link::sample`] would have seen it then: its histograms
+    /// since the last sample, so that the samples and this one add up to the report.
+    pub last: LinkSample,
 }
 
 /// The link at one moment (see [`Link::sample`]): counters since the start, the queues now,
@@ -568,20 +571,7 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
     loop {
         let pass_start = now(&f.clock);
         while let Ok(reply) = f.requests.try_recv() {
-            let t = now(&f.clock);
-            let s = LinkSample {
-                up: f.up.counters,
-                down: f.down.counters,
-                up_queued: f.up.queued(t) as u64,
-                down_queued: f.down.queued(t) as u64,
-                overdue: (f.up.overdue(t) + f.down.overdue(t)) as u64,
-                lateness: std::mem::replace(&mut late_i, Histogram::new(3)),
-                up_queue_delay: std::mem::replace(&mut f.up.queue_delay_since, Histogram::new(3)),
-                down_queue_delay: std::mem::replace(&mut f.down.queue_delay_since, Histogram::new(3)),
-                cpu: thread_cpu(),
-                realtime,
-            };
-            let _ = reply.send(s);
+            let _ = reply.send(take_sample(&mut f, &mut late_i, realtime));
         }
         // In: what each side has sent, at most BATCH from a side before what is due is
         // written (so that a backlog does not make the first packets read late). After a
@@ -672,7 +662,8 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         }
     }
     let held_at_end = (f.up.len() + f.down.len()) as u64;
-    let cpu = thread_cpu();
+    let last = take_sample(&mut f, &mut late_i, realtime);
+    let cpu = last.cpu;
     Ok(LinkReport {
         up: f.up.counters,
         down: f.down.counters,
@@ -684,7 +675,25 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         realtime,
         cpu,
         elapsed: f.clock.elapsed(),
+        last,
     })
+}
+
+/// The link now (see [`LinkSample`]); the histograms since the previous sample start again.
+fn take_sample(f: &mut Forwarder, late_i: &mut Histogram, realtime: bool) -> LinkSample {
+    let t = f.clock.elapsed().as_nanos() as u64;
+    LinkSample {
+        up: f.up.counters,
+        down: f.down.counters,
+        up_queued: f.up.queued(t) as u64,
+        down_queued: f.down.queued(t) as u64,
+        overdue: (f.up.overdue(t) + f.down.overdue(t)) as u64,
+        lateness: std::mem::replace(late_i, Histogram::new(3)),
+        up_queue_delay: std::mem::replace(&mut f.up.queue_delay_since, Histogram::new(3)),
+        down_queue_delay: std::mem::replace(&mut f.down.queue_delay_since, Histogram::new(3)),
+        cpu: thread_cpu(),
+        realtime,
+    }
 }
 
 /// CPU time of the calling thread (user + system).

@@ -410,13 +410,26 @@ pub struct LinkSecond {
     /// Packets held past their due time at the end of the second, both directions (the
     /// emulator's backlog: growing, it fell behind).
     pub overdue: u64,
+    /// How late the emulator sent each of the second's packets (both directions), with its
+    /// histogram (2 significant figures), so that merged seconds stay exact. None in results
+    /// written before it was added.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub lateness: Option<SecondLatency>,
 }
 
 /// One direction of an emulated link over one second.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct LinkSecondDir {
-    /// Packets that left the link.
+    /// Packets (and their bytes) that came into the link. The fields marked `default` were
+    /// added later: results written before them read 0.
+    #[serde(default)]
+    pub packets_in: u64,
+    #[serde(default)]
+    pub bytes_in: u64,
+    /// Packets that left the link, and their bytes.
     pub packets_out: u64,
+    #[serde(default)]
+    pub bytes_out: u64,
     pub dropped_loss: u64,
     pub dropped_queue: u64,
     pub dropped_outage: u64,
@@ -424,23 +437,48 @@ pub struct LinkSecondDir {
     pub queued: u64,
     /// The p99 of the second's queueing delay, ns (0: none queued).
     pub queue_delay_p99_ns: u64,
+    /// Packets that left after one that came in later than they did.
+    #[serde(default)]
+    pub reordered: u64,
+    /// Extra copies made (each counted in `packets_out` too when it leaves).
+    #[serde(default)]
+    pub duplicated: u64,
 }
 
 impl LinkSecond {
-    /// Adds another run's second (merge): counts and queues add, the lateness and queueing
-    /// delay are the worse of the two.
+    /// Adds another run's second (merge): counts and queues add; the lateness histograms
+    /// merge (exact: the p99 is the merged histogram's, as the rows' own is theirs), where a
+    /// second has none (older results) the p99 is the worse of the two; the lateness's max and
+    /// the queueing delay's p99 are the worse of the two.
     pub fn add(&mut self, o: &LinkSecond) {
         for (a, b) in [(&mut self.up, &o.up), (&mut self.down, &o.down)] {
+            a.packets_in += b.packets_in;
+            a.bytes_in += b.bytes_in;
             a.packets_out += b.packets_out;
+            a.bytes_out += b.bytes_out;
             a.dropped_loss += b.dropped_loss;
             a.dropped_queue += b.dropped_queue;
             a.dropped_outage += b.dropped_outage;
             a.queued += b.queued;
             a.queue_delay_p99_ns = a.queue_delay_p99_ns.max(b.queue_delay_p99_ns);
+            a.reordered += b.reordered;
+            a.duplicated += b.duplicated;
         }
-        self.lateness_p99_ns = self.lateness_p99_ns.max(o.lateness_p99_ns);
-        self.lateness_max_ns = self.lateness_max_ns.max(o.lateness_max_ns);
         self.overdue += o.overdue;
+        match (&self.lateness, &o.lateness) {
+            (Some(a), Some(b)) => {
+                let mut h = Histogram::from_sparse(&a.histogram);
+                h.merge(&Histogram::from_sparse(&b.histogram));
+                self.lateness_p99_ns = h.quantile(0.99);
+                self.lateness = Some(SecondLatency::of(&h));
+            }
+            _ => {
+                self.lateness_p99_ns = self.lateness_p99_ns.max(o.lateness_p99_ns);
+                // A second without its histogram makes the merged one's incomplete.
+                self.lateness = None;
+            }
+        }
+        self.lateness_max_ns = self.lateness_max_ns.max(o.lateness_max_ns);
     }
 
     /// Adds series of two runs second by second.
@@ -684,6 +722,23 @@ pub struct GroupSummary {
 
 #[cfg(test)]
 mod tests {
+    /// Results written before the link's per-second rows had their counters of packets and
+    /// bytes in, bytes out, reordered and duplicated packets, and lateness histogram still read:
+    /// those fields read 0 (None).
+    #[test]
+    fn a_link_second_of_older_results_still_reads() {
+        let old = r#"{"second":2,"up":{"packets_out":5,"dropped_loss":1,"dropped_queue":0,"dropped_outage":0,
+            "queued":0,"queue_delay_p99_ns":0},"down":{"packets_out":5,"dropped_loss":0,"dropped_queue":0,
+            "dropped_outage":0,"queued":0,"queue_delay_p99_ns":0},"lateness_p99_ns":9000,"lateness_max_ns":9000,
+            "overdue":0}"#;
+        let s: LinkSecond = serde_json::from_str(old).unwrap();
+        assert_eq!((s.second, s.up.packets_out, s.up.dropped_loss, s.lateness_p99_ns), (2, 5, 1, 9000));
+        assert_eq!((s.up.packets_in, s.up.bytes_in, s.up.bytes_out, s.up.reordered, s.up.duplicated), (0, 0, 0, 0, 0));
+        assert!(s.lateness.is_none());
+        // Written again, without the histogram it does not have.
+        assert!(!serde_json::to_string(&s).unwrap().contains("\"lateness\":"));
+    }
+
     use super::*;
 
     /// A file written before `issued` existed counted the queries issued as `sent`: read back,

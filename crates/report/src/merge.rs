@@ -708,11 +708,27 @@ mod tests {
         let counts =
             LinkCounters { packets_in: 100, packets_out: 100 - lost, dropped_loss: lost, ..Default::default() };
         let up = LinkDirection { counts, ..Default::default() };
-        let second = |s, lost| LinkSecond {
-            second: s,
-            up: LinkSecondDir { dropped_loss: lost, queued: 1, ..Default::default() },
-            lateness_p99_ns: late_us * 1000,
-            ..Default::default()
+        let second = |s, lost: u64| {
+            let mut late = Histogram::new(2);
+            late.record_n(late_us * 1000, 10);
+            LinkSecond {
+                second: s,
+                up: LinkSecondDir {
+                    packets_in: 10,
+                    bytes_in: 800,
+                    packets_out: 10 - lost.min(10),
+                    bytes_out: 80 * (10 - lost.min(10)),
+                    dropped_loss: lost,
+                    queued: 1,
+                    reordered: 2,
+                    duplicated: 1,
+                    ..Default::default()
+                },
+                lateness_p99_ns: late.quantile(0.99),
+                lateness_max_ns: late.max(),
+                lateness: Some(volley_metrics::SecondLatency::of(&late)),
+                ..Default::default()
+            }
         };
         let series = vec![second(0, lost), second(lost, 1)];
         let lateness = LatencySummary::of(&h);
@@ -729,7 +745,26 @@ mod tests {
         // Per second: counts and queues add, second by second; the lateness is the worse.
         let s: Vec<_> =
             m.series.iter().map(|s| (s.second, s.up.dropped_loss, s.up.queued, s.lateness_p99_ns)).collect();
-        assert_eq!(s, [(0, 8, 2, 50_000), (3, 1, 1, 10_000), (5, 1, 1, 50_000)]);
+        let p99 = |us: u64| {
+            let mut h = Histogram::new(2);
+            h.record(us * 1000);
+            h.quantile(0.99)
+        };
+        assert_eq!(s, [(0, 8, 2, p99(50)), (3, 1, 1, p99(10)), (5, 1, 1, p99(50))]);
+        // The counters added later add too, and the lateness histograms merge: second 0's
+        // holds both parts' packets, its p99 the merged one's.
+        let s0 = &m.series[0];
+        let up =
+            (s0.up.packets_in, s0.up.bytes_in, s0.up.packets_out, s0.up.bytes_out, s0.up.reordered, s0.up.duplicated);
+        assert_eq!(up, (20, 1600, 12, 960, 4, 2));
+        let late = s0.lateness.as_ref().unwrap();
+        assert_eq!(Histogram::from_sparse(&late.histogram).count(), 20);
+        assert_eq!((late.p50_ns, s0.lateness_max_ns), (p99(10), p99(50)));
+        // A second of older results (no histogram): the p99 the worse of the two.
+        let mut old = link("4g", 1, 3, 70);
+        old.series.iter_mut().for_each(|s| s.lateness = None);
+        let m = merge_links([Some(&a), Some(&old)].into_iter()).unwrap();
+        assert_eq!((m.series[0].lateness_p99_ns, m.series[0].lateness.is_none()), (p99(70), true));
         let other_seed = link("4g", 2, 0, 1);
         assert!(merge_links([Some(&a), Some(&other_seed)].into_iter()).is_none());
         assert!(merge_links([Some(&a), None].into_iter()).is_none());

@@ -276,7 +276,10 @@ pub fn run(a: LimitArgs) -> CliResult {
         if let Some(l) = &link {
             l.reach_plan(&mut first);
         }
-        check_target(&mut first)?;
+        check_target(&mut first).map_err(|e| match &link {
+            Some(l) => l.unreachable(e),
+            None => e,
+        })?;
         let name = first.target.to_string();
         eprintln!("searching the limit of {name} by {} ({})", a.by.unit(), describe(&objective));
         let mut failure = None;

@@ -2,7 +2,7 @@
 
 use clap::Args;
 use volley_link::{spec, Link, LinkReport};
-use volley_metrics::{Histogram, LatencySummary, LinkDirection, LinkInfo, LinkSecond, LinkSecondDir};
+use volley_metrics::{Histogram, LatencySummary, LinkDirection, LinkInfo, LinkSecond, LinkSecondDir, SecondLatency};
 
 use crate::error::{CliError, CliResult};
 
@@ -141,7 +141,7 @@ pub struct BehindLink {
     /// Since the start of the current part (a run; in `volley bench`, a transport's run).
     part: Part,
     /// The last sample's counters (the next second's figures are the difference).
-    prev: Option<(volley_link::Counters, volley_link::Counters)>,
+    prev: Prev,
 }
 
 /// What the link did over a part of its life, from its samples.
@@ -172,6 +172,17 @@ impl BehindLink {
     /// The link's host end (where a target for the namespace listens).
     pub fn host(&self) -> std::net::IpAddr {
         std::net::IpAddr::V4(self.link.addrs.host)
+    }
+
+    /// The error of a target that could not be reached through the link (refused at the
+    /// link's host end, or no route from the namespace): one line that names the link and says
+    /// where the server must listen. Other errors as they are.
+    pub fn unreachable(&self, e: CliError) -> CliError {
+        let host6 = self.link.addrs.host6.map(std::net::IpAddr::V6);
+        match unreachable_through(&e.message, &self.spec, self.host(), host6) {
+            Some(message) => CliError::usage(message),
+            None => e,
+        }
     }
 
     /// Loopback targets (127.0.0.1, ::1, localhost's addresses are the namespace's own) are
@@ -235,30 +246,16 @@ impl BehindLink {
     /// The end of second `second` of the run: the link's figures of that second.
     pub fn tick(&mut self, second: u64) {
         let Some(s) = self.sample() else { return };
-        let (pu, pd) = self.prev.unwrap_or_default();
-        let dir = |c: &volley_link::Counters, p: &volley_link::Counters, queued: u64, q: &Histogram| LinkSecondDir {
-            packets_out: c.packets_out - p.packets_out,
-            dropped_loss: c.dropped_loss - p.dropped_loss,
-            dropped_queue: c.dropped_queue - p.dropped_queue,
-            dropped_outage: c.dropped_outage - p.dropped_outage,
-            queued,
-            queue_delay_p99_ns: q.quantile(0.99),
-        };
-        self.part.series.push(LinkSecond {
-            second,
-            up: dir(&s.up, &pu, s.up_queued, &s.up_queue_delay),
-            down: dir(&s.down, &pd, s.down_queued, &s.down_queue_delay),
-            lateness_p99_ns: s.lateness.quantile(0.99),
-            lateness_max_ns: s.lateness.max(),
-            overdue: s.overdue,
-        });
-        self.prev = Some((s.up, s.down));
+        push_second(&mut self.part, &mut self.prev, second, &s);
     }
 
     /// The results' `link` of the part so far (since [`BehindLink::mark`]), and its warnings;
     /// the link goes on.
     pub fn part(&mut self) -> (LinkInfo, Vec<String>) {
         let s = self.sample();
+        if let Some(s) = &s {
+            push_rest(&mut self.part, &mut self.prev, s);
+        }
         let (mut up, mut down) = s.as_ref().map(|s| (s.up, s.down)).unwrap_or_default();
         let sub = |c: &mut volley_link::Counters, b: &volley_link::Counters| {
             c.packets_in -= b.packets_in;
@@ -293,27 +290,121 @@ impl BehindLink {
     /// Stops the link, prints its lines on stderr and returns the results' `link` (over the
     /// link's whole life) and the warnings of an emulator that fell behind.
     pub fn finish(self) -> CliResult<(LinkInfo, Vec<String>)> {
-        let seed = self.link.seed;
-        let r = self.link.finish().map_err(CliError::failure)?;
+        let BehindLink { link, spec, up, down, mut part, mut prev } = self;
+        let seed = link.seed;
+        let r = link.finish().map_err(CliError::failure)?;
+        push_rest(&mut part, &mut prev, &r.last);
         print_report(&r);
         let info = LinkInfo {
-            spec: self.spec,
+            spec,
             seed,
-            up: direction(self.up, &r.up, &r.up_queue_delay),
-            down: direction(self.down, &r.down, &r.down_queue_delay),
+            up: direction(up, &r.up, &r.up_queue_delay),
+            down: direction(down, &r.down, &r.down_queue_delay),
             lateness: LatencySummary::of(&r.lateness),
             held_at_end: r.held_at_end,
             forwarder_cpu_s: r.cpu.as_secs_f64(),
             realtime: r.realtime,
-            series: self.part.series,
+            series: part.series,
         };
         let warnings = warnings(&r.lateness, &info.series);
         Ok((info, warnings))
     }
 }
 
+type Prev = Option<(volley_link::Counters, volley_link::Counters)>;
+
+/// Adds the row of `second` (from the previous sample, `prev`, to `s`) to the part's series.
+fn push_second(part: &mut Part, prev: &mut Prev, second: u64, s: &volley_link::LinkSample) {
+    let (pu, pd) = prev.unwrap_or_default();
+    part.series.push(second_of(second, s, &pu, &pd));
+    *prev = Some((s.up, s.down));
+}
+
+/// What the link did after the last whole second (the run's end: its last answers and
+/// closing packets), as one more row, so that the rows add up to the totals; none where
+/// nothing happened.
+fn push_rest(part: &mut Part, prev: &mut Prev, s: &volley_link::LinkSample) {
+    let (pu, pd) = prev.unwrap_or_default();
+    if (s.up, s.down) == (pu, pd) && s.lateness.is_empty() {
+        return;
+    }
+    let second = part.series.last().map_or(0, |l| l.second + 1);
+    push_second(part, prev, second, s);
+}
+
+/// The row of `second`: what the link did from the sample of counters `pu`, `pd` (up, down)
+/// to the sample `s`.
+fn second_of(
+    second: u64,
+    s: &volley_link::LinkSample,
+    pu: &volley_link::Counters,
+    pd: &volley_link::Counters,
+) -> LinkSecond {
+    let dir = |c: &volley_link::Counters, p: &volley_link::Counters, queued: u64, q: &Histogram| LinkSecondDir {
+        packets_in: c.packets_in - p.packets_in,
+        bytes_in: c.bytes_in - p.bytes_in,
+        packets_out: c.packets_out - p.packets_out,
+        bytes_out: c.bytes_out - p.bytes_out,
+        dropped_loss: c.dropped_loss - p.dropped_loss,
+        dropped_queue: c.dropped_queue - p.dropped_queue,
+        dropped_outage: c.dropped_outage - p.dropped_outage,
+        queued,
+        queue_delay_p99_ns: q.quantile(0.99),
+        reordered: c.reordered - p.reordered,
+        duplicated: c.duplicated - p.duplicated,
+    };
+    // The second's lateness at the per-second rows' precision (2 significant figures).
+    let mut late = Histogram::new(2);
+    for (v, n) in s.lateness.to_sparse().iter() {
+        late.record_n(v, n);
+    }
+    LinkSecond {
+        second,
+        up: dir(&s.up, pu, s.up_queued, &s.up_queue_delay),
+        down: dir(&s.down, pd, s.down_queued, &s.down_queue_delay),
+        // At the row's precision: the p99 of merged rows is their merged histogram's.
+        lateness_p99_ns: late.quantile(0.99),
+        lateness_max_ns: s.lateness.max(),
+        overdue: s.overdue,
+        lateness: Some(SecondLatency::of(&late)),
+    }
+}
+
 fn direction(settings: String, c: &volley_link::Counters, q: &Histogram) -> LinkDirection {
     LinkDirection { settings, counts: *c, queue_delay: (!q.is_empty()).then(|| LatencySummary::of(q)) }
+}
+
+/// [`BehindLink::unreachable`]'s line for the probe's error `msg` behind the link of `spec`
+/// whose host end is `host` (and `host6`); None when `msg` is not about reaching the target.
+fn unreachable_through(
+    msg: &str,
+    spec: &str,
+    host: std::net::IpAddr,
+    host6: Option<std::net::IpAddr>,
+) -> Option<String> {
+    let lower = msg.to_ascii_lowercase();
+    let refused = ["connection refused", "port unreachable", "os error 111"].iter().any(|p| lower.contains(p));
+    let no_route = ["network is unreachable", "no route to host", "os error 101", "os error 113"]
+        .iter()
+        .any(|p| lower.contains(p));
+    let hosts = match host6 {
+        Some(h6) => format!("{host} (or {h6})"),
+        None => host.to_string(),
+    };
+    let listen = format!("a server on this host must listen on 0.0.0.0 (or ::) or on {hosts}");
+    if refused {
+        Some(format!(
+            "--link '{spec}': {msg}: the target is reached through the link at its host end {hosts}, where nothing \
+             listens; {listen} (one on 127.0.0.1 only is out of the link's reach)"
+        ))
+    } else if no_route {
+        Some(format!(
+            "--link '{spec}': {msg}: behind the link only its host end {hosts} can be reached; {listen}, and be given \
+             as 127.0.0.1 or {host}"
+        ))
+    } else {
+        None
+    }
 }
 
 /// The warnings of a run whose emulator fell behind: its lateness, or its backlog of due
@@ -390,4 +481,92 @@ pub fn print_report(r: &LinkReport) {
         line += &format!(" (warning: {w})");
     }
     eprintln!("{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A histogram of `n` values of `ns` each, and `tail` values of `tail_ns`.
+    fn lateness(n: u64, ns: u64, tail: u64, tail_ns: u64) -> Histogram {
+        let mut h = Histogram::new(3);
+        h.record_n(ns, n);
+        if tail > 0 {
+            h.record_n(tail_ns, tail);
+        }
+        h
+    }
+
+    #[test]
+    fn lateness_warns_just_above_100us_at_p99_and_not_just_below() {
+        // Every packet as late: p99 is that lateness.
+        let w = lateness_warning(&lateness(1000, 101_000, 0, 0)).expect("p99 101 us warns");
+        assert!(w.contains("fell behind") && w.contains("p99 lateness 101us"), "{w}");
+        assert_eq!(lateness_warning(&lateness(1000, 99_000, 0, 0)), None, "p99 99 us");
+        // p99 is what counts, not the tail beyond it: 1.5 % at 150 us warns, 0.5 % at 10 ms
+        // does not.
+        assert!(lateness_warning(&lateness(985, 10_000, 15, 150_000)).is_some());
+        assert_eq!(lateness_warning(&lateness(995, 10_000, 5, 10_000_000)), None);
+        assert_eq!(lateness_warning(&Histogram::new(3)), None, "no packets");
+    }
+
+    fn series(overdue: &[u64]) -> Vec<LinkSecond> {
+        overdue
+            .iter()
+            .enumerate()
+            .map(|(i, &o)| LinkSecond { second: i as u64, overdue: o, ..Default::default() })
+            .collect()
+    }
+
+    #[test]
+    fn a_backlog_growing_over_the_last_3_seconds_warns_and_one_that_is_not_does_not() {
+        let w = backlog_growing(&series(&[0, 0, 50, 120, 400])).expect("growing to 400 over 3 s");
+        assert!(w.contains("400 packets past their due time"), "{w}");
+        // Grew, but not over each of the last three seconds.
+        assert_eq!(backlog_growing(&series(&[50, 120, 400, 400])), None, "steady at the end");
+        assert_eq!(backlog_growing(&series(&[50, 400, 120, 300])), None, "fell in between");
+        // Growing, but small: under 100 at the end.
+        assert_eq!(backlog_growing(&series(&[10, 40, 99])), None);
+        assert!(backlog_growing(&series(&[10, 40, 100])).is_some(), "100 is enough");
+        // Fewer than three seconds: no verdict.
+        assert_eq!(backlog_growing(&series(&[100, 1000])), None);
+        assert_eq!(backlog_growing(&[]), None);
+    }
+
+    #[test]
+    fn an_unreachable_target_names_the_link_and_where_to_listen() {
+        let host: std::net::IpAddr = "10.213.7.1".parse().unwrap();
+        for msg in [
+            "nothing is listening at udp://10.213.7.1:53 (connection refused)",
+            "nothing is listening at quic://10.213.7.1:853 (ICMP port unreachable)",
+            "cannot connect to 10.213.7.1:853: Connection refused (os error 111)",
+        ] {
+            let m = unreachable_through(msg, "delay=5ms", host, None).unwrap_or_else(|| panic!("{msg}"));
+            assert!(m.starts_with("--link 'delay=5ms': ") && m.contains(msg), "{m}");
+            assert!(m.contains("listen on 0.0.0.0") && m.contains("10.213.7.1") && m.contains("127.0.0.1"), "{m}");
+            assert!(!m.contains('\n'), "one line: {m}");
+        }
+        let m = unreachable_through(
+            "cannot reach udp://192.0.2.7:53: Network is unreachable (os error 101)",
+            "4g",
+            host,
+            None,
+        )
+        .unwrap();
+        assert!(m.contains("only its host end 10.213.7.1 can be reached") && m.contains("0.0.0.0"), "{m}");
+        let six = Some("fd76:6c69:6e6b::1c:1".parse().unwrap());
+        let m = unreachable_through("connection refused", "4g", host, six).unwrap();
+        assert!(m.contains("10.213.7.1 (or fd76:6c69:6e6b::1c:1)"), "{m}");
+        // Not about reaching the target: as it was.
+        assert_eq!(unreachable_through("invalid name 'a..b'", "4g", host, None), None);
+        assert_eq!(unreachable_through("certificate verify failed", "4g", host, None), None);
+    }
+
+    #[test]
+    fn warnings_carry_both_causes() {
+        let w = warnings(&lateness(1000, 500_000, 0, 0), &series(&[200, 300, 400]));
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("p99 lateness") && w[1].contains("growing"), "{w:?}");
+        assert!(warnings(&lateness(1000, 5_000, 0, 0), &series(&[400, 300, 200])).is_empty());
+    }
 }

@@ -83,7 +83,10 @@ pub fn run(a: QueryArgs) -> CliResult {
         Some(spec) => Some(super::link::behind_link(spec, a.link_seed, vec![&mut target])?),
         None => None,
     };
-    let answered = ask(&a, target);
+    let answered = ask(&a, target).map_err(|e| match &link {
+        Some(l) => l.unreachable(e),
+        None => e,
+    });
     if let Some(link) = link {
         link.finish()?;
     }

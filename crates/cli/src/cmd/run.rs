@@ -986,7 +986,10 @@ pub fn run(a: RunArgs) -> CliResult {
         Some(spec) => Some(super::link::plan_behind_link(spec, a.link_seed, &mut plan)?),
         None => None,
     };
-    let probed = check_target(&mut plan)?;
+    let probed = check_target(&mut plan).map_err(|e| match &link {
+        Some(l) => l.unreachable(e),
+        None => e,
+    })?;
     // Said once the input is known good (a usage error stays one line), and again in the
     // results: flags that do nothing here, --insecure.
     let mut warnings = a.tls.unused(&targets(&plan).iter().map(|(t, _)| *t).collect::<Vec<_>>());
