@@ -67,6 +67,22 @@ fi
 section "cargo test --workspace ${profile_args[*]:-} (build)"
 cargo test --workspace "${locked[@]}" "${profile_args[@]}" --no-run
 
+# The install docs/install.md gives, from the same lock file, into a root of its own; then the
+# installed binary names its build. --debug reuses the test build above (seconds: only the
+# binary is linked again); a release install would compile the whole workspace again (on two
+# cores, many minutes), which the release profile's own build and bench already cover.
+section "cargo install --debug --locked --path crates/cli (temporary root)"
+install_root=$(mktemp -d)
+trap 'rm -rf "$install_root"' EXIT
+cargo install --debug --locked --offline --path crates/cli --root "$install_root" 2>&1 | tail -n 3
+version=$("$install_root/bin/volley" --version)
+echo "$version"
+want="${VOLLEY_BUILD_COMMIT:-$(git log -1 --format='%h %cs' --abbrev=12 2>/dev/null || echo 'unknown commit')}"
+case "$version" in
+    "volley "*" ($want)") ;;
+    *) echo "installed volley --version '$version' does not name the build '$want'" >&2; exit 1 ;;
+esac
+
 section "cargo test --workspace ${profile_args[*]:-}"
 # shellcheck disable=SC2086 # VOLLEY_TEST_ARGS is split on purpose.
 cargo test --workspace "${locked[@]}" "${profile_args[@]}" ${VOLLEY_TEST_ARGS:-}

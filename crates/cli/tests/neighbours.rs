@@ -100,3 +100,30 @@ fn other_tools_flags_get_volleys_spelling() {
     let l = one_line(&["run", "-m", "sctp"]);
     assert!(l.contains("invalid -m/--mode 'sctp'"), "{l}");
 }
+
+/// dnsperf's `-c 10 -Q 1000` (10 client sockets at 1,000 qps): volley's -c is the closed
+/// loop's queries in flight, which -Q excludes, so the conflict names --connections.
+#[test]
+fn dnsperf_c_with_q_names_connections() {
+    for args in [
+        &["run", "-s", "127.0.0.1", "-c", "10", "-Q", "1000"][..],
+        &["run", "udp://127.0.0.1:9", "-Q", "1000", "-c", "10"][..],
+    ] {
+        let l = one_line(args);
+        assert!(l.contains("cannot be used with"), "{l}");
+        assert!(l.contains("--connections N"), "{l}");
+    }
+    // -c alone is volley's own closed loop and gets no hint (the error here is the bad mode).
+    let l = one_line(&["run", "-m", "sctp", "-c", "10"]);
+    assert!(!l.contains("--connections"), "{l}");
+}
+
+/// resperf's -m is the highest rate it ramps to: a number there names `volley limit --max`.
+#[test]
+fn resperf_m_names_limit_max() {
+    for cmd in ["run", "limit"] {
+        let l = one_line(&[cmd, "-s", "127.0.0.1", "-m", "100000"]);
+        assert!(l.contains("invalid -m/--mode '100000'"), "{cmd}: {l}");
+        assert!(l.contains("volley limit --max 100000"), "{cmd}: {l}");
+    }
+}

@@ -33,6 +33,9 @@ fn read_trace(path: &Path) -> (Value, BTreeMap<(String, String), u64>) {
     for r in records {
         let e: Value = serde_json::from_str(r)
             .unwrap_or_else(|err| panic!("{}: a record is not JSON: {err}: {r}", path.display()));
+        // Every event has its time (ms after the reference time) and its name.
+        let time = e["time"].as_f64().unwrap_or_else(|| panic!("{}: an event without a time: {e}", path.display()));
+        assert!(time >= 0.0, "{}: {e}", path.display());
         let name = e["name"].as_str().unwrap_or_else(|| panic!("an event without a name: {e}")).to_string();
         let data = &e["data"];
         let ty = [&data["header"]["packet_type"], &data["new"], &data["from"]]
@@ -50,12 +53,35 @@ fn read_trace(path: &Path) -> (Value, BTreeMap<(String, String), u64>) {
     (header, events)
 }
 
+/// The header fields qvis reads: the qlog version and format, the vantage point (`role`), and
+/// the reference time the events count from, a wall-clock time within the test's.
+fn check_header(path: &Path, header: &Value, role: &str, protocol: &str, since_ms: f64) {
+    let at = path.display();
+    assert_eq!(header["qlog_version"].as_str(), Some("0.3"), "{at}: {header}");
+    assert_eq!(header["qlog_format"].as_str(), Some("JSON-SEQ"), "{at}: {header}");
+    let trace = &header["trace"];
+    assert_eq!(trace["vantage_point"]["type"].as_str(), Some(role), "{at}: {header}");
+    let common = &trace["common_fields"];
+    assert_eq!(common["time_format"].as_str(), Some("relative"), "{at}: {header}");
+    let protocols: Vec<&str> =
+        common["protocol_type"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    assert!(protocols.contains(&"QUIC") && protocols.contains(&protocol), "{at}: {header}");
+    let reference = common["reference_time"].as_f64().unwrap_or_else(|| panic!("{at}: no reference_time: {header}"));
+    let now_ms = unix_ms();
+    assert!((since_ms..=now_ms).contains(&reference), "{at}: reference_time {reference} not in [{since_ms}, {now_ms}]");
+}
+
+fn unix_ms() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() * 1000.0
+}
+
 fn count(events: &BTreeMap<(String, String), u64>, name: &str, ty: &str) -> u64 {
     events.get(&(name.to_string(), ty.to_string())).copied().unwrap_or(0)
 }
 
 #[test]
 fn qlog_traces_every_quic_connection_client_and_server() {
+    let since_ms = unix_ms();
     let dir = tempfile::tempdir().unwrap();
     let (ca, srv_dir) = (dir.path().join("ca.pem"), dir.path().join("server-traces"));
     let mut server = Server::start_with(&[
@@ -101,7 +127,7 @@ fn qlog_traces_every_quic_connection_client_and_server() {
         for f in &files {
             assert!(f.extension().is_some_and(|e| e == "sqlog"), "{}", f.display());
             let (header, events) = read_trace(f);
-            assert_eq!(header["qlog_format"].as_str(), Some("JSON-SEQ"), "{}: {header}", f.display());
+            check_header(f, &header, "client", if what == "doh3" { "HTTP3" } else { "QUIC" }, since_ms);
             assert!(header["trace"]["title"].as_str().is_some_and(|t| t.contains("client")), "{header}");
             // The handshake: Initial and Handshake packets both ways, then 1-RTT packets that
             // carry the queries, and the RTT estimates of recovery.
@@ -142,6 +168,8 @@ fn qlog_traces_every_quic_connection_client_and_server() {
     assert_eq!(server_files.len(), client_files, "server traces");
     for f in &server_files {
         let (header, events) = read_trace(f);
+        let doq = header["trace"]["title"].as_str().is_some_and(|t| t.contains("DoQ"));
+        check_header(f, &header, "server", if doq { "QUIC" } else { "HTTP3" }, since_ms);
         assert!(header["trace"]["title"].as_str().is_some_and(|t| t.contains("volley serve")), "{header}");
         assert!(count(&events, "transport:packet_received", "initial") > 0, "{}", f.display());
         assert!(count(&events, "transport:packet_sent", "handshake") > 0, "{}", f.display());

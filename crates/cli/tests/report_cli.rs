@@ -357,8 +357,9 @@ fn report_draws_a_limit_search() {
     assert!(r.stderr.contains("wrong.json") && r.stderr.contains("volley.limit/1"), "{}", r.stderr);
 }
 
-/// A DNS Shotgun results file in its documented JSON-lines format (schema_version 20221207,
-/// per-millisecond latency buckets), made here: `answers` answers split between 0 and 4 ms,
+/// A DNS Shotgun results file in its JSON-lines format (schema_version 20221207, as Shotgun's
+/// tools/_plot_common.py reads it; see docs/report.md), with per-millisecond latency buckets,
+/// made here: `answers` answers split between 0 and 4 ms,
 /// 1 % at 99 ms, `timeouts` timed out (Shotgun counts them in its last bucket).
 fn shotgun_file(path: &Path, answers: u64, timeouts: u64) {
     let mut buckets = vec![0u64; 2001];
@@ -419,4 +420,234 @@ fn report_and_compare_read_dns_shotgun_results() {
         .unwrap();
     let line = one_error_line(&volley_cmd(&["compare", s(&u1), s(&bad)]));
     assert!(line.contains("bad.json:2: DNS Shotgun results"), "{line}");
+}
+
+/// One stats object as dnssim's `DnsSim:export()` writes it (replay/dnssim/src/output/dnssim.lua
+/// in DNS Shotgun): its fields in its order, `latency` one count per millisecond from 0 to the
+/// timeout, the last also every query that timed out.
+struct DnssimStats {
+    since_ms: u64,
+    until_ms: u64,
+    requests: u64,
+    ongoing: u64,
+    answers: u64,
+    conn_handshakes: u64,
+    conn_handshakes_failed: u64,
+    noerror: u64,
+    nxdomain: u64,
+    servfail: u64,
+    /// (milliseconds, count); the timed out at the timeout.
+    latency: Vec<(usize, u64)>,
+}
+
+impl DnssimStats {
+    fn write(&self, timeout_ms: usize) -> String {
+        let mut lat = vec![0u64; timeout_ms + 1];
+        for &(ms, n) in &self.latency {
+            lat[ms] += n;
+        }
+        let lat: Vec<String> = lat.iter().map(u64::to_string).collect();
+        let rcodes = [
+            ("noerror", self.noerror),
+            ("formerr", 0),
+            ("servfail", self.servfail),
+            ("nxdomain", self.nxdomain),
+            ("notimp", 0),
+            ("refused", 0),
+            ("yxdomain", 0),
+            ("yxrrset", 0),
+            ("nxrrset", 0),
+            ("notauth", 0),
+            ("notzone", 0),
+            ("badvers", 0),
+            ("badkey", 0),
+            ("badtime", 0),
+            ("badmode", 0),
+            ("badname", 0),
+            ("badalg", 0),
+            ("badtrunc", 0),
+            ("badcookie", 0),
+            ("other", 0),
+        ];
+        let rcodes: String = rcodes.iter().map(|(k, n)| format!("\"rcode_{k}\":{n},")).collect();
+        format!(
+            "{{ \"since_ms\":{},\"until_ms\":{},\"requests\":{},\"ongoing\":{},\"answers\":{},\"conn_active\":{},\
+             \"conn_handshakes\":{},\"conn_resumed\":0,\"conn_quic_0rtt_loaded\":0,\"quic_0rtt_sent\":0,\
+             \"quic_0rtt_answered\":0,\"conn_handshakes_failed\":{},{rcodes}\"latency\":[{}]}}",
+            self.since_ms,
+            self.until_ms,
+            self.requests,
+            self.ongoing,
+            self.answers,
+            self.conn_handshakes - self.conn_handshakes_failed,
+            self.conn_handshakes,
+            self.conn_handshakes_failed,
+            lat.join(","),
+        )
+    }
+}
+
+/// A dnssim export: its root fields in its order, `stats_sum` the sum of `stats_periodic`.
+fn dnssim_file(path: &Path, periodic: &[DnssimStats], discarded: u64) {
+    const TIMEOUT_MS: usize = 2000;
+    let sum = DnssimStats {
+        since_ms: periodic[0].since_ms,
+        until_ms: periodic.last().unwrap().until_ms,
+        requests: periodic.iter().map(|p| p.requests).sum(),
+        // dnssim never sets the sum's ongoing.
+        ongoing: 0,
+        answers: periodic.iter().map(|p| p.answers).sum(),
+        conn_handshakes: periodic.iter().map(|p| p.conn_handshakes).sum(),
+        conn_handshakes_failed: periodic.iter().map(|p| p.conn_handshakes_failed).sum(),
+        noerror: periodic.iter().map(|p| p.noerror).sum(),
+        nxdomain: periodic.iter().map(|p| p.nxdomain).sum(),
+        servfail: periodic.iter().map(|p| p.servfail).sum(),
+        latency: periodic.iter().flat_map(|p| p.latency.iter().copied()).collect(),
+    };
+    let periodic: Vec<String> = periodic.iter().map(|p| p.write(TIMEOUT_MS)).collect();
+    let text = format!(
+        "{{ \"version\":20200527,\"merged\":false,\"stats_interval_ms\":1000,\"timeout_ms\":{TIMEOUT_MS},\
+         \"idle_timeout_ms\":10000,\"handshake_timeout_ms\":5000,\"discarded\":{discarded},\"stats_sum\":{},\
+         \"stats_periodic\":[{}]}}",
+        sum.write(TIMEOUT_MS),
+        periodic.join(",")
+    );
+    std::fs::write(path, text).unwrap();
+}
+
+/// DNS Shotgun's results as dnssim exports them (`version` 20200527, one JSON object), read by
+/// `report` and `compare`: the answered, the timed out (what dnssim closed without an answer,
+/// not what its `ongoing` says), the rates, the latency percentiles from its millisecond
+/// buckets, and one row of the series per interval.
+#[test]
+fn report_and_compare_read_a_dnssim_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = 1_764_000_000_000u64;
+    // Three intervals over TCP, the last half a second (the run's end). Each interval's
+    // `ongoing` is the queries in flight when it began, as dnssim sets it.
+    let periodic = [
+        DnssimStats {
+            since_ms: t0,
+            until_ms: t0 + 1000,
+            requests: 1000,
+            ongoing: 0,
+            answers: 990,
+            conn_handshakes: 12,
+            conn_handshakes_failed: 2,
+            noerror: 980,
+            nxdomain: 10,
+            servfail: 0,
+            latency: vec![(0, 400), (2, 500), (40, 90), (2000, 10)],
+        },
+        DnssimStats {
+            // Its timer fired a millisecond early, as dnssim's do.
+            since_ms: t0 + 999,
+            until_ms: t0 + 2000,
+            requests: 1000,
+            ongoing: 35,
+            answers: 1000,
+            conn_handshakes: 0,
+            conn_handshakes_failed: 0,
+            noerror: 995,
+            nxdomain: 0,
+            servfail: 5,
+            latency: vec![(1, 600), (3, 300), (150, 100)],
+        },
+        DnssimStats {
+            since_ms: t0 + 2000,
+            until_ms: t0 + 2500,
+            requests: 500,
+            ongoing: 12,
+            answers: 480,
+            conn_handshakes: 0,
+            conn_handshakes_failed: 0,
+            noerror: 480,
+            nxdomain: 0,
+            servfail: 0,
+            latency: vec![(0, 200), (5, 280), (2000, 20)],
+        },
+    ];
+    let sg = dir.path().join("dnssim-tcp.json");
+    dnssim_file(&sg, &periodic, 7);
+    // A second thread's file, all its answers within a millisecond.
+    let other = dir.path().join("dnssim-fast.json");
+    let fast = [DnssimStats {
+        since_ms: t0,
+        until_ms: t0 + 1000,
+        requests: 100,
+        ongoing: 0,
+        answers: 100,
+        conn_handshakes: 0,
+        conn_handshakes_failed: 0,
+        noerror: 100,
+        nxdomain: 0,
+        servfail: 0,
+        latency: vec![(0, 100)],
+    }];
+    dnssim_file(&other, &fast, 0);
+
+    let out = volley_cmd(&["compare", s(&other), s(&sg), "--format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "compare: {}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let fig = |m: &str| -> f64 {
+        let f = v["figures"].as_array().unwrap().iter().find(|f| f["metric"] == m).unwrap_or_else(|| panic!("no {m}"));
+        f["groups"][1]["median"].as_f64().unwrap_or_else(|| panic!("{m}: {f}"))
+    };
+    // 2,470 answers of 2,500 queries in 2.5 s.
+    assert!((fig("qps_answered") - 988.0).abs() < 1e-9, "answers/s {}", fig("qps_answered"));
+    assert!((fig("qps_sent") - 1000.0).abs() < 1e-9, "queries/s {}", fig("qps_sent"));
+    assert!((fig("answered_pct") - 98.8).abs() < 1e-9, "answered {}", fig("answered_pct"));
+    // The 2,470 answers by millisecond: 600 in [0, 1), 600 in [1, 2), 500 in [2, 3), 300 in
+    // [3, 4), 280 in [5, 6), 90 in [40, 41), 100 in [150, 151). The median is the 1,235th, in
+    // [2, 3) ms; the 99th percentile the 2,446th, in [150, 151); each read at its bucket's end.
+    let ms = |m: &str| fig(m) / 1e6;
+    assert!((2.0..=3.01).contains(&ms("p50")), "p50 {} ms", ms("p50"));
+    assert!((150.0..=151.2).contains(&ms("p99")), "p99 {} ms", ms("p99"));
+    // The other side: every answer under a millisecond.
+    let p50_fast = v["figures"].as_array().unwrap().iter().find(|f| f["metric"] == "p50").unwrap()["groups"][0]
+        ["median"]
+        .as_f64()
+        .unwrap();
+    assert!(p50_fast <= 1.001e6, "fast p50 {p50_fast} ns");
+
+    // The series: one row per interval, each query's fate in the interval it was sent in.
+    let csv = dir.path().join("series.csv");
+    let out = volley_cmd(&["report", s(&sg), "--csv", s(&csv)]);
+    assert_eq!(out.status.code(), Some(0), "report --csv: {}", out.stderr);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no {name} in {header:?}"));
+    let rows: Vec<Vec<u64>> =
+        lines.map(|l| l.split(',').map(|c| c.parse::<u64>().unwrap_or(u64::MAX)).collect()).collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    let cells = |name: &str| rows.iter().map(|r| r[col(name)]).collect::<Vec<_>>();
+    assert_eq!(cells("second"), [0, 1, 2], "{text}");
+    assert_eq!(cells("issued"), [1000, 1000, 500], "{text}");
+    assert_eq!(cells("answered"), [990, 1000, 480], "{text}");
+    assert_eq!(cells("timed_out"), [10, 0, 20], "{text}");
+    assert_eq!(cells("NXDOMAIN"), [10, 0, 0], "{text}");
+    assert_eq!(cells("SERVFAIL"), [0, 5, 0], "{text}");
+    // Connection attempts: 12, 2 of them failed.
+    assert_eq!(cells("conns_opened"), [10, 0, 0], "{text}");
+    assert_eq!(cells("conns_failed"), [2, 0, 0], "{text}");
+    // Second 2's p90: its 480 answers, 200 under 1 ms and 280 in [5, 6) ms.
+    let p90 = rows[2][col("p90_ns")] as f64 / 1e6;
+    assert!((5.0..=6.1).contains(&p90), "second 2 p90 {p90} ms");
+
+    let html = dir.path().join("r.html");
+    let out = volley_cmd(&["report", s(&sg), s(&other), "-o", s(&html)]);
+    assert_eq!(out.status.code(), Some(0), "report: {}", out.stderr);
+    let text = std::fs::read_to_string(&html).unwrap();
+    assert!(text.contains("dnssim-tcp") && text.contains("imported from DNS Shotgun"), "no Shotgun run in the report");
+    assert!(text.contains("version 20200527"), "the report does not name the format");
+    assert!(text.contains("7 input packets Shotgun discarded"), "dnssim's discarded are not said");
+
+    // A latency array with fewer queries than answers is not dnssim's: one line, exit 2.
+    let bad = dir.path().join("bad.json");
+    let mut broken = periodic;
+    broken[1].latency = vec![(1, 10)];
+    dnssim_file(&bad, &broken, 0);
+    let line = one_error_line(&volley_cmd(&["compare", s(&other), s(&bad)]));
+    assert!(line.contains("bad.json: DNS Shotgun results: stats_sum: ") && line.contains("latency buckets"), "{line}");
 }

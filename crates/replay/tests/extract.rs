@@ -311,3 +311,99 @@ fn every_prefix_and_byte_flip() {
         }
     }
 }
+
+/// A little-endian pcapng file of several interfaces: `ifaces` are (link type, if_tsresol, or
+/// none for the default of microseconds), `pkts` are (interface, time in its units, frame).
+fn pcapng_ifaces(ifaces: &[(u16, Option<u8>)], pkts: &[(u32, u64, Vec<u8>)]) -> Vec<u8> {
+    let le_block = |btype: u32, body: &[u8]| {
+        let mut b = body.to_vec();
+        while b.len() % 4 != 0 {
+            b.push(0);
+        }
+        let len = (b.len() + 12) as u32;
+        let mut out = btype.to_le_bytes().to_vec();
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&b);
+        out.extend_from_slice(&len.to_le_bytes());
+        out
+    };
+    let mut f = Vec::new();
+    let mut shb = 0x1A2B3C4Du32.to_le_bytes().to_vec();
+    shb.extend_from_slice(&[1, 0, 0, 0]);
+    shb.extend_from_slice(&u64::MAX.to_le_bytes());
+    f.extend_from_slice(&le_block(0x0A0D0D0A, &shb));
+    for &(linktype, tsresol) in ifaces {
+        let mut idb = linktype.to_le_bytes().to_vec();
+        idb.extend_from_slice(&[0, 0]);
+        idb.extend_from_slice(&0u32.to_le_bytes()); // snaplen: none
+        if let Some(r) = tsresol {
+            idb.extend_from_slice(&[9, 0, 1, 0, r, 0, 0, 0]); // if_tsresol
+            idb.extend_from_slice(&[0, 0, 0, 0]); // opt_endofopt
+        }
+        f.extend_from_slice(&le_block(1, &idb));
+    }
+    for (iface, ts, d) in pkts {
+        let mut epb = iface.to_le_bytes().to_vec();
+        epb.extend_from_slice(&((ts >> 32) as u32).to_le_bytes());
+        epb.extend_from_slice(&(*ts as u32).to_le_bytes());
+        epb.extend_from_slice(&(d.len() as u32).to_le_bytes());
+        epb.extend_from_slice(&(d.len() as u32).to_le_bytes());
+        epb.extend_from_slice(d);
+        f.extend_from_slice(&le_block(6, &epb));
+    }
+    f
+}
+
+/// An Ethernet frame (without VLAN tag) as a Linux cooked (SLL v1) one: packet type, ARPHRD
+/// type, address length and address, then the same EtherType and packet.
+fn as_cooked(frame: &[u8]) -> Vec<u8> {
+    let mut c = vec![0, 0, 0, 1, 0, 6]; // sent to us, ARPHRD_ETHER, 6-byte address
+    c.extend_from_slice(&frame[6..12]);
+    c.extend_from_slice(&[0, 0]);
+    c.extend_from_slice(&frame[12..]); // EtherType and packet
+    c
+}
+
+/// The same packets captured on two interfaces (Ethernet in microseconds, the default
+/// resolution; Linux cooked in nanoseconds, if_tsresol 9), each packet's time in its
+/// interface's units, give the same report and the same clients file as one Ethernet
+/// interface: each packet is decoded by its own interface's link type and clock.
+#[test]
+fn pcapng_with_two_interfaces_reads_as_one() {
+    let pkts = packets();
+    let single: Vec<(u32, u64, Vec<u8>)> = pkts.iter().map(|(us, d)| (0, us * 1000, d.clone())).collect();
+    let single = pcapng_ifaces(&[(1, Some(9))], &single);
+    // Every other packet on the cooked interface, but for the VLAN-tagged one (a cooked
+    // header carries no tag).
+    let mut on_cooked = 0;
+    let two: Vec<(u32, u64, Vec<u8>)> = pkts
+        .iter()
+        .enumerate()
+        .map(|(i, (us, d))| {
+            let vlan = d[12..14] == [0x81, 0x00];
+            if i % 2 == 1 && !vlan {
+                on_cooked += 1;
+                (1, us * 1000, as_cooked(d))
+            } else {
+                (0, *us, d.clone())
+            }
+        })
+        .collect();
+    assert!(on_cooked >= 6, "{on_cooked} packets on the second interface");
+    // Both interfaces carry TCP segments of the one stream (IP at 16 after a cooked header, 14 after Ethernet).
+    assert!(two.iter().any(|p| p.0 == 1 && p.2[16 + 9] == 6), "no TCP on the cooked interface");
+    assert!(two.iter().any(|p| p.0 == 0 && p.2[14 + 9] == 6), "no TCP on the Ethernet interface");
+    let two = pcapng_ifaces(&[(1, None), (113, Some(9))], &two);
+
+    let (r1, out1) = extract(&single).unwrap();
+    let (r2, out2) = extract(&two).unwrap();
+    assert_eq!((r2.queries, r2.udp_queries, r2.tcp_queries), (5, 3, 2));
+    assert_eq!((r2.not_ip, r2.other_protocol, r2.not_dns_port, r2.fragment), (1, 1, 1, 1));
+    assert_eq!(r2.tcp_client.retransmitted, 1);
+    assert!(r2.truncated.is_none());
+    assert_eq!(format!("{r1:?}"), format!("{r2:?}"));
+    assert_eq!(out1, out2, "the clients files differ");
+    let cs = clients(&out2);
+    assert_eq!(cs[1].queries[1].offset_ns, 1_000_300_000);
+    assert_eq!(cs[0].queries[1].offset_ns, 700_000);
+}

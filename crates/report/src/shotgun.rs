@@ -1,18 +1,28 @@
 //! DNS Shotgun's results, read as runs: so that `volley report`, `compare` and `merge` set years
 //! of Shotgun measurements beside volley's own.
 //!
-//! Two documented formats are read (DNS Shotgun's "raw output", one file per traffic sender,
-//! per thread or merged):
+//! Two formats are read (DNS Shotgun's "raw output", one file per traffic sender, per thread
+//! or merged; docs/report.md says where each is from):
 //!
-//! * JSON lines, `schema_version` 20221207: a `header` line (`time_units_per_sec`,
+//! * JSON lines, `schema_version` 20221207 (as Shotgun's tools/_plot_common.py reads it and
+//!   its examples/TCP.json shows it): a `header` line (`time_units_per_sec`,
 //!   `stats_interval`, `timeout`, optional `latency_bucket_boundaries`), then `stats_periodic`
 //!   (or `stats_interval`) lines and one `stats_sum` line, each with `since`/`until`,
 //!   `queries`, `ongoing`, `responses`, `timeouts`, `discarded`, `response_rcodes` and
 //!   `response_latency` (`buckets`: one per time unit; or `bucket_counts` between the header's
 //!   boundaries), connection counts in `conn_info` or `conn_*`.
-//! * One JSON object, `version` 20200527: `stats_interval_ms`, `timeout_ms`, `stats_sum` and
-//!   `stats_periodic` with `since_ms`/`until_ms`, `requests`, `answers`, `rcode_*`, `latency`
-//!   (one bucket per millisecond) and `conn_*`.
+//! * One JSON object, `version` 20200527, as dnssim's `DnsSim:export()` writes it
+//!   (replay/dnssim/src/output/dnssim.lua in DNS Shotgun; per thread, and merged by
+//!   tools/merge-data.py): `merged`, `stats_interval_ms`, `timeout_ms`, `idle_timeout_ms`,
+//!   `handshake_timeout_ms`, `discarded`, `stats_sum` and `stats_periodic`, each stats object
+//!   with `since_ms`/`until_ms`, `requests`, `ongoing`, `answers`, `conn_active`,
+//!   `conn_handshakes`, `conn_resumed`, `conn_quic_0rtt_loaded`, `quic_0rtt_sent`,
+//!   `quic_0rtt_answered`, `conn_handshakes_failed`, `rcode_noerror` … `rcode_other` and
+//!   `latency`: `timeout_ms + 1` counts, index i the queries that ended i ms after they were
+//!   sent, the last also every query that timed out or failed (dnssim's common.c). dnssim
+//!   counts a query, its answer and its latency in the interval it was sent in; `ongoing` is
+//!   the queries in flight when the interval began, `conn_handshakes` the attempts (with the
+//!   failed ones), and `discarded` the input packets it never sent.
 //!
 //! Shotgun keeps latency in buckets of a millisecond (or coarser), volley in HDR histograms of
 //! nanoseconds: each bucket's count is recorded at the bucket's upper end, so a percentile read
@@ -142,15 +152,29 @@ pub fn read_lines(text: &str, path: &Path) -> Result<Value, ShotgunError> {
 pub fn read_object(v: &Value, path: &Path) -> Result<Value, ShotgunError> {
     let err = |message: String| ShotgunError { path: path.to_path_buf(), line: None, message };
     let b = Buckets { unit_ns: 1e6, bounds: None, timeout: f(v, "timeout_ms").unwrap_or(0.0) };
-    let sum = v.get("stats_sum").map(|s| stats_object(s, &b)).transpose().map_err(err)?;
+    let sum = v
+        .get("stats_sum")
+        .map(|s| stats_object(s, &b).map_err(|m| format!("stats_sum: {m}")))
+        .transpose()
+        .map_err(err)?;
     let periodic = match v.get("stats_periodic") {
-        Some(Value::Array(a)) => a.iter().map(|s| stats_object(s, &b)).collect::<Result<Vec<_>, _>>().map_err(err)?,
-        _ => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .enumerate()
+            .map(|(i, s)| stats_object(s, &b).map_err(|m| format!("stats_periodic[{i}]: {m}")))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err)?,
+        Some(Value::Null) | None => Vec::new(),
+        Some(x) => return Err(err(format!("stats_periodic is not an array: {x}"))),
     };
     let header = json!({
         "time_units_per_sec": 1000,
         "timeout": v.get("timeout_ms").cloned().unwrap_or(Value::Null),
+        "stats_interval": v.get("stats_interval_ms").cloned().unwrap_or(Value::Null),
         "generator": "shotgun",
+        // Input packets dnssim dropped before sending them (malformed, or a client beyond its
+        // max_clients): no query of the run, said in a warning.
+        "input_discarded": u(v, "discarded"),
     });
     finish(&header, sum, periodic, &format!("version {}", u(v, "version")), path)
 }
@@ -285,10 +309,15 @@ fn stats_lines(v: &Value, b: &Buckets) -> Result<Stats, String> {
     })
 }
 
-/// A stats object of the single-object format (`version` 20200527).
+/// A stats object of the single-object format (`version` 20200527), as dnssim writes it.
 fn stats_object(v: &Value, b: &Buckets) -> Result<Stats, String> {
     let answers = u(v, "answers");
     let raw = counts(v.get("latency"), "latency")?;
+    // Every query dnssim closed (answered, timed out or failed) is in one latency bucket.
+    let closed: u64 = raw.iter().sum();
+    if closed < answers {
+        return Err(format!("{closed} queries in the latency buckets but {answers} answers"));
+    }
     let (latency, latency_dropped) = histogram(&raw, b, answers);
     let mut rcodes = BTreeMap::new();
     if let Value::Object(m) = v {
@@ -301,20 +330,22 @@ fn stats_object(v: &Value, b: &Buckets) -> Result<Stats, String> {
         }
     }
     let requests = u(v, "requests");
-    let ongoing = u(v, "ongoing");
+    // conn_handshakes counts the attempts, the failed (timed out) ones among them.
+    let failed = u(v, "conn_handshakes_failed");
     Ok(Stats {
         since_ms: f(v, "since_ms").ok_or("a statistics object without \"since_ms\"")?,
         until_ms: f(v, "until_ms").ok_or("a statistics object without \"until_ms\"")?,
         queries: requests,
         responses: answers,
-        // This format counts no timeouts: what neither got an answer nor is still ongoing.
-        timeouts: requests.saturating_sub(answers + ongoing),
+        // This format counts no timeouts: what dnssim closed without an answer (its
+        // `ongoing` is the queries in flight when the interval began, of earlier intervals).
+        timeouts: closed - answers,
         discarded: 0,
         rcodes,
         latency,
         latency_dropped,
-        handshakes: u(v, "conn_tcp_handshakes") + u(v, "conn_quic_handshakes") + u(v, "conn_handshakes"),
-        handshakes_failed: u(v, "conn_handshakes_failed"),
+        handshakes: u(v, "conn_handshakes").saturating_sub(failed),
+        handshakes_failed: failed,
         resumed: u(v, "conn_resumed"),
         active: u(v, "conn_active"),
         conn_type: None,
@@ -348,10 +379,24 @@ fn to_run(header: &Value, total: &Stats, periodic: &[Stats], format: &str, path:
     let started_ms = total.since_ms.max(0.0);
     let duration_s = ((total.until_ms - total.since_ms) / 1000.0).max(0.0);
     let totals_v = totals(total);
-    let series: Vec<Value> = periodic
+    // Shotgun's intervals (stats_interval, 1 s by default) as volley's seconds: an interval
+    // is in the second it began in, give or take half an interval (its timer fires a
+    // millisecond early or late); shorter intervals are added up into their second.
+    let units = header.get("time_units_per_sec").and_then(Value::as_f64).filter(|u| *u > 0.0).unwrap_or(1000.0);
+    let interval_ms = header.get("stats_interval").and_then(Value::as_f64).map_or(1000.0, |i| i * 1000.0 / units);
+    let mut seconds: BTreeMap<u32, Stats> = BTreeMap::new();
+    for p in periodic {
+        let second = ((p.since_ms - total.since_ms + interval_ms.min(1000.0) / 2.0) / 1000.0).floor().max(0.0) as u32;
+        match seconds.entry(second) {
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(p.clone());
+            }
+            std::collections::btree_map::Entry::Occupied(mut e) => add(e.get_mut(), p),
+        }
+    }
+    let series: Vec<Value> = seconds
         .iter()
-        .map(|p| {
-            let second = ((p.since_ms - total.since_ms) / 1000.0).round().max(0.0) as u32;
+        .map(|(&second, p)| {
             let mut row = totals(p);
             let o = row.as_object_mut().expect("totals are an object");
             for k in ["in_flight", "bytes_out", "bytes_in"] {
@@ -394,6 +439,12 @@ fn to_run(header: &Value, total: &Stats, periodic: &[Stats], format: &str, path:
         "imported from DNS Shotgun results ({format}, {}): latency in Shotgun's buckets, each read at its upper end (percentiles are upper bounds within a bucket); no bytes, CPU or target URL",
         path.display()
     )];
+    let input_discarded = header.get("input_discarded").and_then(Value::as_u64).unwrap_or(0);
+    if input_discarded > 0 {
+        warnings.push(format!(
+            "{input_discarded} input packets Shotgun discarded before sending them (dnssim's \"discarded\") are not queries of this run"
+        ));
+    }
     if total.latency_dropped > 0 && total.latency_dropped != total.timeouts {
         warnings.push(format!(
             "{} counts in Shotgun's latency buckets beyond its {} responses were left out (timed out)",
@@ -526,9 +577,10 @@ mod tests {
         let mut lat = vec![0u64; 2001];
         lat[2] = 70;
         lat[30] = 20;
+        lat[2000] = 10;
         let old = json!({"version": 20200527, "merged": true, "stats_interval_ms": 1000, "timeout_ms": 2000, "discarded": 0,
             "stats_sum": {"since_ms": 1000, "until_ms": 3000, "requests": 100, "ongoing": 0, "answers": 90,
-                          "rcode_noerror": 90, "latency": lat, "conn_active": 0, "conn_tcp_handshakes": 4, "conn_handshakes_failed": 0},
+                          "rcode_noerror": 90, "latency": lat, "conn_active": 0, "conn_handshakes": 4, "conn_handshakes_failed": 0},
             "stats_periodic": []});
         assert!(is_object_format(&old) && !is_lines_format(&serde_json::to_string_pretty(&old).unwrap()));
         let r: volley_metrics::RunResult =

@@ -12,6 +12,12 @@
 //! with quinn, whose writes are held back until an event's record is whole, so that records of
 //! both never mix. DoQ's and DoH/3's clients and servers report each stream's opening, the
 //! bytes moved between the application and QUIC (DoH/3: the HTTP/3 frames), and its end.
+//!
+//! quinn's header record names no vantage point (`"type": "unknown"`) and no reference time;
+//! volley completes it as it passes to the file: `trace.vantage_point` says `client` or
+//! `server` (so qvis draws the trace from the right side), and `trace.common_fields` holds
+//! the wall-clock `reference_time` (milliseconds since the Unix epoch) that every event's
+//! relative `time` counts from, with `time_format` `relative` and the protocols.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -19,7 +25,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub use ::qlog::events::quic::StreamState;
 use ::qlog::events::quic::{DataMoved, StreamStateUpdated, StreamType};
@@ -43,17 +49,20 @@ fn next_path(dir: &Path, role: &str) -> PathBuf {
     dir.join(format!("{role}-{}-{n:06}.sqlog", std::process::id()))
 }
 
-/// A qlog stream for one new connection, written to a file of its own in `dir`, and the
+/// A qlog stream for one new connection (`role` `client` or `server`, DoH/3 if `h3`, else
+/// DoQ), written to a file of its own in `dir`, and the
 /// [`Trace`] that adds the streams' events to it (see [`register`]); `None` when the file cannot
 /// be made (the connection goes on untraced).
-pub fn stream(dir: &Path, role: &str, title: String) -> Option<(quinn::QlogStream, Trace)> {
+pub fn stream(dir: &Path, role: &str, h3: bool, title: String) -> Option<(quinn::QlogStream, Trace)> {
     let file = File::create(next_path(dir, role)).ok()?;
     // Buffered: an event at a time is written; the buffer is flushed when the connection's
     // state and the last of its streams are dropped, at its end.
-    let shared =
-        Arc::new(Shared { file: Mutex::new(BufWriter::with_capacity(64 * 1024, file)), start: Instant::now() });
+    let (start, wall) = (Instant::now(), SystemTime::now());
+    let shared = Arc::new(Shared { file: Mutex::new(BufWriter::with_capacity(64 * 1024, file)), start });
+    let reference_ms = wall.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+    let header = Some(HeaderFix { role: role.to_string(), reference_ms, h3 });
     let mut c = quinn::QlogConfig::default();
-    c.writer(Box::new(Records { pending: Vec::new(), shared: shared.clone() }))
+    c.writer(Box::new(Records { pending: Vec::new(), header, shared: shared.clone() }))
         .start_time(shared.start)
         .title(Some(title))
         .description(Some(format!("volley {}", env!("CARGO_PKG_VERSION"))));
@@ -71,13 +80,51 @@ struct Shared {
 /// with a newline; JSON inside has none).
 struct Records {
     pending: Vec<u8>,
+    /// What the header record (the first) lacks, until it has passed.
+    header: Option<HeaderFix>,
     shared: Arc<Shared>,
+}
+
+/// The vantage point and reference time quinn leaves out of the header record.
+struct HeaderFix {
+    /// `client` or `server`.
+    role: String,
+    /// The trace's start on the wall clock, ms since the Unix epoch.
+    reference_ms: f64,
+    /// DoH/3 (HTTP/3 over QUIC), else DoQ.
+    h3: bool,
+}
+
+impl HeaderFix {
+    /// The header record `rec` (RS, JSON, newline) with the vantage point and common fields
+    /// set; unchanged if it does not parse.
+    fn apply(&self, rec: &[u8]) -> Vec<u8> {
+        let body = rec.strip_prefix(&[0x1e]).unwrap_or(rec);
+        let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(body) else { return rec.to_vec() };
+        let Some(trace) = v.get_mut("trace").and_then(|t| t.as_object_mut()) else { return rec.to_vec() };
+        let ty = if matches!(self.role.as_str(), "client" | "server") { self.role.as_str() } else { "unknown" };
+        trace.insert("vantage_point".into(), serde_json::json!({"name": "volley", "type": ty}));
+        let protocols: &[&str] = if self.h3 { &["QUIC", "HTTP3"] } else { &["QUIC"] };
+        trace.insert(
+            "common_fields".into(),
+            serde_json::json!({"reference_time": self.reference_ms, "time_format": "relative", "protocol_type": protocols}),
+        );
+        let mut out = vec![0x1e];
+        if serde_json::to_writer(&mut out, &v).is_err() {
+            return rec.to_vec();
+        }
+        out.push(b'\n');
+        out
+    }
 }
 
 impl Write for Records {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.pending.extend_from_slice(buf);
         if self.pending.last() == Some(&b'\n') {
+            if let Some(fix) = self.header.take() {
+                self.pending = fix.apply(&self.pending);
+            }
             let mut file = self.shared.file.lock().unwrap_or_else(|p| p.into_inner());
             file.write_all(&self.pending)?;
             self.pending.clear();

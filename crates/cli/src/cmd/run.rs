@@ -356,7 +356,12 @@ pub fn dnsperf_target(server: Option<&str>, port: Option<u16>, mode: Option<&str
         "doh3" | "h3" => ("h3", 443),
         "doq" | "quic" => ("quic", 853),
         m => {
-            return Err(CliError::usage(format!("invalid -m/--mode '{m}': expected udp, tcp, dot, doh, doh3 or doq")));
+            let first = format!("invalid -m/--mode '{m}': expected udp, tcp, dot, doh, doh3 or doq");
+            // resperf's -m QPS: say volley limit --max.
+            return Err(CliError::usage(match crate::neighbours::numeric_mode(m) {
+                Some(h) => format!("{first} ({h})"),
+                None => first,
+            }));
         }
     };
     let host = server.unwrap_or("127.0.0.1");

@@ -46,8 +46,12 @@ impl Config {
     fn traced(&self, peer: std::net::SocketAddr) -> Option<(Arc<quinn::ServerConfig>, volley_transport::qlog::Trace)> {
         let dir = self.qlog.as_deref()?;
         let what = if self.params.h3 { "DoH/3" } else { "DoQ" };
-        let (stream, trace) =
-            volley_transport::qlog::stream(dir, "server", format!("volley serve {what}, client {peer}"))?;
+        let (stream, trace) = volley_transport::qlog::stream(
+            dir,
+            "server",
+            self.params.h3,
+            format!("volley serve {what}, client {peer}"),
+        )?;
         let mut t = transport(self.params);
         t.qlog_stream(Some(stream));
         let mut sc = self.server.clone();

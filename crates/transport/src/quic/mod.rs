@@ -278,7 +278,7 @@ pub(crate) async fn connect<X: Exchange + 'static>(
         .as_deref()
         .and_then(|dir| {
             let what = if h3 { "DoH/3" } else { "DoQ" };
-            crate::qlog::stream(dir, "client", format!("volley {what} client to {target}"))
+            crate::qlog::stream(dir, "client", h3, format!("volley {what} client to {target}"))
         })
         .unzip();
     let traced = |conn: &quinn::Connection| {
