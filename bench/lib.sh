@@ -119,6 +119,17 @@ veth_namespace() {
     ip netns exec "$NS" ip link set lo up
 }
 
+# Waits (10 s at most) until the `volley serve` writing $WORK/serve.out prints its
+# `listening TRANSPORT` line ($1); else the script ends with its standard error.
+wait_listening() {
+    local i
+    for i in $(seq 1 100); do
+        grep -q "^listening $1" "$WORK/serve.out" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    die "volley serve did not start: $(cat "$WORK/serve.err")"
+}
+
 # Starts `volley serve` pinned to the server core with one thread (in the namespace of
 # veth_namespace, listening on its address, when one was made); sets SERVE_PID, SERVE_UDP,
 # SERVE_TCP (ports). Extra arguments go to `volley serve`.

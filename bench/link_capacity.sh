@@ -23,7 +23,8 @@
 #
 # "alone" rows: the forwarder on $SERVER_CORE by itself (VOLLEY_LINK_CPU), the generator and
 # the server both on $CLIENT_CORE, so that the forwarder's CPU per packet is its own core's
-# (on a machine of two cores nothing else gives the forwarder a core of its own).
+# (on a machine of two cores nothing else gives the forwarder a core of its own); without
+# impairment and with 4g.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RATES="${RATES:-10000 25000 50000 75000 100000 150000}"
 DURATION="${DURATION:-5}"
@@ -126,6 +127,8 @@ for round in $(seq 1 "$REPEAT"); do
             one "$DEV-$round-4g-$r" link 4g $(load_of "$r")
             # shellcheck disable=SC2046
             one "$DEV-$round-alone-$r" alone "" $(load_of "$r")
+            # shellcheck disable=SC2046
+            one "$DEV-$round-alone4g-$r" alone 4g $(load_of "$r")
         done
     done
     if [ "$round" = 1 ]; then
@@ -163,9 +166,14 @@ min_max() { tr ' ' '\n' | grep -v '^$' | sort -g | awk 'NR == 1 { a = $1 } { b =
     echo "| path | load (qps) | answered qps | RTT p50 us | RTT p99 us | packets/s forwarded | lateness p50 / p99 / max us | forwarder CPU us/packet | generator CPU us/answer |"
     echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     for DEV in $DEVICES; do
-        for kind in none 4g alone; do
+        for kind in none 4g alone alone4g; do
             for r in $RATES closed; do
-                case "$kind" in none) name="link ($DEV), no impairment" ;; alone) name="link ($DEV), no impairment, forwarder alone on core $SERVER_CORE" ;; 4g) name="link ($DEV), 4g" ;; esac
+                case "$kind" in
+                    none) name="link ($DEV), no impairment" ;;
+                    alone) name="link ($DEV), no impairment, forwarder alone on core $SERVER_CORE" ;;
+                    alone4g) name="link ($DEV), 4g, forwarder alone on core $SERVER_CORE" ;;
+                    4g) name="link ($DEV), 4g" ;;
+                esac
                 echo "| $name $(row "$DEV-1-$kind-$r" "${r/closed/closed loop 200}")"
             done
         done
@@ -186,19 +194,20 @@ min_max() { tr ' ' '\n' | grep -v '^$' | sort -g | awk 'NR == 1 { a = $1 } { b =
         "runs in the sending thread's context (the generator's, the server's), not the forwarder's:" \
         "the generator's CPU per answer shows what moved to it."
     echo
-    echo "| device | round | load average (1 min, start-end) | capacity, no impairment | capacity, 4g | alone: carried | alone: forwarder CPU us/packet | alone: one core would forward | alone, closed loop: generator CPU us/answer |"
-    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    echo "| device | round | load average (1 min, start-end) | capacity, no impairment | capacity, 4g | alone: carried | alone: forwarder CPU us/packet | alone: one core would forward | alone, closed loop: generator CPU us/answer | alone, 4g: carried | alone, 4g: forwarder CPU us/packet |"
+    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     for DEV in $DEVICES; do
-        c0=""; c4=""; ca=""; us=""; pc=""; gc=""
+        c0=""; c4=""; ca=""; us=""; pc=""; gc=""; c4a=""; u4a=""
         for round in $(seq 1 "$REPEAT"); do
             a="$(capacity "$DEV-$round-none")"; b="$(capacity "$DEV-$round-4g")"; c="$(capacity "$DEV-$round-alone")"
             u="$(us_alone_of "$DEV-$round-alone")"; p="$(per_core "$u")"
             g="$(jq '.generator.cpu_us_per_answer * 100 | round / 100' "$WORK/$DEV-$round-alone-closed.json")"
-            echo "| $DEV | $round | ${ROUND_LOADS[$((round - 1))]} | $a | $b | $c | $u | $p | $g |"
-            c0+=" $a"; c4+=" $b"; ca+=" $c"; us+=" $u"; pc+=" $p"; gc+=" $g"
+            d="$(capacity "$DEV-$round-alone4g")"; e="$(us_alone_of "$DEV-$round-alone4g")"
+            echo "| $DEV | $round | ${ROUND_LOADS[$((round - 1))]} | $a | $b | $c | $u | $p | $g | $d | $e |"
+            c0+=" $a"; c4+=" $b"; ca+=" $c"; us+=" $u"; pc+=" $p"; gc+=" $g"; c4a+=" $d"; u4a+=" $e"
         done
         if [ "$REPEAT" -gt 1 ]; then
-            echo "| $DEV | min - max | | $(echo "$c0" | min_max) | $(echo "$c4" | min_max) | $(echo "$ca" | min_max) | $(echo "$us" | min_max) | $(echo "$pc" | min_max) | $(echo "$gc" | min_max) |"
+            echo "| $DEV | min - max | | $(echo "$c0" | min_max) | $(echo "$c4" | min_max) | $(echo "$ca" | min_max) | $(echo "$us" | min_max) | $(echo "$pc" | min_max) | $(echo "$gc" | min_max) | $(echo "$c4a" | min_max) | $(echo "$u4a" | min_max) |"
         fi
     done
     echo

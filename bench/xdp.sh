@@ -46,11 +46,7 @@ PORT=5353
 ip netns exec "$NS" "${PRIO[@]}" taskset -c "$SERVER_CORE" "$VOLLEY_BIN" serve -l "$SERVER_IP" -p "$PORT" -T 1 --no-tcp \
     >"$WORK/serve.out" 2>"$WORK/serve.err" &
 PIDS+=("$!")
-for _ in $(seq 1 100); do
-    grep -q '^listening udp' "$WORK/serve.out" 2>/dev/null && break
-    sleep 0.1
-done
-grep -q '^listening udp' "$WORK/serve.out" || die "volley serve did not start: $(cat "$WORK/serve.err")"
+wait_listening udp
 # The responder is `ip netns exec`'s child: its own PID for the CPU it spends.
 SERVE_PID="$(pgrep -n -P "${PIDS[-1]}" || echo "${PIDS[-1]}")"
 QUERIES="$WORK/queries.txt"
