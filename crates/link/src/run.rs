@@ -522,6 +522,13 @@ const POLL_NS: u64 = 50_000;
 /// left to the threads that share its core).
 const POLL_PERIOD_NS: u64 = 1_000_000;
 const POLL_SHARE: u64 = 2;
+/// The share of each POLL_PERIOD_NS, in per mille, the forwarder may be awake for (working,
+/// polling or spinning to a due time) before it sleeps to the next due time instead of
+/// spinning to it. At real-time priority the kernel throttles a thread that runs more than
+/// `sched_rt_runtime_us` of each `sched_rt_period_us` (95 % by default) and then stops it for
+/// the rest of the period (50 ms): with many packets due a few µs apart the forwarder spun
+/// past that and every packet of the next 50 ms left late (issue 13's 4g capacity).
+const DEFAULT_AWAKE_PERMILLE: u64 = 850;
 /// Packets read from one side before the other gets its turn.
 const BATCH: usize = 8;
 /// Packet buffers kept for reuse.
@@ -561,8 +568,10 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
     // one core), or has one of its own.
     let pinned_alone = std::env::var_os("VOLLEY_LINK_CPU").is_some();
     let poll_ns = if pinned_alone || sys::cpus_allowed() >= 2 { poll_ns } else { 0 };
-    // The time spent polling in the current POLL_PERIOD_NS, ns (at most POLL_SHARE of it).
-    let (mut period_start, mut polled) = (0u64, 0u64);
+    // The time spent polling in the current POLL_PERIOD_NS, ns (at most POLL_SHARE of it),
+    // and asleep in it (the rest is awake: at most `awake_budget`).
+    let (mut period_start, mut polled, mut asleep) = (0u64, 0u64, 0u64);
+    let awake_budget = POLL_PERIOD_NS * awake_permille(realtime) / 1000;
     let mut poller = sys::Poller::new(&[(ns_fd, 0), (host_fd, 1), (f.stop_fd.as_raw_fd(), 2)])?;
     // Which devices to read on the next pass: after a sleep, those epoll saw readable.
     let mut readable = [true, true];
@@ -631,22 +640,26 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         // forwarder sleeps that much less than the wait and spins the rest, so that a packet
         // leaves on time. How late wake-ups come is learnt as it runs (`wake_late`).
         let early = (wake_late + wake_late / 2).min(MAX_EARLY_NS);
-        if wait.is_some_and(|w| w < SPIN_NS.max(early)) {
+        if t.saturating_sub(period_start) >= POLL_PERIOD_NS {
+            (period_start, polled, asleep) = (t, 0, 0);
+        }
+        // Awake for less than its budget of this period: it may spin to a due time.
+        let may_spin = t.saturating_sub(period_start).saturating_sub(asleep) < awake_budget;
+        if may_spin && wait.is_some_and(|w| w < SPIN_NS.max(early)) {
             readable = [true, true];
             continue;
         }
         // A packet in the last `poll_ns`: poll for the next one rather than sleep, for a
         // share of the time at most.
-        if t.saturating_sub(period_start) >= POLL_PERIOD_NS {
-            (period_start, polled) = (t, 0);
-        }
-        if t.saturating_sub(last_pkt) < poll_ns && polled < POLL_PERIOD_NS / POLL_SHARE {
+        if may_spin && t.saturating_sub(last_pkt) < poll_ns && polled < POLL_PERIOD_NS / POLL_SHARE {
             polled += t.saturating_sub(pass_start);
             readable = [true, true];
             continue;
         }
-        let sleep = wait.map(|w| w - early);
+        // Out of its budget a sleep is not cut short: it may wake late, but it sleeps.
+        let sleep = wait.map(|w| if may_spin { w - early } else { w });
         let ready = poller.wait(sleep)?;
+        asleep += now(&f.clock).saturating_sub(t);
         if let (0, Some(w)) = (ready, sleep) {
             // Timed out: how late the wake-up came, into the running estimate (1/8 weight).
             let over = now(&f.clock).saturating_sub(t + w).min(MAX_EARLY_NS);
@@ -693,6 +706,22 @@ fn take_sample(f: &mut Forwarder, late_i: &mut Histogram, realtime: bool) -> Lin
         down_queue_delay: std::mem::replace(&mut f.down.queue_delay_since, Histogram::new(3)),
         cpu: thread_cpu(),
         realtime,
+    }
+}
+
+/// The forwarder's awake budget per POLL_PERIOD_NS, per mille: [`DEFAULT_AWAKE_PERMILLE`], and
+/// at real-time priority no more than the kernel's real-time share less 5 % (where the kernel
+/// throttles: `sched_rt_runtime_us` not -1). `VOLLEY_LINK_AWAKE_PERMILLE` sets it.
+fn awake_permille(realtime: bool) -> u64 {
+    if let Some(v) = std::env::var("VOLLEY_LINK_AWAKE_PERMILLE").ok().and_then(|s| s.trim().parse::<u64>().ok()) {
+        return v.min(1000);
+    }
+    let read = |p: &str| std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse::<i64>().ok());
+    match (realtime, read("/proc/sys/kernel/sched_rt_runtime_us"), read("/proc/sys/kernel/sched_rt_period_us")) {
+        (true, Some(r), Some(p)) if r >= 0 && p > 0 => {
+            DEFAULT_AWAKE_PERMILLE.min((r as u64 * 1000 / p as u64).saturating_sub(50))
+        }
+        _ => DEFAULT_AWAKE_PERMILLE,
     }
 }
 
