@@ -541,14 +541,17 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
     // Woken ahead of ordinary threads (the generator's, the server's) when a packet is due:
     // real-time priority where permitted (root), best effort. It spins no longer than a
     // wake-up's lateness (at most MAX_EARLY_NS) before each due time.
-    let realtime = std::env::var_os("VOLLEY_LINK_NO_RT").is_none() && {
+    // A core of its own (VOLLEY_LINK_CPU): nothing there to wake ahead of, so no real-time
+    // priority (whose throttling would stop it), and it never sleeps (below).
+    let own_core = std::env::var("VOLLEY_LINK_CPU").ok().and_then(|s| s.trim().parse::<usize>().ok());
+    let realtime = own_core.is_none() && std::env::var_os("VOLLEY_LINK_NO_RT").is_none() && {
         let p = libc::sched_param { sched_priority: 10 };
         // SAFETY: sched_setscheduler(2) on the calling thread with a param we own.
         unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) == 0 }
     };
     // A core of its own where asked (VOLLEY_LINK_CPU=N): the forwarder's capacity is then
     // that core's, whatever runs where (bench/link_capacity.sh).
-    if let Some(cpu) = std::env::var("VOLLEY_LINK_CPU").ok().and_then(|s| s.trim().parse::<usize>().ok()) {
+    if let Some(cpu) = own_core {
         sys::pin_to(cpu);
     }
     let now = |c: &Instant| c.elapsed().as_nanos() as u64;
@@ -566,8 +569,7 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
     // Polling for the next packet takes the core from whatever shares it: only where the
     // forwarder may run on another core than the threads it serves (not pinned with them to
     // one core), or has one of its own.
-    let pinned_alone = std::env::var_os("VOLLEY_LINK_CPU").is_some();
-    let poll_ns = if pinned_alone || sys::cpus_allowed() >= 2 { poll_ns } else { 0 };
+    let poll_ns = if own_core.is_some() || sys::cpus_allowed() >= 2 { poll_ns } else { 0 };
     // The time spent polling in the current POLL_PERIOD_NS, ns (at most POLL_SHARE of it),
     // and asleep in it (the rest is awake: at most `awake_budget`).
     let (mut period_start, mut polled, mut asleep) = (0u64, 0u64, 0u64);
@@ -639,6 +641,12 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         // A sleep's wake-up comes late (on a VM tens of µs, even at real-time priority): the
         // forwarder sleeps that much less than the wait and spins the rest, so that a packet
         // leaves on time. How late wake-ups come is learnt as it runs (`wake_late`).
+        // On a core of its own it polls and spins all the time: a sleeping vCPU's wake-up
+        // comes hundreds of µs late at its tail on a VM.
+        if own_core.is_some() {
+            readable = [true, true];
+            continue;
+        }
         let early = (wake_late + wake_late / 2).min(MAX_EARLY_NS);
         if t.saturating_sub(period_start) >= POLL_PERIOD_NS {
             (period_start, polled, asleep) = (t, 0, 0);
