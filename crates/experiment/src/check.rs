@@ -93,12 +93,19 @@ pub fn validate(spec: &Spec) -> Result<(), Invalid> {
                 ("timeout", &q.timeout),
                 ("slow_over", &q.slow_over),
                 ("udp_retry", &q.udp_retry),
+                ("server.idle_timeout", &q.server.as_ref().and_then(|s| s.idle_timeout.clone())),
             ] {
                 if let Some(d) = d {
                     if volley_responder::parse_duration(d).is_err() {
                         return Err((Some(d.clone()), format!("{what} '{d}': expected a duration such as 2s")));
                     }
                 }
+            }
+            if let Some(n) = q.conn_rate.filter(|n| !(n.is_finite() && *n > 0.0)) {
+                return Err((
+                    Some("conn_rate".into()),
+                    format!("conn_rate {n}: expected new connections per second above 0"),
+                ));
             }
             if let Some(n) = q.trace_queries.filter(|&n| n == 0 || n > volley_metrics::MAX_TRACE) {
                 return Err((

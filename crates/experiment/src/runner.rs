@@ -261,6 +261,10 @@ impl Pool {
             retry: server.retry.unwrap_or(false),
             quic_tokens: server.quic_tokens.unwrap_or(ResponderConfig::default().quic_tokens),
             quic_tokens_ignored: server.quic_tokens_ignored.unwrap_or(false),
+            idle_timeout: match &server.idle_timeout {
+                Some(d) => volley_responder::parse_duration(d).map_err(ExperimentError::Setup)?,
+                None => ResponderConfig::default().idle_timeout,
+            },
             ..ResponderConfig::default()
         };
         let responder =
@@ -522,6 +526,7 @@ fn run_step(
             ..TlsSettings::default()
         },
         quic_tokens: r.quic_tokens.unwrap_or(false),
+        conn_gate: if udp { None } else { r.conn_rate.map(volley_transport::ConnGate::new) },
         ..LaneOptions::default()
     };
     // Fresh connections against the embedded responder on loopback come from many source

@@ -86,6 +86,9 @@ pub struct Runs {
     /// UDP: send again after this long without an answer (a stub resolver), up to `udp_tries`.
     pub udp_retry: Option<String>,
     pub udp_tries: Option<u32>,
+    /// At most this many new connections per second across the run (as `volley run
+    /// --conn-rate`): thousands of QUIC handshakes opened at a pace the server takes.
+    pub conn_rate: Option<f64>,
     /// Generator worker threads (default 1).
     pub threads: Option<usize>,
     /// A figure's setting: answers slower than this count as `slow` (and `held_up` when the
@@ -134,6 +137,8 @@ pub struct Server {
     /// QUIC address validation tokens sent on each connection (NEW_TOKEN frames, as `volley
     /// serve --quic-tokens`; default 2, 0: none sent or accepted).
     pub quic_tokens: Option<u32>,
+    /// Connections idle this long are closed (as `volley serve --idle-timeout`; default 10s).
+    pub idle_timeout: Option<String>,
     /// Send those tokens but accept none (as `volley serve --quic-tokens-ignored`): a client
     /// presenting one still waits out the anti-amplification limit, as seeds/002 found.
     pub quic_tokens_ignored: Option<bool>,
