@@ -126,6 +126,12 @@ mod tests {
         let text = "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\nbogus = 1\n";
         let e = parse("x.toml", text).unwrap_err().to_string();
         assert!(e.starts_with("x.toml:4: "), "{e}");
+        let text = "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\ntransport = [\"doq\"]\nconn_rate = 0\n[[columns]]\nname = \"q\"\nfigure = \"qps\"\n";
+        let e = parse("x.toml", text).unwrap_err().to_string();
+        assert!(e.starts_with("x.toml:6: conn_rate 0: expected new connections per second above 0"), "{e}");
+        let text = "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\nserver = { idle_timeout = \"soon\" }\n[[columns]]\nname = \"q\"\nfigure = \"qps\"\n";
+        let e = parse("x.toml", text).unwrap_err().to_string();
+        assert!(e.starts_with("x.toml:5: server.idle_timeout 'soon'"), "{e}");
     }
 
     /// A few lines that would name more runs than anyone can measure (and whose plan would take
