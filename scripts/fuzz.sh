@@ -43,6 +43,8 @@ dict_for() {
     case $1 in
         dns_message | responder_query | responder_stream | stream_frames) echo dict/dns.dict ;;
         http1_responses | doh_request) echo dict/http.dict ;;
+        doh2_responses) echo dict/h2.dict ;;
+        doh3_responses) echo dict/h3.dict ;;
         client_profile | link_profile | link_spec | experiment_spec) echo dict/toml.dict ;;
         target_url) echo dict/url.dict ;;
         zone_file) echo dict/zone.dict ;;

@@ -25,8 +25,6 @@ const H3_REQUEST_REJECTED: u64 = 0x10b;
 
 mod streams;
 
-type Sender = h3::client::SendRequest<streams::Opener, Bytes>;
-
 /// The error kind of an HTTP/3 stream error.
 fn stream_kind(e: &h3::error::StreamError) -> ErrorKind {
     use h3::error::StreamError as S;
@@ -177,11 +175,12 @@ fn drain_goaway<X: Exchange + 'static>(conn: quinn::Connection, on: Rc<stream::O
 /// unprocessed (GOAWAY, H3_REQUEST_REJECTED) or the connection's end left unanswered goes to
 /// the lane's next connection ([`stream::unanswered`]). `on`: it is outstanding on the
 /// connection until the task ends.
+/// Generic over h3's QUIC streams (`O`): quinn's ([`streams`]), or the fuzz target's.
 #[allow(clippy::too_many_arguments)]
-async fn request<X: Exchange>(
+pub(crate) async fn request<X: Exchange, O: h3::quic::OpenStreams<Bytes>>(
     x: Rc<X>,
     lane: Rc<Lane>,
-    mut send: Sender,
+    mut send: h3::client::SendRequest<O, Bytes>,
     rx: RxStamp,
     t: Token,
     (req, body, len): (http::Request<()>, Option<Bytes>, usize),

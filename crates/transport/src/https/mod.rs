@@ -30,7 +30,7 @@ use tokio_rustls::TlsConnector;
 use volley_metrics::{Close, ErrorKind, Wait};
 
 pub(crate) mod h1;
-mod responses;
+pub(crate) mod responses;
 
 use crate::meter::{SocketBack, TcpMeter};
 use crate::stamp::{RxStamp, StampedTcp};
@@ -637,6 +637,20 @@ async fn setup<X: Exchange + ?Sized>(
 /// its stream limit (h2 says so only when asked).
 const SETTINGS_LOOK: Duration = Duration::from_millis(2);
 
+/// The HTTP/2 client settings of a DoH lane's connections.
+pub(crate) fn h2_builder() -> h2::client::Builder {
+    let mut b = h2::client::Builder::new();
+    // Until the server's SETTINGS arrive, open one stream: the server's limit
+    // (SETTINGS_MAX_CONCURRENT_STREAMS) is not known yet, and streams beyond it would be
+    // refused (REFUSED_STREAM). h2 holds the next request as pending (`poll_ready`)
+    // until the SETTINGS raise the limit; a server that sends none allows any number.
+    b.initial_window_size(1 << 20)
+        .initial_connection_window_size(4 << 20)
+        .max_concurrent_reset_streams(1 << 16)
+        .initial_max_send_streams(1);
+    b
+}
+
 /// The driver of one DoH lane over HTTP/2.
 ///
 /// POST requests go out one per turn of the connection task, so that each one's HEADERS and
@@ -660,16 +674,7 @@ pub async fn drive_h2<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: 
         let rx = tls.stamp();
         rx.http2();
         let on = Rc::new(stream::Outstanding::default());
-        let mut b = h2::client::Builder::new();
-        // Until the server's SETTINGS arrive, open one stream: the server's limit
-        // (SETTINGS_MAX_CONCURRENT_STREAMS) is not known yet, and streams beyond it would be
-        // refused (REFUSED_STREAM). h2 holds the next request as pending (`poll_ready`)
-        // until the SETTINGS raise the limit; a server that sends none allows any number.
-        b.initial_window_size(1 << 20)
-            .initial_connection_window_size(4 << 20)
-            .max_concurrent_reset_streams(1 << 16)
-            .initial_max_send_streams(1);
-        let (mut send, conn) = match b.handshake::<_, Bytes>(tls).await {
+        let (mut send, conn) = match h2_builder().handshake::<_, Bytes>(tls).await {
             Ok(v) => v,
             Err(e) => {
                 let kind = ended(&hs, &*x, &target, Close::Error).unwrap_or_else(|| h2_kind(&e));

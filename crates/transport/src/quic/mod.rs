@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use quinn::{ConnectionError, ReadError, ReadToEndError, WriteError};
+use quinn::{ConnectionError, ReadError, WriteError};
 use volley_metrics::{Close, EarlyData, ErrorKind, Handshake, Wait};
 
 use crate::https::ConnEnd;
@@ -599,7 +599,8 @@ pub(crate) fn read_kind(e: &ReadError) -> ErrorKind {
     }
 }
 
-enum Fail {
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Fail {
     Kind(ErrorKind),
     /// The server refused the 0-RTT data: send again on the established connection.
     ZeroRttRejected,
@@ -674,21 +675,13 @@ async fn query<X: Exchange>(
                 trace.data_moved(*id, 0, moved, true);
                 trace.stream_state(*id, Some(StreamState::Open), StreamState::HalfClosedLocal);
             }
-            let r = s.recv.read_to_end(2 + 65_535).await;
+            let r = read_answer(&mut s.recv).await;
             s.done = true;
             if let (Some((trace, id)), Ok(data)) = (&trace, &r) {
                 trace.data_moved(*id, 0, data.len() as u64, false);
                 trace.stream_state(*id, Some(StreamState::HalfClosedLocal), StreamState::Closed);
             }
-            let data = r.map_err(|e| match e {
-                ReadToEndError::Read(ReadError::ZeroRttRejected) => Fail::ZeroRttRejected,
-                ReadToEndError::Read(e) => Fail::Kind(read_kind(&e)),
-                ReadToEndError::TooLong => {
-                    let _ = s.recv.stop(DOQ_REQUEST_CANCELLED.into());
-                    Fail::Kind(ErrorKind::Malformed)
-                }
-            })?;
-            Ok::<_, Fail>(data)
+            r
         }
     };
     let left = time_left(&*x, t, limit);
@@ -696,29 +689,96 @@ async fn query<X: Exchange>(
         // Given up already (the engine tells its fate): it never leaves.
         return;
     }
-    let r = tokio::time::timeout(left, async {
-        match once(framed.clone()).await {
-            Err(Fail::ZeroRttRejected) => once(framed).await,
-            r => r,
-        }
-    })
-    .await;
+    let r = tokio::time::timeout(left, twice(|| once(framed.clone()))).await;
     // The departures first: the answer's time needs them.
     rx.read_sent(&*x);
     let now = rx.arrival(&*x);
-    match r {
-        Ok(Ok(data)) => match unframe(&data) {
-            Some(m) => {
-                on.answered();
-                x.response(t, m, now)
-            }
-            None => x.failed(t, ErrorKind::Malformed, now),
-        },
-        Ok(Err(Fail::Kind(k))) => stream::unanswered(&lane, &*x, &[t], k),
-        Ok(Err(Fail::ZeroRttRejected)) => x.failed(t, ErrorKind::QuicClosed, now),
+    match r.as_ref().map(fate) {
+        Ok(Fate::Answer(m)) => {
+            on.answered();
+            x.response(t, m, now)
+        }
+        Ok(Fate::Failed(k)) => x.failed(t, k, now),
+        Ok(Fate::Unanswered(k)) => stream::unanswered(&lane, &*x, &[t], k),
         // Timed out by the engine (now or a moment later); the stream, if it was opened, was
         // cancelled.
         Err(_) => {}
+    }
+}
+
+/// The largest DoQ answer stream read: a 2-byte length and the largest DNS message.
+const MAX_STREAM: usize = 2 + 65_535;
+
+/// The receiving side of a query's stream, as [`read_answer`] reads it: quinn's, or the fuzz
+/// targets' scripted streams.
+pub(crate) trait AnswerStream {
+    /// The stream's next bytes, in order; None: its end (FIN).
+    async fn chunk(&mut self) -> Result<Option<Bytes>, ReadError>;
+    /// Stops the stream (STOP_SENDING with DOQ_REQUEST_CANCELLED): its answer is too long.
+    fn stop(&mut self);
+}
+
+impl AnswerStream for quinn::RecvStream {
+    async fn chunk(&mut self) -> Result<Option<Bytes>, ReadError> {
+        Ok(self.read_chunk(usize::MAX, true).await?.map(|c| c.bytes))
+    }
+
+    fn stop(&mut self) {
+        let _ = quinn::RecvStream::stop(self, DOQ_REQUEST_CANCELLED.into());
+    }
+}
+
+/// Reads a query's stream to its end (FIN), as quinn's `read_to_end` with a limit of
+/// [`MAX_STREAM`] bytes: the bytes, or why there are none (a longer stream is stopped and
+/// malformed; a reset, a lost connection or refused 0-RTT data end it with their error).
+pub(crate) async fn read_answer<S: AnswerStream>(s: &mut S) -> Result<Vec<u8>, Fail> {
+    let mut data = Vec::new();
+    while let Some(c) = s.chunk().await.map_err(|e| match e {
+        ReadError::ZeroRttRejected => Fail::ZeroRttRejected,
+        e => Fail::Kind(read_kind(&e)),
+    })? {
+        if data.len() + c.len() > MAX_STREAM {
+            s.stop();
+            return Err(Fail::Kind(ErrorKind::Malformed));
+        }
+        data.extend_from_slice(&c);
+    }
+    Ok(data)
+}
+
+/// Reads a query's answer with `once`, and once more where the server refused its 0-RTT
+/// data (the query is sent again on the established connection).
+pub(crate) async fn twice<F: std::future::Future<Output = Result<Vec<u8>, Fail>>>(
+    mut once: impl FnMut() -> F,
+) -> Result<Vec<u8>, Fail> {
+    match once().await {
+        Err(Fail::ZeroRttRejected) => once().await,
+        r => r,
+    }
+}
+
+/// What a query's stream came to.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Fate<'a> {
+    /// The DNS message it carried.
+    Answer(&'a [u8]),
+    /// The query failed with this kind.
+    Failed(ErrorKind),
+    /// Its stream ended without an answer: sent again on the next connection where the kind
+    /// allows ([`stream::unanswered`]), else failed.
+    Unanswered(ErrorKind),
+}
+
+/// The fate of a query whose stream was read to `r` (after one more try where the server
+/// refused its 0-RTT data).
+pub(crate) fn fate(r: &Result<Vec<u8>, Fail>) -> Fate<'_> {
+    match r {
+        Ok(data) => match unframe(data) {
+            Some(m) => Fate::Answer(m),
+            None => Fate::Failed(ErrorKind::Malformed),
+        },
+        Err(Fail::Kind(k)) => Fate::Unanswered(*k),
+        Err(Fail::ZeroRttRejected) => Fate::Failed(ErrorKind::QuicClosed),
     }
 }
 
@@ -848,5 +908,49 @@ mod tests {
         assert_eq!(unframe(&[0, 3, 1, 2]), None);
         assert_eq!(unframe(&[0, 1, 1, 2]), None);
         assert_eq!(unframe(&[0]), None);
+    }
+
+    /// A stream that hands out `chunks` in turn, then its end.
+    struct Chunks(std::collections::VecDeque<Result<Option<Bytes>, ReadError>>, bool);
+
+    impl AnswerStream for Chunks {
+        async fn chunk(&mut self) -> Result<Option<Bytes>, ReadError> {
+            self.0.pop_front().unwrap_or(Ok(None))
+        }
+
+        fn stop(&mut self) {
+            self.1 = true;
+        }
+    }
+
+    fn read(chunks: Vec<Result<Option<Bytes>, ReadError>>) -> (Result<Vec<u8>, Fail>, bool) {
+        use std::future::Future;
+        let mut s = Chunks(chunks.into(), false);
+        let r = std::pin::pin!(read_answer(&mut s)).poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+        let std::task::Poll::Ready(r) = r else { panic!("the stream never waits") };
+        (r, s.1)
+    }
+
+    /// What `read_answer` and `fate` make of a stream: as quinn's `read_to_end(2 + 65,535)`
+    /// and `unframe` did before volley read the chunks itself.
+    #[test]
+    fn answers_of_streams() {
+        let data = |b: &[u8]| Ok(Some(Bytes::copy_from_slice(b)));
+        let (r, stopped) = read(vec![data(&[0, 3, 1]), data(&[2, 3])]);
+        assert_eq!((fate(&r), stopped), (Fate::Answer(&[1, 2, 3]), false));
+        let (r, _) = read(vec![data(&[0, 3, 1, 2, 3, 4])]);
+        assert_eq!(fate(&r), Fate::Failed(ErrorKind::Malformed));
+        let (r, _) = read(vec![data(&[0, 3, 1]), Err(ReadError::Reset(0u32.into()))]);
+        assert_eq!(fate(&r), Fate::Unanswered(ErrorKind::QuicStreamReset));
+        let (r, _) = read(vec![Err(ReadError::ConnectionLost(ConnectionError::Reset))]);
+        assert_eq!(fate(&r), Fate::Unanswered(ErrorKind::StatelessReset));
+        let (r, _) = read(vec![Err(ReadError::ZeroRttRejected)]);
+        assert_eq!((r.as_ref().err(), fate(&r)), (Some(&Fail::ZeroRttRejected), Fate::Failed(ErrorKind::QuicClosed)));
+        // The limit: a length and 65,535 bytes; one more is stopped.
+        let most = vec![0u8; MAX_STREAM];
+        let (r, stopped) = read(vec![data(&most[..1000]), data(&most[1000..])]);
+        assert_eq!((r.map(|d| d.len()), stopped), (Ok(MAX_STREAM), false));
+        let (r, stopped) = read(vec![data(&most), data(&[0])]);
+        assert_eq!((fate(&r), stopped), (Fate::Unanswered(ErrorKind::Malformed), true));
     }
 }
