@@ -117,21 +117,23 @@ mod tests {
     /// A mistake names the file and its line.
     #[test]
     fn errors_name_the_line() {
-        let text = "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\ntransport = [\"udp\", \"dtt\"]\n[[columns]]\nname = \"q\"\nfigure = \"qps\"\n";
-        let e = parse("x.toml", text).unwrap_err().to_string();
-        assert!(e.starts_with("x.toml:5: unknown transport 'dtt'"), "{e}");
-        let text = "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\ncount = \"many\"\n";
-        let e = parse("x.toml", text).unwrap_err().to_string();
-        assert!(e.starts_with("x.toml:5: "), "{e}");
-        let text = "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\nbogus = 1\n";
-        let e = parse("x.toml", text).unwrap_err().to_string();
-        assert!(e.starts_with("x.toml:4: "), "{e}");
-        let text = "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\ntransport = [\"doq\"]\nconn_rate = 0\n[[columns]]\nname = \"q\"\nfigure = \"qps\"\n";
-        let e = parse("x.toml", text).unwrap_err().to_string();
-        assert!(e.starts_with("x.toml:6: conn_rate 0: expected new connections per second above 0"), "{e}");
-        let text = "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n[[runs]]\nserver = { idle_timeout = \"soon\" }\n[[columns]]\nname = \"q\"\nfigure = \"qps\"\n";
-        let e = parse("x.toml", text).unwrap_err().to_string();
-        assert!(e.starts_with("x.toml:5: server.idle_timeout 'soon'"), "{e}");
+        const HEAD: &str = "name = \"x\"\ntitle = \"t\"\nsource = \"s\"\n";
+        const COLUMN: &str = "[[columns]]\nname = \"q\"\nfigure = \"qps\"\n";
+        for (body, column, starts) in [
+            ("[[runs]]\ntransport = [\"udp\", \"dtt\"]\n", true, "x.toml:5: unknown transport 'dtt'"),
+            ("[[runs]]\ncount = \"many\"\n", false, "x.toml:5: "),
+            ("bogus = 1\n", false, "x.toml:4: "),
+            (
+                "[[runs]]\ntransport = [\"doq\"]\nconn_rate = 0\n",
+                true,
+                "x.toml:6: conn_rate 0: expected new connections per second above 0",
+            ),
+            ("[[runs]]\nserver = { idle_timeout = \"soon\" }\n", true, "x.toml:5: server.idle_timeout 'soon'"),
+        ] {
+            let text = format!("{HEAD}{body}{}", if column { COLUMN } else { "" });
+            let e = parse("x.toml", &text).unwrap_err().to_string();
+            assert!(e.starts_with(starts), "{e}");
+        }
     }
 
     /// A few lines that would name more runs than anyone can measure (and whose plan would take

@@ -20,6 +20,7 @@ mod meter;
 pub mod probe;
 pub mod qlog;
 pub mod quic;
+pub mod sockopt;
 mod source;
 mod stamp;
 mod stream;

@@ -122,17 +122,9 @@ impl FromStr for Sources {
 /// a port towards different servers instead of reserving one per socket at bind time.
 pub(crate) fn bind_to(sock: &socket2::SockRef<'_>, local: IpAddr, stream: bool) -> io::Result<()> {
     if stream && local.is_ipv4() {
-        let one: libc::c_int = 1;
-        // SAFETY: a valid socket and a c_int option value of the right size.
-        unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&**sock),
-                libc::IPPROTO_IP,
-                libc::IP_BIND_ADDRESS_NO_PORT,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&**sock);
+        // Best effort: without it, bind reserves a port as it always did.
+        let _ = crate::sockopt::set_int(fd, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1);
     }
     sock.bind(&SocketAddr::new(local, 0).into()).map_err(|e| bind_error(local, e))
 }

@@ -21,26 +21,11 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::Exchange;
+use crate::{sockopt, Exchange};
 
 /// Asks the kernel to stamp what the socket receives (SO_TIMESTAMPNS).
 pub(crate) fn enable(fd: RawFd) -> io::Result<()> {
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt reads an int we own.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    sockopt::set_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
 }
 
 /// The receive stamp of a received message, CLOCK_REALTIME ns (0 when absent): its
@@ -77,21 +62,8 @@ const TX_FLAGS: libc::c_uint = libc::SOF_TIMESTAMPING_TX_SOFTWARE
     | libc::SOF_TIMESTAMPING_OPT_TSONLY;
 
 fn set_timestamping(fd: RawFd, flags: libc::c_uint) -> io::Result<()> {
-    // SAFETY: setsockopt reads an int we own.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPING,
-            (&flags as *const libc::c_uint).cast(),
-            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    // The flags are bits: the same int, read as unsigned by the kernel.
+    sockopt::set_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, flags as libc::c_int)
 }
 
 /// Asks the kernel to stamp what the socket sends and receives (SO_TIMESTAMPING, see
@@ -945,17 +917,8 @@ impl StampedUdp {
         // zeroed, and a client has an endpoint per connection (10,000 DoQ connections: 30 GB
         // touched, the generator's thread clearing pages). A DNS client's answers are small:
         // GRO off, one segment per datagram, 47 KB per endpoint.
-        let one: libc::c_int = 0;
-        // SAFETY: setsockopt(2) on a socket we own, with an int we own.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_UDP,
-                libc::UDP_GRO,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
+        // Best effort: a kernel without UDP GRO has nothing to turn off.
+        let _ = sockopt::set_int(fd, libc::SOL_UDP, libc::UDP_GRO, 0);
         let mut stamp = RxStamp::new(-1, last.clone(), false, tx.is_some());
         if let Some(state) = Rc::get_mut(&mut stamp.0).and_then(|r| r.tx.as_mut()) {
             state.dgram = tx.clone();

@@ -174,57 +174,7 @@ fn no_bidi() -> StreamErrorIncoming {
 }
 
 /// A request stream.
-pub(crate) struct Bidi<B: Buf> {
-    send: Send<B>,
-    recv: Recv,
-}
-
-impl<B: Buf> quic::BidiStream<B> for Bidi<B> {
-    type SendStream = Send<B>;
-    type RecvStream = Recv;
-
-    fn split(self) -> (Send<B>, Recv) {
-        (self.send, self.recv)
-    }
-}
-
-impl<B: Buf> quic::RecvStream for Bidi<B> {
-    type Buf = Bytes;
-
-    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, StreamErrorIncoming>> {
-        self.recv.poll_data(cx)
-    }
-
-    fn stop_sending(&mut self, error_code: u64) {
-        self.recv.stop_sending(error_code)
-    }
-
-    fn recv_id(&self) -> StreamId {
-        self.send.id
-    }
-}
-
-impl<B: Buf> quic::SendStream<B> for Bidi<B> {
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
-        self.send.poll_ready(cx)
-    }
-
-    fn send_data<T: Into<WriteBuf<B>>>(&mut self, data: T) -> Result<(), StreamErrorIncoming> {
-        self.send.send_data(data)
-    }
-
-    fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
-        self.send.poll_finish(cx)
-    }
-
-    fn reset(&mut self, reset_code: u64) {
-        self.send.reset(reset_code)
-    }
-
-    fn send_id(&self) -> StreamId {
-        self.send.id
-    }
-}
+pub(crate) type Bidi<B> = volley_transport::h3::Bidi<Send<B>, Recv>;
 
 /// The receiving half of a request stream.
 pub(crate) struct Recv {

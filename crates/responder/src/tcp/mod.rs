@@ -58,17 +58,8 @@ impl Stream for tokio_rustls::server::TlsStream<TcpStream> {
 /// TCP_NODELAY (length and message, or HTTP/2 HEADERS and DATA) holds the second piece
 /// (Nagle) until the first is acknowledged, and a delayed ACK would cost it 40 ms.
 pub(crate) fn quick_ack(fd: std::os::fd::RawFd) {
-    let one: libc::c_int = 1;
-    // SAFETY: plain setsockopt on a descriptor the caller keeps open for the call.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_QUICKACK,
-            (&one as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
+    // Best effort: the ACK then waits as it would have.
+    let _ = volley_transport::sockopt::set_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
 }
 
 /// Accepts on `listener` until `stop` turns true, handing each connection (TCP_NODELAY set)

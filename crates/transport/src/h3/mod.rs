@@ -23,7 +23,10 @@ const H3_NO_ERROR: u32 = 0x100;
 /// H3_REQUEST_REJECTED: the server did not process the request (RFC 9114 section 8.1).
 const H3_REQUEST_REJECTED: u64 = 0x10b;
 
+mod bidi;
 mod streams;
+
+pub use bidi::Bidi;
 
 /// The error kind of an HTTP/3 stream error.
 fn stream_kind(e: &h3::error::StreamError) -> ErrorKind {

@@ -142,57 +142,7 @@ struct Traced {
 }
 
 /// A request stream.
-pub(crate) struct Bidi {
-    send: Send,
-    recv: Recv,
-}
-
-impl quic::BidiStream<Bytes> for Bidi {
-    type SendStream = Send;
-    type RecvStream = Recv;
-
-    fn split(self) -> (Send, Recv) {
-        (self.send, self.recv)
-    }
-}
-
-impl quic::RecvStream for Bidi {
-    type Buf = Bytes;
-
-    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, StreamErrorIncoming>> {
-        self.recv.poll_data(cx)
-    }
-
-    fn stop_sending(&mut self, error_code: u64) {
-        self.recv.stop_sending(error_code)
-    }
-
-    fn recv_id(&self) -> StreamId {
-        self.recv.id
-    }
-}
-
-impl quic::SendStream<Bytes> for Bidi {
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
-        self.send.poll_ready(cx)
-    }
-
-    fn send_data<T: Into<WriteBuf<Bytes>>>(&mut self, data: T) -> Result<(), StreamErrorIncoming> {
-        self.send.send_data(data)
-    }
-
-    fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
-        self.send.poll_finish(cx)
-    }
-
-    fn reset(&mut self, reset_code: u64) {
-        self.send.reset(reset_code)
-    }
-
-    fn send_id(&self) -> StreamId {
-        self.send.id
-    }
-}
+pub(crate) type Bidi = super::Bidi<Send, Recv>;
 
 /// The receiving half of a request stream: stopped with H3_REQUEST_CANCELLED when dropped
 /// before the response was read to its end.
