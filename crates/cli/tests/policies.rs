@@ -229,6 +229,40 @@ fn conn_rate_caps_new_connections() {
     assert!(total(&v, "answered") <= opened, "{}", show(&v));
 }
 
+/// `--conn-rate` over DoQ with many connections: each lane makes its socket and endpoint once
+/// its slot has come, so the set-up opens every connection at the cap's pace, and a server that
+/// takes few handshakes at once refuses none. (When each lane made them as it started, the
+/// thread spent its first second on 1,500 of them while the slots passed, then connected all
+/// those lanes at once: a burst of hundreds of handshakes, most refused.)
+#[test]
+fn conn_rate_paces_quic_set_up() {
+    let mut s = Server::start_encrypted(&["-T", "1", "--max-handshakes", "100"]);
+    let r = run_volley(&[
+        &s.url("quic"),
+        "--ca",
+        s.ca_str(),
+        "--connections",
+        "1500",
+        "-c",
+        "100",
+        "--conn-rate",
+        "500",
+        "-n",
+        "1500",
+        "-T",
+        "1",
+        "-t",
+        "5s",
+    ]);
+    let stats = s.terminate();
+    let v = complete(&r);
+    check_accounting(&v);
+    assert_eq!(serve_stat(&stats, "refused_handshakes"), 0, "{stats}\n{}", show(&v));
+    assert_eq!(conn_total(&v, "opened"), 1500, "{}", show(&v));
+    assert_eq!(conn_total(&v, "failed"), 0, "{}", show(&v));
+    assert_eq!(total(&v, "answered"), 1500, "{}", show(&v));
+}
+
 /// Queries that leave late because the cap lets their connections open only later: the
 /// warning names the cap, not the generator's threads.
 #[test]

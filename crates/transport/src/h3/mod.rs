@@ -68,11 +68,13 @@ pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<
             return stream::fail_forever(&lane, &*x, ErrorKind::Io).await;
         }
     };
-    let Some((client, ep, rx)) = quic::lane_setup(&target, &lane, &*x, &opts, ALPN).await else { return };
+    let mut setup = None;
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
     loop {
-        let Some(conn) = quic::open(&ep, &target, &client, &opts, &lane, &x, true, &mut backoff).await else { return };
+        let Some((conn, rx)) = quic::open(&mut setup, &target, &opts, &lane, &x, true, &mut backoff).await else {
+            return;
+        };
         let end = quic::watch(&conn, &x, true);
         let (mut driver, send) = match h3::client::new(streams::Conn::new(conn.clone())).await {
             Ok(v) => v,

@@ -360,27 +360,32 @@ pub(crate) async fn connect<X: Exchange + 'static>(
     Ok(conn)
 }
 
-/// Opens a connection, retrying with backoff; None when the lane closes first.
+/// Opens a connection, retrying with backoff, with the lane's receive stamps; None when the
+/// lane closes first. The lane's client and endpoint are made for its first attempt, once
+/// that may begin ([`Setup`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn open<X: Exchange + 'static>(
-    ep: &quinn::Endpoint,
+    setup: &mut Option<Setup>,
     target: &Target,
-    client: &Client,
     opts: &LaneOptions,
     lane: &Lane,
     x: &Rc<X>,
     h3: bool,
     backoff: &mut Duration,
-) -> Option<quinn::Connection> {
+) -> Option<(quinn::Connection, RxStamp)> {
     loop {
         if !crate::stream::may_connect(lane, opts).await {
             return None;
         }
+        if setup.is_none() {
+            *setup = Some(lane_setup(target, lane, &**x, opts, if h3 { crate::h3::ALPN } else { ALPN }).await?);
+        }
+        let Setup { client, ep, rx } = setup.as_ref()?;
         // None: the lane closed during the attempt (in progress at the end).
         match stream::attempt(lane, connect(ep, target, client, opts, x, h3)).await? {
             Ok(c) => {
                 *backoff = stream::BACKOFF;
-                return Some(c);
+                return Some((c, rx.clone()));
             }
             Err((kind, why)) => {
                 x.conn_failed_why(kind, &why, x.now());
@@ -455,14 +460,26 @@ pub(crate) fn watch<X: Exchange + 'static>(conn: &quinn::Connection, x: &Rc<X>, 
     end
 }
 
-/// Sets up what a QUIC lane needs, or fails its queries until it closes.
-pub(crate) async fn lane_setup<X: Exchange>(
+/// What a QUIC lane needs for its connections: its client (TLS, tokens) and its endpoint (a
+/// socket of its own, and the receive stamps of what it reads).
+pub(crate) struct Setup {
+    client: Client,
+    ep: quinn::Endpoint,
+    rx: RxStamp,
+}
+
+/// Sets up what a QUIC lane needs, or fails its queries until it closes. Made when the lane's
+/// first attempt may begin, after its slot under `--conn-rate`, not when the lane starts:
+/// 10,000 lanes that each made their socket and endpoint at their start kept the thread from
+/// connecting for about 2 s, while their slots passed, and then connected all at once, more
+/// handshakes than the server would take.
+async fn lane_setup<X: Exchange>(
     target: &Target,
     lane: &Lane,
     x: &X,
     opts: &LaneOptions,
     alpn: &[u8],
-) -> Option<(Client, quinn::Endpoint, RxStamp)> {
+) -> Option<Setup> {
     let cfg = match tls::lane_config(opts, &[alpn], true) {
         Ok(c) => c,
         Err(e) => {
@@ -472,7 +489,7 @@ pub(crate) async fn lane_setup<X: Exchange>(
         }
     };
     match endpoint(target.addr, opts.local, opts.tx_stamps.is_some()) {
-        Ok((ep, rx)) => Some((Client::new(cfg, opts), ep, rx)),
+        Ok((ep, rx)) => Some(Setup { client: Client::new(cfg, opts), ep, rx }),
         Err(e) => {
             x.conn_failed_why(ErrorKind::Io, &format!("QUIC socket: {e}"), x.now());
             stream::fail_forever(lane, x, ErrorKind::Io).await;
@@ -484,11 +501,11 @@ pub(crate) async fn lane_setup<X: Exchange>(
 /// The driver of one DoQ lane. Every connection reports its datagrams on the wire when it
 /// closes (quinn's statistics; attempts whose handshake failed are not counted).
 pub async fn drive<X: Exchange + 'static>(target: Target, lane: Rc<Lane>, x: Rc<X>, opts: LaneOptions) {
-    let Some((client, ep, rx)) = lane_setup(&target, &lane, &*x, &opts, ALPN).await else { return };
+    let mut setup = None;
     let mut backoff = stream::BACKOFF;
     let mut msg = Vec::with_capacity(512);
     loop {
-        let Some(conn) = open(&ep, &target, &client, &opts, &lane, &x, false, &mut backoff).await else { return };
+        let Some((conn, rx)) = open(&mut setup, &target, &opts, &lane, &x, false, &mut backoff).await else { return };
         let end = watch(&conn, &x, false);
         let on = Rc::new(stream::Outstanding::default());
         let mut turned = None;
