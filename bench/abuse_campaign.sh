@@ -21,7 +21,11 @@
 # slowloris-dot slowloris-doh1 idle-tcp stall-tcp stall-dot rapid-reset continuation
 # big-headers doq-streams doh3-streams long-url udp-garbage dot-0rtt doq-0rtt doh3-0rtt),
 # SERVERS ("volley unbound dnsdist"), VOLLEY_SERVE_ARGS (more options for `volley serve`, e.g.
-# "--request-timeout 60s" to see what closing slow connections costs the good client).
+# "--request-timeout 60s" to see what closing slow connections costs the good client),
+# ATTACK_CORE and GOOD_CORE (pin the attack harness and the good client to a core; by default
+# neither is pinned, and the scheduler puts both on the core the server leaves, where the good
+# client's queries leave through the attacker's core: under the UDP flood that way is in the
+# good client's service time, see docs/reliability.md).
 #
 # The 0-RTT lines start volley with --zero-rtt (it takes early data); the peers keep their
 # defaults (neither takes TLS early data: the replayed ClientHello resumes, or not, without it).
@@ -38,6 +42,10 @@ H2_CONNS="${H2_CONNS:-8}"
 QUIC_CONNS="${QUIC_CONNS:-16}"
 UDP_SOCKS="${UDP_SOCKS:-4}"
 REPLAY_CONNS="${REPLAY_CONNS:-200}"
+attack_pin=()
+[ -n "${ATTACK_CORE:-}" ] && attack_pin=(taskset -c "$ATTACK_CORE")
+good_pin=()
+[ -n "${GOOD_CORE:-}" ] && good_pin=(taskset -c "$GOOD_CORE")
 SERVERS="${SERVERS:-volley unbound dnsdist}"
 LINES="${LINES:-none slowloris-tcp slowloris-dot slowloris-doh1 idle-tcp stall-tcp stall-dot rapid-reset continuation big-headers doq-streams doh3-streams long-url udp-garbage dot-0rtt doq-0rtt doh3-0rtt}"
 
@@ -266,7 +274,7 @@ for line in $LINES; do
             left="$conns"
             while [ "$left" -gt 0 ]; do
                 n=$((left > PER_PROC ? PER_PROC : left))
-                "$ABUSE" "$attack" "$proto" "127.0.0.1:$(port_of "$proto")" --conns "$n" --secs "$DURATION" \
+                "${attack_pin[@]}" "$ABUSE" "$attack" "$proto" "127.0.0.1:$(port_of "$proto")" --conns "$n" --secs "$DURATION" \
                     --interval-ms 1000 --sources "$SOURCES" >>"$WORK/$line.$server.attack" 2>&1 &
                 apids+=($!)
                 PIDS+=($!)
@@ -275,7 +283,7 @@ for line in $LINES; do
         fi
         sleep 1
         gdur=$((DURATION - 2))
-        "$VOLLEY_BIN" run "$gurl" "${extra[@]}" -Q "$GOOD_QPS" -l "${gdur}s" -t 2s -T 1 --name www.example.test \
+        "${good_pin[@]}" "$VOLLEY_BIN" run "$gurl" "${extra[@]}" -Q "$GOOD_QPS" -l "${gdur}s" -t 2s -T 1 --name www.example.test \
             --progress never -q -o "$WORK/$line.$server.json" >"$WORK/$line.$server.good" 2>&1 &
         gpid=$!
         PIDS+=("$gpid")
