@@ -64,13 +64,20 @@ for t in "${targets[@]}"; do
     [ "$jobs" -gt 1 ] && args+=(-jobs="$jobs" -workers="$jobs")
     [ -n "${FUZZ_RUNS:-}" ] && args+=(-runs="$FUZZ_RUNS")
     [ -n "$dict" ] && args+=(-dict="$dict")
-    before=$(ls "artifacts/$t" | wc -l)
+    # Findings: crash-, timeout-, oom- and leak- files. A slow-unit- file is an input that took
+    # over 10 s of wall time (libFuzzer's -report_slow_units), which a fuzzer paused with
+    # SIGSTOP (or starved by the machine) also writes: counted apart, replayed to tell.
+    findings() { find "artifacts/$t" -maxdepth 1 -type f ! -name 'slow-unit-*' | wc -l; }
+    slow() { find "artifacts/$t" -maxdepth 1 -type f -name 'slow-unit-*' | wc -l; }
+    before=$(findings)
+    slow_before=$(slow)
     rc=0
     nice -n "$nicelvl" cargo +nightly fuzz run -s "$sanitizer" "$t" "work/$t" "corpus/$t" -- "${args[@]}" >"$log" 2>&1 || rc=$?
     execs=$(grep -h 'stat::number_of_executed_units' "$log" fuzz-*.log 2>/dev/null | awk '{s += $2} END {print s + 0}' || true)
     took=$(grep -h 'Done [0-9]* runs in' "$log" | tail -1 | sed 's/.*runs in \([0-9]*\) second.*/\1/' || true)
-    after=$(ls "artifacts/$t" | wc -l)
+    after=$(findings)
     crashes=$((after - before))
+    slow_units=$(($(slow) - slow_before))
     result=ok
     if [ $rc -ne 0 ] || [ $crashes -gt 0 ]; then
         result="FAILED (exit $rc; log $log; artifacts/$t)"
@@ -80,6 +87,7 @@ for t in "${targets[@]}"; do
     fi
     rm -f fuzz-*.log
     rate=$([ -n "${took:-}" ] && [ "${took:-0}" -gt 0 ] && echo $((execs / took)) || echo -)
+    [ "$slow_units" -gt 0 ] && result="$result ($slow_units slow units in artifacts/$t: replay each with the target's binary)"
     printf '%-18s %8s %14s %10s %8s  %s\n' "$t" "${took:--}" "$execs" "$rate" "$crashes" "$result"
 done
 exit $failed
