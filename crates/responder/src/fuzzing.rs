@@ -52,6 +52,7 @@ fn ctx() -> Ctx {
         max_pending_bytes: 256 * 1024,
         client_rate: None,
         open_conns: std::cell::Cell::new(0),
+        room: Default::default(),
         crowded_at: 1024,
         max_streams: 100,
         doh_path: Arc::from("/dns-query"),

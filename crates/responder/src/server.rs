@@ -653,6 +653,7 @@ fn io_thread(
             max_pending_bytes: shared.max_pending_bytes,
             client_rate: shared.client_rate.clone(),
             open_conns: std::cell::Cell::new(0),
+            room: Default::default(),
             crowded_at: crate::ctx::crowded_at(),
             max_streams: shared.max_streams,
             doh_path: shared.doh_path.clone(),

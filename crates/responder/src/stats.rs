@@ -49,6 +49,10 @@ pub struct Stats {
     /// Connections turned away because their listener held `--max-conns` already (TCP, DoT,
     /// DoH: closed right after accept; QUIC: refused with CONNECTION_REFUSED).
     pub refused_max_conns: u64,
+    /// TCP and DoT connections closed to make room for a new one when their listener held
+    /// `--max-conns` already: the longest idle (at least 200 ms, nothing in flight) of the
+    /// accepting thread's connections; the newcomer is kept.
+    pub evicted_idle: u64,
     /// Request streams the client stopped (QUIC STOP_SENDING: DoQ, DoH/3) or reset (HTTP/2
     /// RST_STREAM) before their answer left, with its protocol's cancel code:
     /// DOQ_REQUEST_CANCELLED (RFC 9250 section 4.3), H3_REQUEST_CANCELLED (RFC 9114 section
@@ -72,7 +76,7 @@ impl fmt::Display for Stats {
     /// `stats queries=.. answered=.. dropped=.. delayed=.. truncated=.. formerr=.. tcp_connections=..
     /// dot_connections=.. doh_connections=.. doh3_connections=.. doq_connections=.. tls_resumed=..
     /// early_data=.. retry_sent=.. quic_token_validated=.. closed_max_queries=.. closed_idle=..
-    /// refused_max_conns=.. cancelled=..
+    /// refused_max_conns=.. evicted_idle=.. cancelled=..
     /// stopped=.. closed_slow=.. refused_handshakes=.. rate_limited=..`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -80,7 +84,7 @@ impl fmt::Display for Stats {
             "stats queries={} answered={} dropped={} delayed={} truncated={} formerr={} tcp_connections={} \
              dot_connections={} doh_connections={} doh3_connections={} doq_connections={} tls_resumed={} \
              early_data={} retry_sent={} quic_token_validated={} closed_max_queries={} closed_idle={} \
-             refused_max_conns={} cancelled={} stopped={} \
+             refused_max_conns={} evicted_idle={} cancelled={} stopped={} \
              closed_slow={} refused_handshakes={} rate_limited={}",
             self.queries,
             self.answered,
@@ -100,6 +104,7 @@ impl fmt::Display for Stats {
             self.closed_max_queries,
             self.closed_idle,
             self.refused_max_conns,
+            self.evicted_idle,
             self.cancelled,
             self.stopped,
             self.closed_slow,
@@ -132,6 +137,7 @@ pub(crate) struct Counters {
     pub closed_max_queries: AtomicU64,
     pub closed_idle: AtomicU64,
     pub refused_max_conns: AtomicU64,
+    pub evicted_idle: AtomicU64,
     pub cancelled: AtomicU64,
     pub stopped: AtomicU64,
     pub closed_slow: AtomicU64,
@@ -168,6 +174,7 @@ impl Counters {
             closed_max_queries: self.closed_max_queries.load(Relaxed),
             closed_idle: self.closed_idle.load(Relaxed),
             refused_max_conns: self.refused_max_conns.load(Relaxed),
+            evicted_idle: self.evicted_idle.load(Relaxed),
             cancelled: self.cancelled.load(Relaxed),
             stopped: self.stopped.load(Relaxed),
             closed_slow: self.closed_slow.load(Relaxed),
@@ -218,6 +225,7 @@ impl std::ops::AddAssign for Stats {
         self.closed_max_queries += o.closed_max_queries;
         self.closed_idle += o.closed_idle;
         self.refused_max_conns += o.refused_max_conns;
+        self.evicted_idle += o.evicted_idle;
         self.cancelled += o.cancelled;
         self.stopped += o.stopped;
         self.closed_slow += o.closed_slow;

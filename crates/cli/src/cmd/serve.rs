@@ -46,7 +46,10 @@ Faults (--fault, repeatable; for provoking client errors):
 Server policies (what public resolvers do to their connections):
   --max-queries-per-conn N  close each connection gracefully after N answers (Cloudflare: 10000)
   --idle-timeout DUR        close connections idle for DUR (Quad9: about 20s)
-  --max-conns N             hold at most N connections per listener; close/refuse the others
+  --max-conns N             hold at most N connections per listener; at the cap a new TCP or
+                            DoT connection takes the place of the longest idle one (idle 200 ms
+                            or more, nothing in flight: evicted_idle), else it is closed or
+                            refused (refused_max_conns)
   --in-order                TCP, DoT: answer a connection's queries in the order they came
   --max-streams N           concurrent streams per HTTP/2 or QUIC connection
 
@@ -70,7 +73,7 @@ Output:
     stats queries=.. answered=.. dropped=.. delayed=.. truncated=.. formerr=.. tcp_connections=..
           dot_connections=.. doh_connections=.. doh3_connections=.. doq_connections=..
           tls_resumed=.. early_data=.. retry_sent=.. quic_token_validated=..
-          closed_max_queries=.. closed_idle=.. refused_max_conns=.. cancelled=.. stopped=.. closed_slow=.. refused_handshakes=..
+          closed_max_queries=.. closed_idle=.. refused_max_conns=.. evicted_idle=.. cancelled=.. stopped=.. closed_slow=.. refused_handshakes=..
           rate_limited=..
 
 Examples:
@@ -180,9 +183,11 @@ pub struct ServeArgs {
     #[arg(long)]
     pub in_order: bool,
 
-    /// Hold at most N connections per listener (TCP, DoT, DoH, DoH/3, DoQ; over all threads):
-    /// further TCP connections are closed right after accept, QUIC ones refused
-    /// (CONNECTION_REFUSED).
+    /// Hold at most N connections per listener (TCP, DoT, DoH, DoH/3, DoQ; over all threads).
+    /// At the cap a new TCP or DoT connection takes the place of the accepting thread's
+    /// longest-idle one (idle 200 ms or more, nothing in flight), as unbound cuts its idle
+    /// timeout when its TCP buffers run out; when none is that idle, and on DoH, the new
+    /// connection is closed right after accept; QUIC ones are refused (CONNECTION_REFUSED).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_conns: Option<u64>,
 

@@ -42,7 +42,15 @@ pub(crate) async fn serve(
     crate::dot::serve_tls(listener, ctx, tls, stop, Transport::Doh, connection).await
 }
 
-async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, handshaking: Option<crate::policy::Slot>) {
+/// `_place`: its place under `--max-conns`, held until the connection ends (never evicted:
+/// hyper and h2 do not say when it is idle).
+async fn connection(
+    stream: TcpStream,
+    ctx: Rc<Ctx>,
+    acceptor: TlsAcceptor,
+    handshaking: Option<crate::policy::Slot>,
+    _place: crate::policy::Place,
+) {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let sock = Sock { fd, peer: stream.peer_addr().ok().map(|a| a.ip()) };
     let cork = Rc::new(Cork::default());

@@ -13,7 +13,7 @@ use tokio_rustls::{LazyConfigAcceptor, TlsAcceptor};
 
 use crate::answer::Transport;
 use crate::ctx::Ctx;
-use crate::policy::Slot;
+use crate::policy::{Place, Slot};
 use crate::stats::add;
 
 /// ALPN protocol of DoT (RFC 7858 section 3.2, IANA "dot").
@@ -40,7 +40,7 @@ pub(crate) async fn serve_tls<F, Fut>(
     connection: F,
 ) -> std::io::Result<()>
 where
-    F: Fn(TcpStream, Rc<Ctx>, TlsAcceptor, Option<Slot>) -> Fut + Copy + 'static,
+    F: Fn(TcpStream, Rc<Ctx>, TlsAcceptor, Option<Slot>, Place) -> Fut + Copy + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
     let acceptor = TlsAcceptor::from(tls);
@@ -48,29 +48,27 @@ where
         Transport::Doh => &ctx.counters.doh_connections,
         _ => &ctx.counters.dot_connections,
     };
-    crate::tcp::accept_loop(listener, &ctx.clone(), transport, stop, |stream, slot| {
+    crate::tcp::accept_loop(listener, &ctx.clone(), transport, stop, |stream, place| {
         // --max-handshakes: a place among the handshakes in progress, or closed at once.
         let Ok(handshaking) = ctx.limits.handshake(transport) else {
             add(&ctx.counters.refused_handshakes, 1);
             drop(stream);
-            return;
+            return None;
         };
         add(counter, 1);
         let (ctx, acceptor) = (ctx.clone(), acceptor.clone());
-        tokio::task::spawn_local(async move {
-            connection(stream, ctx, acceptor, handshaking).await;
-            drop(slot);
-        });
+        let task = tokio::task::spawn_local(connection(stream, ctx, acceptor, handshaking, place));
+        Some(task.abort_handle())
     })
     .await
 }
 
 /// The TLS handshake (bounded by the idle and request timeouts), then the DNS-over-TCP
 /// connection.
-async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, handshaking: Option<Slot>) {
+async fn connection(stream: TcpStream, ctx: Rc<Ctx>, acceptor: TlsAcceptor, handshaking: Option<Slot>, place: Place) {
     let Some(mut tls) = handshake(stream, &ctx, &acceptor, handshaking).await else { return };
     let early = early_data(&mut tls, &ctx);
-    crate::tcp::connection(tls, ctx, Transport::Dot, early).await;
+    crate::tcp::connection(tls, ctx, Transport::Dot, early, &place).await;
 }
 
 /// Runs the server handshake, within the smaller of the idle and request timeouts (a

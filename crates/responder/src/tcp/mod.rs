@@ -25,7 +25,7 @@ use tokio::time::{sleep_until, Instant, Sleep};
 use crate::answer::{Transport, Verdict};
 use crate::ctx::Ctx;
 use crate::delayed::Delayed;
-use crate::policy::{Admit, Slot};
+use crate::policy::{Admit, Place};
 use crate::stats::add;
 
 /// Initial read buffer; grows to fit one 64 KiB frame if a query that large arrives.
@@ -64,14 +64,17 @@ pub(crate) fn quick_ack(fd: std::os::fd::RawFd) {
 
 /// Accepts on `listener` until `stop` turns true, handing each connection (TCP_NODELAY set)
 /// to `on_accept`, which spawns its task, with its place under `--max-conns` (the task keeps
-/// it until the connection ends). A connection beyond `--max-conns` is closed at once (FIN,
-/// or RST when the client had sent something already) and counted as refused.
+/// it until the connection ends; it returns the task, or None when it closed the connection
+/// itself). At the cap, a TCP or DoT connection takes the place of the longest idle one on
+/// this thread ([`crate::policy::Room`], counted as evicted); when there is none, and on
+/// DoH, the new connection is closed at once (FIN, or RST when the client had sent something
+/// already) and counted as refused.
 pub(crate) async fn accept_loop(
     listener: std::net::TcpListener,
     ctx: &Ctx,
     transport: Transport,
     mut stop: watch::Receiver<bool>,
-    mut on_accept: impl FnMut(TcpStream, Option<Slot>),
+    mut on_accept: impl FnMut(TcpStream, Place) -> Option<tokio::task::AbortHandle>,
 ) -> io::Result<()> {
     let listener = TcpListener::from_std(listener)?;
     loop {
@@ -91,19 +94,28 @@ pub(crate) async fn accept_loop(
         tokio::select! {
             _ = stop.changed() => {}
             r = listener.accept() => match r {
-                Ok((stream, _)) => match ctx.limits.admit(transport) {
-                    Admit::Refused => {
-                        add(&ctx.counters.refused_max_conns, 1);
-                        drop(stream);
+                Ok((stream, _)) => {
+                    let place = match ctx.limits.admit(transport) {
+                        Admit::Free => Place::Free,
+                        Admit::Counted(slot) => ctx.room.enter(transport, slot),
+                        Admit::Refused => match ctx.room.evict(transport) {
+                            Some(slot) => {
+                                add(&ctx.counters.evicted_idle, 1);
+                                ctx.room.enter(transport, slot)
+                            }
+                            None => {
+                                add(&ctx.counters.refused_max_conns, 1);
+                                drop(stream);
+                                continue;
+                            }
+                        },
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let hook = place.hook();
+                    if let (Some(hook), Some(task)) = (hook, on_accept(stream, place)) {
+                        hook.set(task);
                     }
-                    admitted => {
-                        let _ = stream.set_nodelay(true);
-                        on_accept(stream, match admitted {
-                            Admit::Counted(s) => Some(s),
-                            _ => None,
-                        });
-                    }
-                },
+                }
                 // Out of file descriptors and the like: back off briefly instead of spinning.
                 Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
             },
@@ -117,13 +129,13 @@ pub(crate) async fn serve(
     ctx: Rc<Ctx>,
     stop: watch::Receiver<bool>,
 ) -> io::Result<()> {
-    accept_loop(listener, &ctx.clone(), Transport::Tcp, stop, |stream, slot| {
+    accept_loop(listener, &ctx.clone(), Transport::Tcp, stop, |stream, place| {
         add(&ctx.counters.tcp_connections, 1);
         let ctx = ctx.clone();
-        tokio::task::spawn_local(async move {
-            connection(stream, ctx, Transport::Tcp, Vec::new()).await;
-            drop(slot);
+        let task = tokio::task::spawn_local(async move {
+            connection(stream, ctx, Transport::Tcp, Vec::new(), &place).await;
         });
+        Some(task.abort_handle())
     })
     .await
 }
@@ -375,8 +387,15 @@ impl Conn {
     }
 }
 
-/// Serves one connection: `early` holds bytes that arrived before (TLS early data).
-pub(crate) async fn connection<S: Stream>(mut stream: S, ctx: Rc<Ctx>, transport: Transport, early: Vec<u8>) {
+/// Serves one connection: `early` holds bytes that arrived before (TLS early data); it tells
+/// `place` how long it has been idle.
+pub(crate) async fn connection<S: Stream>(
+    mut stream: S,
+    ctx: Rc<Ctx>,
+    transport: Transport,
+    early: Vec<u8>,
+    place: &Place,
+) {
     let mut c = Conn::new(stream.tcp().peer_addr().ok().map(|a| a.ip()));
     if !early.is_empty() {
         c.feed(&early, &ctx, transport);
@@ -400,6 +419,8 @@ pub(crate) async fn connection<S: Stream>(mut stream: S, ctx: Rc<Ctx>, transport
         if by_policy {
             break;
         }
+        // Idle since the last query or answer, or since a query began to arrive (slowloris).
+        place.note(c.partial_since.unwrap_or(c.last_activity), !c.timers.is_empty() || c.pending_write() > 0);
         if let Some(t) = c.timers.peek() {
             if timer_sleep.deadline() != t.0.due {
                 timer_sleep.as_mut().reset(t.0.due);

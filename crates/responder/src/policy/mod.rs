@@ -1,7 +1,12 @@
 //! Server policies on connections (seeds/000 section 4.4: Cloudflare closes a connection after
 //! 10,000 queries, Quad9 after about 20 s idle): the most connections a listener holds
-//! (`--max-conns`), shared by its threads. The per-connection policies (most queries per
+//! (`--max-conns`), shared by its threads, and the room a new connection finds at that cap
+//! ([`room`]). The per-connection policies (most queries per
 //! connection, idle timeout) live in each transport's connection code.
+
+mod room;
+
+pub(crate) use room::{Place, Room};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
