@@ -453,51 +453,61 @@ fn server_max_conns() {
     assert_eq!(serve_stat(&stats, "doq_connections"), 3 + 1, "three held, plus the probe's:\n{stats}");
 }
 
-/// At `--max-conns` a new TCP connection takes the place of the longest idle one, not the
-/// other way round: two idle connections and a client's fill a cap of 3; five more
-/// connections come while the client asks. The idle ones (200 ms and more) go first, each
-/// closed (FIN) as a newcomer takes its place, newcomers not yet idle that long are turned
-/// away, and the client's connection, which carries queries, keeps its place: every query
-/// answered, nothing closed by the server. (Turning the newcomer away instead let idle
-/// connections that reconnect at once starve a client: docs/reliability.md.)
+/// At `--max-conns` a new connection takes the place of the longest idle one, not the other
+/// way round (TCP, DoT, DoH): two idle connections and a client's fill a cap of 3; five more
+/// connections come while the client asks. The idle ones (200 ms and more; over DoT and DoH
+/// they never began their handshake) go first, each closed as a newcomer takes its place,
+/// newcomers not yet idle that long are turned away, and the client's connection, which
+/// carries queries, keeps its place: every query answered, nothing closed by the server.
+/// (Turning the newcomer away instead let idle connections that reconnect at once starve a
+/// client: docs/reliability.md.)
 #[test]
 fn max_conns_makes_room_by_closing_the_longest_idle() {
     use std::io::Read;
-    let mut s = Server::start_with(&["-T", "1", "--max-conns", "3"]);
-    let addr = s.tcp_addr();
-    let idle: Vec<std::net::TcpStream> = (0..2).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
-    thread::sleep(Duration::from_millis(300));
-    let run = BackgroundRun::start(&[&s.tcp_url(), "--connections", "1", "-Q", "200", "-l", "3s", "-T", "1"]);
-    thread::sleep(Duration::from_millis(1000));
-    let newcomers: Vec<std::net::TcpStream> = (0..5)
-        .map(|_| {
-            let c = std::net::TcpStream::connect(addr).unwrap();
-            thread::sleep(Duration::from_millis(20));
-            c
-        })
-        .collect();
-    let v = run.finish();
-    let stats = s.terminate();
-    check_accounting(&v);
-    // Closed by the server: end of stream (or a reset), not a read that times out.
-    let ended = |c: &std::net::TcpStream| {
-        c.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
-        match (&*c).read(&mut [0u8; 1]) {
-            Ok(0) => true,
-            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
-            Ok(_) => false,
-        }
-    };
-    assert_eq!(idle.iter().filter(|c| ended(c)).count(), 2, "both idle connections closed to make room:\n{stats}");
-    let evicted = serve_stat(&stats, "evicted_idle");
-    assert!(evicted >= 2, "{stats}");
-    let refused = serve_stat(&stats, "refused_max_conns");
-    assert_eq!(evicted + refused, 5, "each newcomer took an idle one's place or was turned away:\n{stats}");
-    drop(newcomers);
-    assert_eq!(conn_total(&v, "failed"), 0, "{}", show(&v));
-    let by_server = closed(&v, "server_fin") + closed(&v, "server_reset");
-    assert_eq!(by_server, 0, "the client's connection kept its place:\n{}", show(&v));
-    assert_eq!(total(&v, "answered"), total(&v, "issued"), "{}", show(&v));
+    for (transport, listener) in [("tcp", "tcp"), ("tls", "dot"), ("https", "doh")] {
+        let mut s = Server::start_encrypted(&["-T", "1", "--max-conns", "3"]);
+        let addr = s.listener(listener);
+        let idle: Vec<std::net::TcpStream> = (0..2).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
+        thread::sleep(Duration::from_millis(300));
+        let url = s.url(transport);
+        let run =
+            BackgroundRun::start(&[&url, "--ca", s.ca_str(), "--connections", "1", "-Q", "200", "-l", "3s", "-T", "1"]);
+        thread::sleep(Duration::from_millis(1000));
+        let newcomers: Vec<std::net::TcpStream> = (0..5)
+            .map(|_| {
+                let c = std::net::TcpStream::connect(addr).unwrap();
+                thread::sleep(Duration::from_millis(20));
+                c
+            })
+            .collect();
+        let v = run.finish();
+        let stats = s.terminate();
+        check_accounting(&v);
+        // Closed by the server: end of stream (or a reset), not a read that times out.
+        let ended = |c: &std::net::TcpStream| {
+            c.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+            match (&*c).read(&mut [0u8; 1]) {
+                Ok(0) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+                Ok(_) => false,
+            }
+        };
+        let closed_idle = idle.iter().filter(|c| ended(c)).count();
+        assert_eq!(closed_idle, 2, "{transport}: both idle connections closed to make room:\n{stats}");
+        let evicted = serve_stat(&stats, "evicted_idle");
+        assert!(evicted >= 2, "{transport}: {stats}");
+        let refused = serve_stat(&stats, "refused_max_conns");
+        assert_eq!(
+            evicted + refused,
+            5,
+            "{transport}: each newcomer took an idle one's place or was turned away:\n{stats}"
+        );
+        drop(newcomers);
+        assert_eq!(conn_total(&v, "failed"), 0, "{transport}: {}", show(&v));
+        let by_server = closed(&v, "server_fin") + closed(&v, "server_reset");
+        assert_eq!(by_server, 0, "{transport}: the client's connection kept its place:\n{}", show(&v));
+        assert_eq!(total(&v, "answered"), total(&v, "issued"), "{transport}: {}", show(&v));
+    }
 }
 
 /// `--max-streams 2` (SETTINGS_MAX_CONCURRENT_STREAMS 2): the HTTP/2 client opens no more

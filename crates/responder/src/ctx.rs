@@ -30,7 +30,7 @@ pub(crate) struct Ctx {
     pub client_rate: Option<Arc<crate::policy::ClientRate>>,
     /// TCP and DoT connections this thread holds open now.
     pub open_conns: std::cell::Cell<usize>,
-    /// The TCP and DoT connections this thread holds under `--max-conns`, so that a new one
+    /// The TCP, DoT and DoH connections this thread holds under `--max-conns`, so that a new one
     /// at the cap can take the longest-idle one's place.
     pub room: std::rc::Rc<crate::policy::Room>,
     /// At this many open connections the thread is crowded: connections idle for

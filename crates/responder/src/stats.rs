@@ -49,7 +49,7 @@ pub struct Stats {
     /// Connections turned away because their listener held `--max-conns` already (TCP, DoT,
     /// DoH: closed right after accept; QUIC: refused with CONNECTION_REFUSED).
     pub refused_max_conns: u64,
-    /// TCP and DoT connections closed to make room for a new one when their listener held
+    /// TCP, DoT and DoH connections closed to make room for a new one when their listener held
     /// `--max-conns` already: the longest idle (at least 200 ms, nothing in flight) of the
     /// accepting thread's connections; the newcomer is kept.
     pub evicted_idle: u64,

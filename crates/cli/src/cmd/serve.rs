@@ -46,8 +46,8 @@ Faults (--fault, repeatable; for provoking client errors):
 Server policies (what public resolvers do to their connections):
   --max-queries-per-conn N  close each connection gracefully after N answers (Cloudflare: 10000)
   --idle-timeout DUR        close connections idle for DUR (Quad9: about 20s)
-  --max-conns N             hold at most N connections per listener; at the cap a new TCP or
-                            DoT connection takes the place of the longest idle one (idle 200 ms
+  --max-conns N             hold at most N connections per listener; at the cap a new TCP, DoT
+                            or DoH connection takes the place of the longest idle one (idle 200 ms
                             or more, nothing in flight: evicted_idle), else it is closed or
                             refused (refused_max_conns)
   --in-order                TCP, DoT: answer a connection's queries in the order they came
@@ -184,9 +184,9 @@ pub struct ServeArgs {
     pub in_order: bool,
 
     /// Hold at most N connections per listener (TCP, DoT, DoH, DoH/3, DoQ; over all threads).
-    /// At the cap a new TCP or DoT connection takes the place of the accepting thread's
+    /// At the cap a new TCP, DoT or DoH connection takes the place of the accepting thread's
     /// longest-idle one (idle 200 ms or more, nothing in flight), as unbound cuts its idle
-    /// timeout when its TCP buffers run out; when none is that idle, and on DoH, the new
+    /// timeout when its TCP buffers run out; when none is that idle, the new
     /// connection is closed right after accept; QUIC ones are refused (CONNECTION_REFUSED).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_conns: Option<u64>,

@@ -42,14 +42,14 @@ pub(crate) async fn serve(
     crate::dot::serve_tls(listener, ctx, tls, stop, Transport::Doh, connection).await
 }
 
-/// `_place`: its place under `--max-conns`, held until the connection ends (never evicted:
-/// hyper and h2 do not say when it is idle).
+/// `place`: its place under `--max-conns`, held until the connection ends; the HTTP/1.1 and
+/// HTTP/2 halves tell it when the connection was last active.
 async fn connection(
     stream: TcpStream,
     ctx: Rc<Ctx>,
     acceptor: TlsAcceptor,
     handshaking: Option<crate::policy::Slot>,
-    _place: crate::policy::Place,
+    place: crate::policy::Place,
 ) {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let sock = Sock { fd, peer: stream.peer_addr().ok().map(|a| a.ip()) };
@@ -57,17 +57,19 @@ async fn connection(
     let stream = Corked { inner: stream, buf: Vec::new(), at: 0, cork: cork.clone() };
     let Some(mut tls) = crate::dot::handshake(stream, &ctx, &acceptor, handshaking).await else { return };
     let early = crate::dot::early_data(&mut tls, &ctx);
+    let tracker = place.tracker();
+    tracker.note(tokio::time::Instant::now(), false);
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let io = Prefixed { early, at: 0, inner: tls };
     // Each on the heap: this task's future then holds the one the connection speaks, not
     // room for the larger of the two (idle connections: see docs/reliability.md).
     if h2 {
-        Box::pin(serve_h2(io, ctx, sock, cork)).await;
+        Box::pin(serve_h2(io, ctx, sock, cork, tracker)).await;
     } else {
         let Some(io) = first_head(io, &ctx).await else { return };
         let stalled = Rc::new(std::cell::Cell::new(false));
         let io = Batched { inner: io, buf: Vec::new(), at: 0, read_idle: false, stalled: stalled.clone() };
-        Box::pin(serve_h1(io, stalled, ctx, sock.peer)).await;
+        Box::pin(serve_h1(io, stalled, ctx, sock.peer, tracker)).await;
     }
 }
 
@@ -408,8 +410,17 @@ fn h2_send(respond: &mut H2Respond, head: Response<()>, body: &[u8]) {
     }
 }
 
+/// What the tasks of an HTTP/2 connection's held streams (delayed answers, dropped queries,
+/// bodies on their way) share with it: the connection's end, and a token whose holders
+/// eviction counts (a connection with held streams is not idle, [`crate::policy::Tracker`]).
+#[derive(Clone)]
+struct Streams {
+    closed: watch::Receiver<()>,
+    token: Rc<()>,
+}
+
 /// Carries out an outcome on an HTTP/2 stream; delayed answers and dropped queries get a task.
-fn h2_outcome(ctx: &Ctx, mut respond: H2Respond, outcome: Outcome, out: &[u8], closed: &watch::Receiver<()>) {
+fn h2_outcome(ctx: &Ctx, mut respond: H2Respond, outcome: Outcome, out: &[u8], streams: &Streams) {
     match outcome {
         Outcome::Reset => respond.send_reset(h2::Reason::INTERNAL_ERROR),
         Outcome::Reply { head, delay: None } => {
@@ -419,7 +430,7 @@ fn h2_outcome(ctx: &Ctx, mut respond: H2Respond, outcome: Outcome, out: &[u8], c
         Outcome::Reply { head, delay: Some(d) } => {
             let body = Bytes::copy_from_slice(out);
             let counters = ctx.counters.clone();
-            let mut closed = closed.clone();
+            let mut streams = streams.clone();
             tokio::task::spawn_local(async move {
                 // A client that resets the stream (gives the query up) ends the wait at once.
                 let reset = tokio::select! {
@@ -428,7 +439,7 @@ fn h2_outcome(ctx: &Ctx, mut respond: H2Respond, outcome: Outcome, out: &[u8], c
                         note_reset(&counters, r);
                         true
                     }
-                    _ = closed.changed() => true,
+                    _ = streams.closed.changed() => true,
                 };
                 if !reset {
                     counters.sent(&body);
@@ -444,11 +455,11 @@ fn h2_outcome(ctx: &Ctx, mut respond: H2Respond, outcome: Outcome, out: &[u8], c
         Outcome::Drop => {
             // Hold the stream, unanswered, until the client resets it (gives the query up) or
             // the connection ends.
-            let (counters, mut closed) = (ctx.counters.clone(), closed.clone());
+            let (counters, mut streams) = (ctx.counters.clone(), streams.clone());
             tokio::task::spawn_local(async move {
                 tokio::select! {
                     r = std::future::poll_fn(|cx| respond.poll_reset(cx)) => note_reset(&counters, r),
-                    _ = closed.changed() => {}
+                    _ = streams.closed.changed() => {}
                 }
                 drop(respond);
             });
@@ -490,7 +501,7 @@ fn h2_request(
     mut respond: H2Respond,
     scratch: &mut Vec<u8>,
     out: &mut Vec<u8>,
-    closed: &watch::Receiver<()>,
+    streams: &Streams,
     sock: Sock,
 ) {
     // The refuse-stream fault: refused before the request is read (not a query).
@@ -503,7 +514,7 @@ fn h2_request(
         Err(status) => h2_send(&mut respond, request::status_head(status), &[]),
         Ok(Kind::Get) => {
             let outcome = request::answer(ctx, sock.peer, scratch, Transport::Doh, out);
-            h2_outcome(ctx, respond, outcome, out, closed);
+            h2_outcome(ctx, respond, outcome, out, streams);
         }
         Ok(Kind::Post) => {
             scratch.clear();
@@ -512,13 +523,13 @@ fn h2_request(
             match poll_body(&mut body, scratch, &mut noop) {
                 Poll::Ready(Some(())) => {
                     let outcome = request::answer(ctx, sock.peer, scratch, Transport::Doh, out);
-                    h2_outcome(ctx, respond, outcome, out, closed);
+                    h2_outcome(ctx, respond, outcome, out, streams);
                 }
                 Poll::Ready(None) => h2_send(&mut respond, request::status_head(StatusCode::PAYLOAD_TOO_LARGE), &[]),
                 Poll::Pending => {
                     // The body is still on its way: acknowledge the headers now.
                     crate::tcp::quick_ack(sock.fd);
-                    let (ctx, closed) = (ctx.clone(), closed.clone());
+                    let (ctx, streams) = (ctx.clone(), streams.clone());
                     let mut buf = std::mem::take(scratch);
                     tokio::task::spawn_local(async move {
                         // --request-timeout: a body that does not come whole in time is
@@ -540,7 +551,7 @@ fn h2_request(
                         match got {
                             Some(()) => {
                                 let outcome = request::answer(&ctx, sock.peer, &buf, Transport::Doh, &mut out);
-                                h2_outcome(&ctx, respond, outcome, &out, &closed);
+                                h2_outcome(&ctx, respond, outcome, &out, &streams);
                             }
                             None => h2_send(&mut respond, request::status_head(StatusCode::PAYLOAD_TOO_LARGE), &[]),
                         }
@@ -563,7 +574,13 @@ enum H2Event {
 }
 
 /// Serves HTTP/2 on `io`; `sock` is its TCP socket, `cork` its [`Corked`] switch.
-async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ctx>, sock: Sock, cork: Rc<Cork>) {
+async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(
+    io: S,
+    ctx: Rc<Ctx>,
+    sock: Sock,
+    cork: Rc<Cork>,
+    tracker: crate::policy::Tracker,
+) {
     let idle = ctx.idle_timeout;
     let mut builder = h2::server::Builder::new();
     builder
@@ -580,6 +597,8 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
     let Ok(Ok(mut conn)) = tokio::time::timeout(idle, builder.handshake::<_, Bytes>(io)).await else { return };
     // Dropped when the connection ends: releases held (dropped, delayed) streams.
     let (_closed_tx, closed) = watch::channel(());
+    let streams = Streams { closed, token: Rc::new(()) };
+    tracker.busy_while_shared(&streams.token);
     let mut scratch = Vec::with_capacity(512);
     let mut out = Vec::with_capacity(512);
     let mut served = 0u64;
@@ -633,7 +652,8 @@ async fn serve_h2<S: AsyncRead + AsyncWrite + Unpin + 'static>(io: S, ctx: Rc<Ct
         match event {
             H2Event::Request(req, respond) => {
                 served += 1;
-                h2_request(&ctx, req, respond, &mut scratch, &mut out, &closed, sock);
+                tracker.note(tokio::time::Instant::now(), false);
+                h2_request(&ctx, req, respond, &mut scratch, &mut out, &streams, sock);
                 if closing {
                     continue;
                 }
@@ -747,6 +767,7 @@ async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     stalled: Rc<std::cell::Cell<bool>>,
     ctx: Rc<Ctx>,
     peer: Option<std::net::IpAddr>,
+    tracker: crate::policy::Tracker,
 ) {
     let served = Rc::new(std::cell::Cell::new(0u64));
     let svc = {
@@ -755,15 +776,19 @@ async fn serve_h1<S: AsyncRead + AsyncWrite + Unpin + 'static>(
         // and give the stream back (below).
         hyper::service::service_fn(move |req| {
             let answer = h1_request(ctx.clone(), req, served.clone(), peer);
-            let stalled = stalled.clone();
+            let (stalled, tracker) = (stalled.clone(), tracker.clone());
+            // Busy while its request is answered; idle from its answer on.
+            tracker.note(tokio::time::Instant::now(), true);
             Box::pin(async move {
                 let mut answer = std::pin::pin!(answer);
-                std::future::poll_fn(|cx| {
+                let r = std::future::poll_fn(|cx| {
                     let r = answer.as_mut().poll(cx);
                     stalled.set(r.is_pending());
                     r
                 })
-                .await
+                .await;
+                tracker.note(tokio::time::Instant::now(), false);
+                r
             })
         })
     };

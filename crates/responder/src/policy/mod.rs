@@ -6,7 +6,7 @@
 
 mod room;
 
-pub(crate) use room::{Place, Room};
+pub(crate) use room::{Place, Room, Tracker};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! Room at `--max-conns`: the TCP and DoT connections an I/O thread holds under the cap, so
+//! Room at `--max-conns`: the TCP, DoT and DoH connections an I/O thread holds under the cap, so
 //! that a new one can take the place of the longest idle instead of being turned away.
 //!
 //! Turning the newcomer away lets idle connections that reconnect at once (an attacker's, or
@@ -31,6 +31,12 @@ pub(crate) const EVICT_IDLE: Duration = Duration::from_millis(200);
 const SCAN_ALL: usize = 64;
 const SAMPLE: usize = 32;
 
+impl Held {
+    fn busy(&self) -> bool {
+        self.busy.get() || self.token.borrow().as_ref().is_some_and(|t| t.strong_count() > 1)
+    }
+}
+
 /// One connection held under the cap.
 pub(crate) struct Held {
     /// Its place under the cap, taken by the newcomer when it is evicted.
@@ -42,14 +48,17 @@ pub(crate) struct Held {
     since: Cell<Instant>,
     /// Answers held or unwritten: not evicted.
     busy: Cell<bool>,
+    /// Also busy while this token has more than one holder (HTTP/2: the tasks of its held
+    /// streams hold it beside the connection).
+    token: RefCell<Option<std::rc::Weak<()>>>,
     /// Its index in its table; `usize::MAX` once out of it.
     at: Cell<usize>,
 }
 
-/// The connections of one I/O thread held under `--max-conns`, per listener (TCP, DoT).
+/// The connections of one I/O thread held under `--max-conns`, per listener (TCP, DoT, DoH).
 #[derive(Default)]
 pub(crate) struct Room {
-    tables: [RefCell<Vec<Rc<Held>>>; 2],
+    tables: [RefCell<Vec<Rc<Held>>>; 3],
     rng: Cell<u64>,
 }
 
@@ -58,8 +67,7 @@ pub(crate) struct Room {
 pub(crate) enum Place {
     /// The listener has no cap.
     Free,
-    /// Counted under the cap; never evicted (DoH: its connections are served by hyper and
-    /// h2, which do not report their idleness here).
+    /// Counted under the cap; never evicted (the QUIC listeners' connections).
     Counted(#[allow(dead_code)] Slot),
     /// Counted, and may be evicted.
     Held(Rc<Room>, usize, Rc<Held>),
@@ -69,6 +77,7 @@ fn table_of(t: Transport) -> Option<usize> {
     match t {
         Transport::Tcp => Some(0),
         Transport::Dot => Some(1),
+        Transport::Doh => Some(2),
         _ => None,
     }
 }
@@ -83,6 +92,7 @@ impl Room {
             task: RefCell::new(None),
             since: Cell::new(Instant::now()),
             busy: Cell::new(false),
+            token: RefCell::new(None),
             at: Cell::new(table.len()),
         });
         table.push(held.clone());
@@ -100,7 +110,7 @@ impl Room {
             let mut best: Option<usize> = None;
             let mut look = |k: usize| {
                 let h = &table[k];
-                if !h.busy.get()
+                if !h.busy()
                     && now.saturating_duration_since(h.since.get()) >= EVICT_IDLE
                     && best.is_none_or(|b| h.since.get() < table[b].since.get())
                 {
@@ -157,26 +167,47 @@ impl Room {
     }
 }
 
-/// Where the task of an evictable connection is told, once spawned ([`Place::hook`]).
-pub(crate) struct Hook(Rc<Held>);
+/// What a connection tells eviction (its task, when it was last active), to be handed to
+/// the parts that know ([`Place::tracker`]); does nothing for a connection that is not
+/// evictable.
+#[derive(Clone)]
+pub(crate) struct Tracker(Option<Rc<Held>>);
 
-impl Hook {
+impl Tracker {
     /// The connection's task, aborted if it is evicted.
-    pub fn set(self, task: AbortHandle) {
-        *self.0.task.borrow_mut() = Some(task);
+    pub fn set_task(&self, task: AbortHandle) {
+        if let Some(h) = &self.0 {
+            *h.task.borrow_mut() = Some(task);
+        }
+    }
+
+    /// Idle since `since`; `busy` when answers are held or unwritten.
+    #[inline]
+    pub fn note(&self, since: Instant, busy: bool) {
+        if let Some(h) = &self.0 {
+            h.since.set(since);
+            h.busy.set(busy);
+        }
+    }
+
+    /// Busy, besides, while `token` has a holder other than the connection.
+    pub fn busy_while_shared(&self, token: &Rc<()>) {
+        if let Some(h) = &self.0 {
+            *h.token.borrow_mut() = Some(Rc::downgrade(token));
+        }
     }
 }
 
 impl Place {
-    /// For an evictable connection, where its task is told once spawned.
-    pub fn hook(&self) -> Option<Hook> {
-        match self {
-            Place::Held(_, _, h) => Some(Hook(h.clone())),
+    /// What the connection tells eviction.
+    pub fn tracker(&self) -> Tracker {
+        Tracker(match self {
+            Place::Held(_, _, h) => Some(h.clone()),
             _ => None,
-        }
+        })
     }
 
-    /// What eviction looks at: idle since `since`, and whether answers are held or unwritten.
+    /// See [`Tracker::note`].
     #[inline]
     pub fn note(&self, since: Instant, busy: bool) {
         if let Place::Held(_, _, h) = self {
@@ -219,9 +250,18 @@ mod tests {
         assert_eq!(limit.open(), 3, "the place passes to the newcomer, still counted");
         let d = room.enter(Transport::Tcp, slot);
         assert!(room.evict(Transport::Tcp).is_none(), "a busy, c and d recent");
+        // Busy while another holds its token (HTTP/2's held streams).
+        let token = Rc::new(());
+        a.tracker().busy_while_shared(&token);
+        a.note(Instant::now() - Duration::from_millis(400), false);
+        let held_stream = token.clone();
+        assert!(room.evict(Transport::Tcp).is_none(), "a holds a stream");
+        drop(held_stream);
+        let slot = room.evict(Transport::Tcp).expect("a's stream is done");
+        let d2 = room.enter(Transport::Tcp, slot);
         drop(b);
         assert_eq!(room.len(Transport::Tcp), 3, "an evicted connection's end leaves the table alone");
-        drop((a, c, d));
+        drop((a, c, d, d2));
         assert_eq!(room.len(Transport::Tcp), 0);
         assert_eq!(limit.open(), 0);
     }
@@ -234,12 +274,12 @@ mod tests {
         local
             .run_until(async {
                 let place = room.enter(Transport::Dot, limit.take().unwrap());
-                let hook = place.hook().expect("DoT connections are evictable");
+                let tracker = place.tracker();
                 let task = tokio::task::spawn_local(async move {
                     let _place = place;
                     std::future::pending::<()>().await;
                 });
-                hook.set(task.abort_handle());
+                tracker.set_task(task.abort_handle());
                 tokio::time::advance(EVICT_IDLE).await;
                 let slot = room.evict(Transport::Dot).expect("idle");
                 assert!(task.await.unwrap_err().is_cancelled());

@@ -65,10 +65,10 @@ pub(crate) fn quick_ack(fd: std::os::fd::RawFd) {
 /// Accepts on `listener` until `stop` turns true, handing each connection (TCP_NODELAY set)
 /// to `on_accept`, which spawns its task, with its place under `--max-conns` (the task keeps
 /// it until the connection ends; it returns the task, or None when it closed the connection
-/// itself). At the cap, a TCP or DoT connection takes the place of the longest idle one on
-/// this thread ([`crate::policy::Room`], counted as evicted); when there is none, and on
-/// DoH, the new connection is closed at once (FIN, or RST when the client had sent something
-/// already) and counted as refused.
+/// itself). At the cap, a new connection takes the place of the longest idle one on this
+/// thread ([`crate::policy::Room`], counted as evicted); when there is none, the new one is
+/// closed at once (FIN, or RST when the client had sent something already) and counted as
+/// refused.
 pub(crate) async fn accept_loop(
     listener: std::net::TcpListener,
     ctx: &Ctx,
@@ -111,9 +111,9 @@ pub(crate) async fn accept_loop(
                         },
                     };
                     let _ = stream.set_nodelay(true);
-                    let hook = place.hook();
-                    if let (Some(hook), Some(task)) = (hook, on_accept(stream, place)) {
-                        hook.set(task);
+                    let tracker = place.tracker();
+                    if let Some(task) = on_accept(stream, place) {
+                        tracker.set_task(task);
                     }
                 }
                 // Out of file descriptors and the like: back off briefly instead of spinning.
