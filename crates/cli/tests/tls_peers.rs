@@ -172,9 +172,13 @@ fn dnsdist_dot() {
     let url = format!("tls://127.0.0.1:{}", p.port("dot"));
     for name in ["spoof.test", "www.example.test"] {
         let r = run(&url, &p.cert.cert_str(), name, &[]);
-        // dnsdist 1.7 now and then closes an incoming DoT connection with queries in flight
-        // (CI once lost 2 of 500 so, as `closed`); volley reconnects and goes on.
-        check_encrypted_run_closing(r.ok(), N, "NOERROR", &dot("1.3"), N / 50);
+        // dnsdist 1.7 loses a few DoT queries itself: now and then it closes an incoming
+        // connection with queries in flight (CI once lost 2 of 500 so, as `closed`; volley
+        // reconnects and goes on), and about once in 40,000 queries it reads a query and never
+        // answers it, on a connection that stays open. A capture of both sides with the run's
+        // SSLKEYLOGFILE showed the query decrypted on the DoT side, no answer to it there, and
+        // unbound behind answering every query dnsdist passed on: the loss is dnsdist's.
+        check_encrypted_run_lossy(r.ok(), N, "NOERROR", &dot("1.3"), N / 50);
     }
     kdig_says(&p, "+tls", "dot", "spoof.test", "192.0.2.5");
     kdig_says(&p, "+tls", "dot", "www.example.test", "192.0.2.1");
