@@ -426,7 +426,8 @@ fn server_idle_timeout_seen_by_the_client() {
 
 /// `--max-conns 3`: three connections are served (exactly three on the wire); with five
 /// asked for, the others are turned away (TCP: closed at accept; QUIC: CONNECTION_REFUSED,
-/// a failed connection for the client, with event `server_quic_close_CONNECTION_REFUSED`).
+/// a failed connection for the client, with event `server_quic_close_CONNECTION_REFUSED`),
+/// unless one of the three has been idle long enough to give its place.
 #[test]
 fn server_max_conns() {
     let mut s = Server::start_encrypted(&["-T", "2", "--max-conns", "3"]);
@@ -450,7 +451,14 @@ fn server_max_conns() {
     let code = v["events"]["server_quic_close_CONNECTION_REFUSED"].as_u64();
     assert_eq!(code, Some(refused), "{}\nevents:\n{:#}", show(&v), v["events"]);
     assert!(serve_stat(&stats, "refused_max_conns") >= 2, "{stats}");
-    assert_eq!(serve_stat(&stats, "doq_connections"), 3 + 1, "three held, plus the probe's:\n{stats}");
+    // A connection the client held idle 200 ms (while the others it asked for were turned
+    // away) gave its place to one of them: closed with DOQ_NO_ERROR, one more served.
+    let evicted = v["events"]["server_quic_close_DOQ_NO_ERROR"].as_u64().unwrap_or(0);
+    assert_eq!(
+        serve_stat(&stats, "doq_connections"),
+        3 + 1 + evicted,
+        "three held, the probe's, the evicted ones' successors:\n{stats}"
+    );
 }
 
 /// At `--max-conns` a new connection takes the place of the longest idle one, not the other
@@ -507,6 +515,52 @@ fn max_conns_makes_room_by_closing_the_longest_idle() {
         let by_server = closed(&v, "server_fin") + closed(&v, "server_reset");
         assert_eq!(by_server, 0, "{transport}: the client's connection kept its place:\n{}", show(&v));
         assert_eq!(total(&v, "answered"), total(&v, "issued"), "{transport}: {}", show(&v));
+    }
+}
+
+/// The same room over QUIC (DoQ, DoH/3): two connections of a run at one query a second
+/// (idle most of the time) and a client's fill a cap of 3; while the client asks, a third
+/// run opens three more connections. They take the idle ones' places: those are closed with
+/// the application's NO_ERROR (event `server_quic_close_DOQ_NO_ERROR`, `..._H3_NO_ERROR`),
+/// counted as `evicted_idle`, and their run goes on; the client's connection, whose streams
+/// keep it busy, keeps its place: every query answered, nothing closed by the server.
+#[test]
+fn max_conns_makes_room_over_quic_by_closing_the_longest_idle() {
+    for (transport, no_error) in [("quic", "DOQ_NO_ERROR"), ("h3", "H3_NO_ERROR")] {
+        let mut s = Server::start_encrypted(&["-T", "1", "--max-conns", "3"]);
+        let url = s.url(transport);
+        let common = ["--ca", s.ca_str(), "-T", "1"];
+        let idle =
+            BackgroundRun::start(&[&[url.as_str(), "--connections", "2", "-Q", "1", "-l", "4s"], &common[..]].concat());
+        thread::sleep(Duration::from_millis(700));
+        let client = BackgroundRun::start(
+            &[&[url.as_str(), "--connections", "1", "-Q", "200", "-l", "3s"], &common[..]].concat(),
+        );
+        thread::sleep(Duration::from_millis(1000));
+        let newcomers =
+            BackgroundRun::start(&[&[url.as_str(), "--connections", "3", "-Q", "3", "-l", "1s"], &common[..]].concat());
+        let (c, i, n) = (client.finish(), idle.finish(), newcomers.finish());
+        let stats = s.terminate();
+        for v in [&c, &i, &n] {
+            check_accounting(v);
+        }
+        assert!(serve_stat(&stats, "evicted_idle") >= 2, "{transport}: {stats}");
+        let closes = |v: &Value| v["events"][format!("server_quic_close_{no_error}")].as_u64().unwrap_or(0);
+        assert!(
+            closes(&i) >= 1,
+            "{transport}: the idle run's connections closed to make room:\n{}\n{:#}",
+            show(&i),
+            i["events"]
+        );
+        assert_eq!(
+            closes(&c),
+            0,
+            "{transport}: the client's connection kept its place:\n{}\n{:#}",
+            show(&c),
+            c["events"]
+        );
+        assert_eq!(conn_total(&c, "failed"), 0, "{transport}: {}", show(&c));
+        assert_eq!(total(&c, "answered"), total(&c, "issued"), "{transport}: {}", show(&c));
     }
 }
 

@@ -46,8 +46,8 @@ Faults (--fault, repeatable; for provoking client errors):
 Server policies (what public resolvers do to their connections):
   --max-queries-per-conn N  close each connection gracefully after N answers (Cloudflare: 10000)
   --idle-timeout DUR        close connections idle for DUR (Quad9: about 20s)
-  --max-conns N             hold at most N connections per listener; at the cap a new TCP, DoT
-                            or DoH connection takes the place of the longest idle one (idle 200 ms
+  --max-conns N             hold at most N connections per listener; at the cap a new
+                            connection takes the place of the longest idle one (idle 200 ms
                             or more, nothing in flight: evicted_idle), else it is closed or
                             refused (refused_max_conns)
   --in-order                TCP, DoT: answer a connection's queries in the order they came

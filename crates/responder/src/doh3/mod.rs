@@ -16,8 +16,18 @@ use tokio::sync::watch;
 use crate::answer::Transport;
 use crate::ctx::Ctx;
 use crate::doh::request::{self, Kind, Outcome};
+use crate::policy::Tracker;
 use crate::quic::Unacked;
 use crate::stats::add;
+
+/// Runs a request's task, the connection busy for eviction until it ends.
+fn spawn_request(request: impl std::future::Future<Output = ()> + 'static, tracker: &Tracker) {
+    let busy = tracker.stream();
+    tokio::task::spawn_local(async move {
+        let _busy = busy;
+        request.await
+    });
+}
 
 /// ALPN protocol of HTTP/3.
 pub(crate) const ALPN: &[u8] = b"h3";
@@ -34,7 +44,12 @@ type Stream = h3::server::RequestStream<streams::Bidi<Bytes>, Bytes>;
 /// ends the connection gracefully: once every response taken was acknowledged by the client
 /// (bounded by the idle timeout), the client has [`CLOSE_GRACE`] to close it; then the server
 /// does, with H3_NO_ERROR.
-pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAccepted>, ctx: Rc<Ctx>) {
+pub(crate) async fn connection(
+    conn: Connection,
+    mut zero_rtt: Option<ZeroRttAccepted>,
+    ctx: Rc<Ctx>,
+    tracker: Tracker,
+) {
     add(&ctx.counters.doh3_connections, 1);
     let quic = conn.clone();
     let peer = Some(conn.remote_address().ip());
@@ -56,7 +71,7 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
         crate::quic::note_first_stream(&ctx, &mut zero_rtt);
         served += 1;
         let stopped = shared.take_stopped(resolver.frame_stream.id());
-        tokio::task::spawn_local(request(resolver, ctx.clone(), stopped, closed.clone(), peer));
+        spawn_request(request(resolver, ctx.clone(), stopped, closed.clone(), peer), &tracker);
         if closing {
             continue;
         }
@@ -87,7 +102,7 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
                     r = h3c.accept(), if accepting => match r {
                         Ok(Some(resolver)) => {
                             let stopped = shared.take_stopped(resolver.frame_stream.id());
-                            tokio::task::spawn_local(request(resolver, ctx.clone(), stopped, closed.clone(), peer));
+                            spawn_request(request(resolver, ctx.clone(), stopped, closed.clone(), peer), &tracker);
                         }
                         // The client's GOAWAY: nothing more comes, the answers may still go.
                         Ok(None) => accepting = false,

@@ -13,6 +13,7 @@ use volley_transport::qlog::{StreamState, Trace};
 
 use crate::answer::{Transport, Verdict};
 use crate::ctx::Ctx;
+use crate::policy::Tracker;
 use crate::quic::Unacked;
 use crate::stats::add;
 
@@ -33,7 +34,12 @@ const DOQ_REQUEST_CANCELLED: u64 = 3;
 /// Serves one DoQ connection: a task per stream. With `--max-queries-per-conn N`, the N-th
 /// stream is the last one accepted: once the answers of every accepted stream have been
 /// acknowledged (or the idle timeout passed), the connection is closed with DOQ_NO_ERROR.
-pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAccepted>, ctx: Rc<Ctx>) {
+pub(crate) async fn connection(
+    conn: Connection,
+    mut zero_rtt: Option<ZeroRttAccepted>,
+    ctx: Rc<Ctx>,
+    tracker: Tracker,
+) {
     add(&ctx.counters.doq_connections, 1);
     let unacked = ctx.max_queries.is_some().then(|| Rc::new(Unacked::default()));
     let mut accepted = 0u64;
@@ -47,7 +53,12 @@ pub(crate) async fn connection(conn: Connection, mut zero_rtt: Option<ZeroRttAcc
                 if let Some(u) = &unacked {
                     u.track(&send);
                 }
-                tokio::task::spawn_local(stream(send, recv, ctx.clone(), trace.clone(), peer));
+                let busy = tracker.stream();
+                let query = stream(send, recv, ctx.clone(), trace.clone(), peer);
+                tokio::task::spawn_local(async move {
+                    let _busy = busy;
+                    query.await
+                });
                 if let (Some(u), true) = (&unacked, ctx.max_queries.is_some_and(|m| accepted >= m)) {
                     let _ = tokio::time::timeout(ctx.idle_timeout, u.settled()).await;
                     if conn.close_reason().is_none() {

@@ -71,7 +71,8 @@ pub(crate) enum Admit {
     Free,
     /// Counted; the place is freed when the slot is dropped.
     Counted(Slot),
-    /// The listener is full: close the connection (TCP) or refuse it (QUIC).
+    /// The listener is full: make room ([`Room::evict`]), or close the connection (TCP) or
+    /// refuse it (QUIC).
     Refused,
 }
 

@@ -1,5 +1,6 @@
-//! Room at `--max-conns`: the TCP, DoT and DoH connections an I/O thread holds under the cap, so
-//! that a new one can take the place of the longest idle instead of being turned away.
+//! Room at `--max-conns`: the TCP, DoT, DoH, DoQ and DoH/3 connections an I/O thread holds
+//! under the cap, so that a new one can take the place of the longest idle instead of being
+//! turned away.
 //!
 //! Turning the newcomer away lets idle connections that reconnect at once (an attacker's, or
 //! a pool's) keep every place, and a client that asks is starved (docs/reliability.md).
@@ -33,7 +34,7 @@ const SAMPLE: usize = 32;
 
 impl Held {
     fn busy(&self) -> bool {
-        self.busy.get() || self.token.borrow().as_ref().is_some_and(|t| t.strong_count() > 1)
+        self.busy.get() || self.streams.get() > 0 || self.token.borrow().as_ref().is_some_and(|t| t.strong_count() > 1)
     }
 }
 
@@ -43,6 +44,11 @@ pub(crate) struct Held {
     slot: RefCell<Option<Slot>>,
     /// Its task, aborted when it is evicted (which drops and so closes the socket).
     task: RefCell<Option<AbortHandle>>,
+    /// Run before the task is aborted (QUIC: a close with the application's NO_ERROR, which
+    /// dropping the connection would not send at once).
+    close: RefCell<Option<Box<dyn FnOnce()>>>,
+    /// Streams (queries) in progress on it ([`Tracker::stream`]): not evicted.
+    streams: Cell<u32>,
     /// Since when it has been idle (its last query or answer, or since the first byte of a
     /// query that is still arriving).
     since: Cell<Instant>,
@@ -55,10 +61,11 @@ pub(crate) struct Held {
     at: Cell<usize>,
 }
 
-/// The connections of one I/O thread held under `--max-conns`, per listener (TCP, DoT, DoH).
+/// The connections of one I/O thread held under `--max-conns`, per listener (TCP, DoT, DoH,
+/// DoQ, DoH/3).
 #[derive(Default)]
 pub(crate) struct Room {
-    tables: [RefCell<Vec<Rc<Held>>>; 3],
+    tables: [RefCell<Vec<Rc<Held>>>; 5],
     rng: Cell<u64>,
 }
 
@@ -67,7 +74,7 @@ pub(crate) struct Room {
 pub(crate) enum Place {
     /// The listener has no cap.
     Free,
-    /// Counted under the cap; never evicted (the QUIC listeners' connections).
+    /// Counted under the cap; never evicted (a listener without a table: none today).
     Counted(#[allow(dead_code)] Slot),
     /// Counted, and may be evicted.
     Held(Rc<Room>, usize, Rc<Held>),
@@ -78,6 +85,8 @@ fn table_of(t: Transport) -> Option<usize> {
         Transport::Tcp => Some(0),
         Transport::Dot => Some(1),
         Transport::Doh => Some(2),
+        Transport::Doq => Some(3),
+        Transport::Doh3 => Some(4),
         _ => None,
     }
 }
@@ -90,6 +99,8 @@ impl Room {
         let held = Rc::new(Held {
             slot: RefCell::new(Some(slot)),
             task: RefCell::new(None),
+            close: RefCell::new(None),
+            streams: Cell::new(0),
             since: Cell::new(Instant::now()),
             busy: Cell::new(false),
             token: RefCell::new(None),
@@ -128,6 +139,9 @@ impl Room {
         };
         self.leave(i, &victim);
         let slot = victim.slot.borrow_mut().take();
+        if let Some(close) = victim.close.borrow_mut().take() {
+            close();
+        }
         if let Some(task) = victim.task.borrow_mut().take() {
             task.abort();
         }
@@ -181,6 +195,22 @@ impl Tracker {
         }
     }
 
+    /// Run when the connection is evicted, before its task is aborted.
+    pub fn set_close(&self, close: impl FnOnce() + 'static) {
+        if let Some(h) = &self.0 {
+            *h.close.borrow_mut() = Some(Box::new(close));
+        }
+    }
+
+    /// A stream (a query) begun on the connection: busy until the guard is dropped, idle
+    /// from then.
+    pub fn stream(&self) -> Stream {
+        if let Some(h) = &self.0 {
+            h.streams.set(h.streams.get() + 1);
+        }
+        Stream(self.0.clone())
+    }
+
     /// Idle since `since`; `busy` when answers are held or unwritten.
     #[inline]
     pub fn note(&self, since: Instant, busy: bool) {
@@ -194,6 +224,18 @@ impl Tracker {
     pub fn busy_while_shared(&self, token: &Rc<()>) {
         if let Some(h) = &self.0 {
             *h.token.borrow_mut() = Some(Rc::downgrade(token));
+        }
+    }
+}
+
+/// A stream in progress on a connection ([`Tracker::stream`]).
+pub(crate) struct Stream(Option<Rc<Held>>);
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if let Some(h) = &self.0 {
+            h.streams.set(h.streams.get() - 1);
+            h.since.set(Instant::now());
         }
     }
 }
@@ -264,6 +306,26 @@ mod tests {
         drop((a, c, d, d2));
         assert_eq!(room.len(Transport::Tcp), 0);
         assert_eq!(limit.open(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_with_a_stream_in_progress_keeps_its_place() {
+        let limit = ConnLimit::new(1);
+        let room = Rc::new(Room::default());
+        let a = room.enter(Transport::Doq, limit.take().unwrap());
+        let tracker = a.tracker();
+        let stream = tracker.stream();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(room.evict(Transport::Doq).is_none(), "a stream in progress");
+        drop(stream);
+        assert!(room.evict(Transport::Doq).is_none(), "idle only since its stream ended");
+        tokio::time::advance(EVICT_IDLE).await;
+        assert!(room.evict(Transport::Doh3).is_none(), "each listener its own table");
+        let closed = Rc::new(Cell::new(false));
+        let c = closed.clone();
+        tracker.set_close(move || c.set(true));
+        assert!(room.evict(Transport::Doq).is_some(), "idle 200 ms");
+        assert!(closed.get(), "closed as it was evicted");
     }
 
     #[tokio::test(start_paused = true)]

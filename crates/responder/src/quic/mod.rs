@@ -16,7 +16,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::answer::Transport;
 use crate::ctx::Ctx;
-use crate::policy::{Admit, Slot};
+use crate::policy::{Admit, Place, Slot, Tracker};
 use crate::stats::add;
 
 /// What a QUIC listener's endpoints are made with (one per I/O thread).
@@ -177,8 +177,10 @@ async fn handshake(connecting: quinn::Connecting, ctx: &Ctx, handshaking: Option
 }
 
 /// Accepts connections until `stop` turns true: sends a Retry to every client whose address
-/// is not validated yet when `retry` is on; refuses (CONNECTION_REFUSED) a connection beyond
-/// the listener's `--max-conns`; with 0-RTT, hands the connection over before the handshake
+/// is not validated yet when `retry` is on; at the listener's `--max-conns` a new connection
+/// takes the place of the longest idle one on this thread (closed with the application's
+/// NO_ERROR, counted as evicted; [`crate::policy::Room`]), or is refused (CONNECTION_REFUSED)
+/// when there is none; with 0-RTT, hands the connection over before the handshake
 /// completes (0.5-RTT), with the future telling when it did. When it stops, every connection
 /// is closed with the application's NO_ERROR (DOQ_NO_ERROR, H3_NO_ERROR).
 #[allow(clippy::too_many_arguments)]
@@ -192,7 +194,7 @@ pub(crate) async fn accept_loop<F, Fut>(
     mut stop: watch::Receiver<bool>,
     serve: F,
 ) where
-    F: Fn(Connection, Option<ZeroRttAccepted>, Rc<Ctx>) -> Fut + Copy + 'static,
+    F: Fn(Connection, Option<ZeroRttAccepted>, Rc<Ctx>, Tracker) -> Fut + Copy + 'static,
     Fut: Future<Output = ()> + 'static,
 {
     loop {
@@ -217,14 +219,20 @@ pub(crate) async fn accept_loop<F, Fut>(
             }
             continue;
         }
-        let slot = match ctx.limits.admit(transport) {
-            Admit::Refused => {
-                add(&ctx.counters.refused_max_conns, 1);
-                incoming.refuse();
-                continue;
-            }
-            Admit::Counted(s) => Some(s),
-            Admit::Free => None,
+        let place = match ctx.limits.admit(transport) {
+            Admit::Free => Place::Free,
+            Admit::Counted(slot) => ctx.room.enter(transport, slot),
+            Admit::Refused => match ctx.room.evict(transport) {
+                Some(slot) => {
+                    add(&ctx.counters.evicted_idle, 1);
+                    ctx.room.enter(transport, slot)
+                }
+                None => {
+                    add(&ctx.counters.refused_max_conns, 1);
+                    incoming.refuse();
+                    continue;
+                }
+            },
         };
         // --max-handshakes: a place among the handshakes in progress, or refused.
         let Ok(handshaking) = ctx.limits.handshake(transport) else {
@@ -243,9 +251,17 @@ pub(crate) async fn accept_loop<F, Fut>(
         };
         let Ok(connecting) = accepted else { continue };
         let ctx = ctx.clone();
-        tokio::task::spawn_local(async move {
+        let tracker = place.tracker();
+        let no_error = no_error_of(transport);
+        let task = tokio::task::spawn_local(async move {
             // Holds the connection's place under --max-conns until it is served.
-            let _slot = slot;
+            let tracker = place.tracker();
+            let _place = place;
+            let serve = |conn: Connection, accepted, ctx| {
+                let c = conn.clone();
+                tracker.set_close(move || c.close(no_error.into(), b""));
+                serve(conn, accepted, ctx, tracker.clone())
+            };
             // The handshake, within the smaller of the idle and request timeouts (a timeout
             // counts as closed_slow), holding its place under --max-handshakes until it ends.
             if zero_rtt {
@@ -267,9 +283,18 @@ pub(crate) async fn accept_loop<F, Fut>(
                 serve(conn, None, ctx).await
             }
         });
+        tracker.set_task(task.abort_handle());
     }
-    let no_error = if transport == Transport::Doh3 { crate::doh3::H3_NO_ERROR } else { crate::doq::DOQ_NO_ERROR };
-    ep.close(no_error.into(), b"");
+    ep.close(no_error_of(transport).into(), b"");
+}
+
+/// The application's NO_ERROR code on `transport` (DOQ_NO_ERROR, H3_NO_ERROR).
+fn no_error_of(transport: Transport) -> u32 {
+    if transport == Transport::Doh3 {
+        crate::doh3::H3_NO_ERROR
+    } else {
+        crate::doq::DOQ_NO_ERROR
+    }
 }
 
 /// Counts a connection's first stream that arrived during the handshake as early data.
