@@ -12,13 +12,14 @@
 # unbound serves DoH over HTTP/2 only, neither peer serves DoQ or DoH/3: those cells are
 # "n/a". The volley binary: $VOLLEY, else `cargo build --release`.
 #
-# Sizes: CONNS (slowloris and stall connections, default 2000), IDLE_CONNS (default 50000;
+# Sizes: CONNS (slowloris and stall connections, default 2000), IDLE_QUIC_CONNS (idle DoQ
+# connections, each from a socket of its own, default 2000), IDLE_CONNS (default 50000;
 # the campaign raises its open-files limit to 1.5 x IDLE_CONNS + 4096 where it may (root: up to
 # fs.nr_open), else several harness processes run side by side; they connect from SOURCES
 # loopback addresses, 127.0.0.1..N, so that no source address runs out of ports), H2_CONNS (8), QUIC_CONNS (16), UDP_SOCKS (4),
 # REPLAY_CONNS (0-RTT replayers at once, each sending the recorded first flight again every
 # second, default 200), DURATION (20 s), GOOD_QPS (100), LINES (all: none slowloris-tcp
-# slowloris-dot slowloris-doh1 idle-tcp stall-tcp stall-dot rapid-reset continuation
+# slowloris-dot slowloris-doh1 idle-tcp idle-doq stall-tcp stall-dot rapid-reset continuation
 # big-headers doq-streams doh3-streams long-url udp-garbage dot-0rtt doq-0rtt doh3-0rtt),
 # SERVERS ("volley unbound dnsdist"), VOLLEY_SERVE_ARGS (more options for `volley serve`, e.g.
 # "--request-timeout 60s" to see what closing slow connections costs the good client),
@@ -37,6 +38,7 @@ DURATION="${DURATION:-20}"
 GOOD_QPS="${GOOD_QPS:-100}"
 CONNS="${CONNS:-2000}"
 IDLE_CONNS="${IDLE_CONNS:-50000}"
+IDLE_QUIC_CONNS="${IDLE_QUIC_CONNS:-2000}"
 SOURCES="${SOURCES:-16}"
 H2_CONNS="${H2_CONNS:-8}"
 QUIC_CONNS="${QUIC_CONNS:-16}"
@@ -47,7 +49,7 @@ attack_pin=()
 good_pin=()
 [ -n "${GOOD_CORE:-}" ] && good_pin=(taskset -c "$GOOD_CORE")
 SERVERS="${SERVERS:-volley unbound dnsdist}"
-LINES="${LINES:-none slowloris-tcp slowloris-dot slowloris-doh1 idle-tcp stall-tcp stall-dot rapid-reset continuation big-headers doq-streams doh3-streams long-url udp-garbage dot-0rtt doq-0rtt doh3-0rtt}"
+LINES="${LINES:-none slowloris-tcp slowloris-dot slowloris-doh1 idle-tcp idle-doq stall-tcp stall-dot rapid-reset continuation big-headers doq-streams doh3-streams long-url udp-garbage dot-0rtt doq-0rtt doh3-0rtt}"
 
 need taskset jq kdig openssl
 check_cores
@@ -107,6 +109,7 @@ line_spec() {
         slowloris-dot) echo "slowloris dot $CONNS dot" ;;
         slowloris-doh1) echo "slowloris doh1 $CONNS doh2" ;;
         idle-tcp) echo "idle tcp $IDLE_CONNS tcp" ;;
+        idle-doq) echo "idle doq $IDLE_QUIC_CONNS doq" ;;
         stall-tcp) echo "stall tcp $CONNS tcp" ;;
         stall-dot) echo "stall dot $CONNS dot" ;;
         rapid-reset) echo "rapid-reset doh2 $H2_CONNS doh2" ;;
@@ -130,6 +133,7 @@ line_title() {
         slowloris-dot) echo "slowloris, DoT ($CONNS conns, 1 byte/s)" ;;
         slowloris-doh1) echo "slowloris, DoH/1.1 ($CONNS conns, 1 byte/s)" ;;
         idle-tcp) echo "idle connections, TCP ($IDLE_CONNS)" ;;
+        idle-doq) echo "idle connections, DoQ ($IDLE_QUIC_CONNS)" ;;
         stall-tcp) echo "length prefix 65,535 never sent, TCP ($CONNS conns)" ;;
         stall-dot) echo "length prefix 65,535 never sent, DoT ($CONNS conns)" ;;
         rapid-reset) echo "HTTP/2 rapid reset ($H2_CONNS conns)" ;;

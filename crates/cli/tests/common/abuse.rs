@@ -21,7 +21,7 @@ use tokio::net::{TcpSocket, TcpStream};
 pub enum Attack {
     /// Requests dribbled a byte at a time (`interval` apart), again and again.
     Slowloris,
-    /// Connections opened (TLS: handshake done) and held without a byte.
+    /// Connections opened (TLS, QUIC: handshake done) and held without a byte (a query).
     Idle,
     /// A length prefix announcing 65,535 bytes, ten of them sent, then nothing.
     Stall,
@@ -388,6 +388,13 @@ async fn slowloris(i: usize, plan: &Plan, t: &Tally) -> Result<(), Failed> {
 }
 
 async fn idle(i: usize, plan: &Plan, t: &Tally) -> Result<(), Failed> {
+    if matches!(plan.proto, Proto::Doq | Proto::Doh3) {
+        // A QUIC connection that asks nothing, until the server closes it.
+        let (_ep, conn) = quic_connect(plan).await?;
+        t.opened.fetch_add(1, Relaxed);
+        conn.closed().await;
+        return Ok(());
+    }
     let mut io = connect(i, plan).await?;
     t.opened.fetch_add(1, Relaxed);
     until_closed(&mut io).await;
@@ -618,7 +625,9 @@ async fn h2_headers(i: usize, plan: &Plan, t: &Tally, block: Option<usize>) -> R
 // ---------------------------------------------------------------------------------------
 // QUIC
 
-async fn quic_streams(plan: &Plan, t: &Tally) -> Result<(), Failed> {
+/// A QUIC connection (DoQ or HTTP/3 by `plan.proto`) from an endpoint of its own, which the
+/// caller keeps while it uses the connection.
+async fn quic_connect(plan: &Plan) -> Result<(quinn::Endpoint, quinn::Connection), Failed> {
     let alpn: &[u8] = if plan.proto == Proto::Doh3 { b"h3" } else { b"doq" };
     let mut tls = tls_config(alpn);
     tls.enable_early_data = false;
@@ -629,10 +638,14 @@ async fn quic_streams(plan: &Plan, t: &Tally) -> Result<(), Failed> {
     };
     ep.set_default_client_config(cfg);
     let Ok(connecting) = ep.connect(plan.target, "localhost") else { return Err(Failed::Connect) };
-    let conn = match tokio::time::timeout(Duration::from_secs(10), connecting).await {
-        Ok(Ok(c)) => c,
-        _ => return Err(Failed::Connect),
-    };
+    match tokio::time::timeout(Duration::from_secs(10), connecting).await {
+        Ok(Ok(c)) => Ok((ep, c)),
+        _ => Err(Failed::Connect),
+    }
+}
+
+async fn quic_streams(plan: &Plan, t: &Tally) -> Result<(), Failed> {
+    let (_ep, conn) = quic_connect(plan).await?;
     t.opened.fetch_add(1, Relaxed);
     // A part of a request: DoQ, a length prefix of 65,535 and 10 octets; HTTP/3, the start
     // of a HEADERS frame announcing 16 KiB.
