@@ -325,8 +325,26 @@ fn probe(addr: SocketAddr, ty: Type, proto: Protocol) -> io::Result<SocketAddr> 
 }
 
 /// Binds `count` sockets to the same address with SO_REUSEPORT, after a probe that the
-/// address is free (with port 0, the probe picks the port and every socket joins it).
+/// address is free (with port 0, the probe picks the port and every socket joins it). With
+/// port 0, another process may take the port the probe picked between the probe's close and
+/// the group's bind (seen in CI: a parallel test's client socket): then again, with a new one.
 fn bind_all(transport: Transport, addr: SocketAddr, count: usize) -> Result<(SocketAddr, Vec<Socket>), ResponderError> {
+    let mut tries = if addr.port() == 0 { 8 } else { 1 };
+    loop {
+        tries -= 1;
+        match bind_group(transport, addr, count) {
+            Err(ResponderError::Bind { source, .. }) if tries > 0 && source.kind() == io::ErrorKind::AddrInUse => {}
+            r => return r,
+        }
+    }
+}
+
+/// One try of [`bind_all`].
+fn bind_group(
+    transport: Transport,
+    addr: SocketAddr,
+    count: usize,
+) -> Result<(SocketAddr, Vec<Socket>), ResponderError> {
     let mut out = Vec::with_capacity(count);
     let err = |addr, source| ResponderError::Bind { transport, addr, source };
     let datagram = transport.is_datagram();
