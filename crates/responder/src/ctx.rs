@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::answer::Answerer;
 use crate::faults::Active;
-use crate::policy::Limits;
-use crate::stats::Counters;
+use crate::policy::{Admit, Limits, Place};
+use crate::stats::{add, Counters};
 
 /// Per-thread settings shared by the connections of every async transport on that thread.
 pub(crate) struct Ctx {
@@ -52,6 +52,29 @@ pub(crate) struct Ctx {
 /// open-files limit), when `--idle-timeout` is longer: idle connections make room for new
 /// ones before descriptors run out (as unbound shortens its TCP idle timeout when busy).
 pub(crate) const CROWDED_IDLE: Duration = Duration::from_secs(1);
+
+impl Ctx {
+    /// A new connection's place on `t`'s listener under `--max-conns`: free, counted, or at
+    /// the cap the place of the longest idle connection on this thread, which is closed
+    /// (counted in `evicted_idle`); None when there is none (counted in `refused_max_conns`):
+    /// the caller turns the connection away.
+    pub(crate) fn admit(&self, t: crate::answer::Transport) -> Option<Place> {
+        Some(match self.limits.admit(t) {
+            Admit::Free => Place::Free,
+            Admit::Counted(slot) => self.room.enter(t, slot),
+            Admit::Refused => match self.room.evict(t) {
+                Some(slot) => {
+                    add(&self.counters.evicted_idle, 1);
+                    self.room.enter(t, slot)
+                }
+                None => {
+                    add(&self.counters.refused_max_conns, 1);
+                    return None;
+                }
+            },
+        })
+    }
+}
 
 /// Three quarters of the calling thread's open-files limit (at least 64): see [`Ctx::crowded_at`].
 pub(crate) fn crowded_at() -> usize {

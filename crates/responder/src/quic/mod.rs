@@ -16,7 +16,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::answer::Transport;
 use crate::ctx::Ctx;
-use crate::policy::{Admit, Place, Slot, Tracker};
+use crate::policy::{Slot, Tracker};
 use crate::stats::add;
 
 /// What a QUIC listener's endpoints are made with (one per I/O thread).
@@ -219,20 +219,9 @@ pub(crate) async fn accept_loop<F, Fut>(
             }
             continue;
         }
-        let place = match ctx.limits.admit(transport) {
-            Admit::Free => Place::Free,
-            Admit::Counted(slot) => ctx.room.enter(transport, slot),
-            Admit::Refused => match ctx.room.evict(transport) {
-                Some(slot) => {
-                    add(&ctx.counters.evicted_idle, 1);
-                    ctx.room.enter(transport, slot)
-                }
-                None => {
-                    add(&ctx.counters.refused_max_conns, 1);
-                    incoming.refuse();
-                    continue;
-                }
-            },
+        let Some(place) = ctx.admit(transport) else {
+            incoming.refuse();
+            continue;
         };
         // --max-handshakes: a place among the handshakes in progress, or refused.
         let Ok(handshaking) = ctx.limits.handshake(transport) else {

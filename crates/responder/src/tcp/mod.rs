@@ -25,7 +25,7 @@ use tokio::time::{sleep_until, Instant, Sleep};
 use crate::answer::{Transport, Verdict};
 use crate::ctx::Ctx;
 use crate::delayed::Delayed;
-use crate::policy::{Admit, Place};
+use crate::policy::Place;
 use crate::stats::add;
 
 /// Initial read buffer; grows to fit one 64 KiB frame if a query that large arrives.
@@ -95,20 +95,9 @@ pub(crate) async fn accept_loop(
             _ = stop.changed() => {}
             r = listener.accept() => match r {
                 Ok((stream, _)) => {
-                    let place = match ctx.limits.admit(transport) {
-                        Admit::Free => Place::Free,
-                        Admit::Counted(slot) => ctx.room.enter(transport, slot),
-                        Admit::Refused => match ctx.room.evict(transport) {
-                            Some(slot) => {
-                                add(&ctx.counters.evicted_idle, 1);
-                                ctx.room.enter(transport, slot)
-                            }
-                            None => {
-                                add(&ctx.counters.refused_max_conns, 1);
-                                drop(stream);
-                                continue;
-                            }
-                        },
+                    let Some(place) = ctx.admit(transport) else {
+                        drop(stream);
+                        continue;
                     };
                     let _ = stream.set_nodelay(true);
                     let tracker = place.tracker();
