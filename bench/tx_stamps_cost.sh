@@ -6,7 +6,8 @@
 # rotating) after a warm-up run that is not counted, generator
 # CPU per answer from the results (the worker threads' CPU clocks: the error queue's reads are
 # the thread's system calls). Prints each round, and the ratios ends/off and each/off of each
-# round with their min-max over the rounds.
+# round with their min-max over the rounds, median, and mean with a 95 % interval. A cost of a
+# few per cent needs many short rounds: DURATION=1 ROUNDS=40 (docs/performance.md).
 #
 # Env: RATE (100000 qps), DURATION (5 s per run), ROUNDS (3), CLIENT_CORE (0), SERVER_CORE
 # (1), VOLLEY (a prebuilt binary), VOLLEY_NO_BUILD, OUT_DIR (bench/out).
@@ -57,6 +58,15 @@ for r in $(seq 1 "$ROUNDS"); do
     rows+="| $r | $(cell "${RUN[$r,ends]}") | $(cell "${RUN[$r,each]}") | $(cell "${RUN[$r,off]}") | ${ENDS[$r]} | ${EACH[$r]} |"$'\n'
 done
 span() { printf '%s\n' "$@" | sort -g | sed -n '1p;$p' | paste -sd- | sed 's/-/â€“/'; }
+# The rounds' ratios summed up: their median, and their mean with a 95 % interval (1.96
+# standard errors; the machine's noise moves one run by up to 30 %, so a cost of a few per cent
+# shows only over many short rounds, taken in turn).
+summary() {
+    printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1; s += $1; q += $1 * $1 }
+        END { n = NR; m = s / n; sd = n > 1 ? sqrt((q - n * m * m) / (n - 1)) : 0; h = 1.96 * sd / sqrt(n)
+              med = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+              printf "median %.3f, mean %.3f (95 %% interval %.3f-%.3f, %d rounds)", med, m, m - h, m + h, n }'
+}
 
 {
     echo "### Kernel transmit stamps: generator CPU per answer, ends and each against off"
@@ -71,4 +81,6 @@ span() { printf '%s\n' "$@" | sort -g | sed -n '1p;$p' | paste -sd- | sed 's/-/â
     printf '%s' "$rows"
     echo
     echo "CPU ends/off over the rounds: $(span "${ENDS[@]}"); each/off: $(span "${EACH[@]}") (goal: at most 1.05)."
+    echo
+    echo "ends/off: $(summary "${ENDS[@]}"); each/off: $(summary "${EACH[@]}")."
 } | write_fragment tx_stamps_cost
