@@ -63,7 +63,7 @@ span() { printf '%s\n' "$@" | sort -g | sed -n '1p;$p' | paste -sd- | sed 's/-/â
 # shows only over many short rounds, taken in turn).
 summary() {
     printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1; s += $1; q += $1 * $1 }
-        END { n = NR; m = s / n; sd = n > 1 ? sqrt((q - n * m * m) / (n - 1)) : 0; h = 1.96 * sd / sqrt(n)
+        END { n = NR; m = s / n; v2 = n > 1 ? (q - n * m * m) / (n - 1) : 0; sd = v2 > 0 ? sqrt(v2) : 0; h = 1.96 * sd / sqrt(n)
               med = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
               printf "median %.3f, mean %.3f (95 %% interval %.3f-%.3f, %d rounds)", med, m, m - h, m + h, n }'
 }
