@@ -7,6 +7,7 @@
 //! the tolerances; as the machine may be shared, a failed attempt is tried again, up
 //! to three times. bench/link_accuracy.sh runs them with the rate over 10 s.
 
+use std::cmp::Reverse;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -283,11 +284,68 @@ fn ks(sample: &[f64], cdf: impl Fn(f64) -> f64) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// The delay the emulator chose for each of the first `n` packets of a direction of `spec`
+/// with `seed`, ns: the scheduling core replayed in virtual time (without a rate, a packet's
+/// delay depends on its place in the sequence only).
+fn chosen_delays(spec: &str, seed: u64, n: u64) -> Vec<u64> {
+    let cfg = spec::parse(&[spec.to_string()]).expect("spec");
+    let mut pipe: volley_link::Pipe<Vec<u8>> = volley_link::Pipe::new(cfg.up, seed, 0);
+    for i in 0..n {
+        pipe.push(0, i.to_le_bytes().to_vec());
+    }
+    let mut due = vec![0; n as usize];
+    while let Some(d) = pipe.pop_due(u64::MAX) {
+        due[u64::from_le_bytes(d.packet[..8].try_into().unwrap()) as usize] = d.due;
+    }
+    due
+}
+
+/// What the path added to each packet beyond the delay the emulator chose for it (ns): the
+/// probe's send, the forwarder's read and lateness, the write to the host's socket; and how
+/// many times the match moved on. Packet `seq` took the choice at `seq` plus the packets the
+/// namespace sent on its own before it (an IPv6 router solicitation, say): where the path at
+/// the current offset reads outside 0 to 2 ms, the offset moves on to the next one under which
+/// this packet and the next four read inside it; where none does, the packet was late (a
+/// stalled vCPU) and its path is taken at the current offset. None when the first packets
+/// match no offset.
+fn path_delays(got: &[(u64, i64)], chosen: &[u64]) -> Option<(Vec<i64>, usize)> {
+    let mut seqs: Vec<(u64, i64)> = got.to_vec();
+    seqs.sort_unstable();
+    let path =
+        |i: usize, k: usize| seqs.get(i).and_then(|&(seq, m)| chosen.get(seq as usize + k).map(|&c| m - c as i64));
+    let fits = |i: usize, k: usize| {
+        (i..(i + 5).min(seqs.len())).all(|i| path(i, k).is_some_and(|p| (0..2_000_000).contains(&p)))
+    };
+    // The first offset: the one under which most of the first 100 packets read inside it (the
+    // first few may come late: the forwarder's first wake-ups on a loaded machine).
+    let inside = |k: usize| {
+        (0..100.min(seqs.len())).filter(|&i| path(i, k).is_some_and(|p| (0..2_000_000).contains(&p))).count()
+    };
+    let mut k = (0..9).max_by_key(|&k| (inside(k), Reverse(k)))?;
+    if inside(k) < 50.min(seqs.len()) {
+        return None;
+    }
+    let (mut out, mut moves) = (Vec::with_capacity(seqs.len()), 0);
+    for i in 0..seqs.len() {
+        if !path(i, k).is_some_and(|p| (0..2_000_000).contains(&p)) {
+            if let Some(nk) = (k + 1..k + 9).find(|&nk| fits(i, nk)) {
+                k = nk;
+                moves += 1;
+            }
+        }
+        out.push(path(i, k)?);
+    }
+    Some((out, moves))
+}
+
 /// Jitter's distribution matches its setting (uniform, normal, pareto around 30 ms, 10 ms), by a
-/// Kolmogorov-Smirnov test at the 1 % level over 5,000 packets. The path's own few tens of
-/// microseconds (the emulator's median lateness) are taken off first. A jitter of 10 ms keeps
-/// the test about the shape: pareto's density at its lower end is 3 / (1.15 x jitter), so the
-/// path's own spread of tens of microseconds moves its CDF by well under the critical value.
+/// Kolmogorov-Smirnov test at the 1 % level over 5,000 packets, twice: the delays the emulator
+/// chose (its scheduling core replayed with the same seed), and the delays the packets took
+/// end to end, less the median of what the path added to each (its send, the forwarder's read
+/// and lateness, the write to the host's socket), measured per packet in the same run against
+/// the delay chosen for it. That median reads 10 to 60 us on this VM, idle or not, and moves
+/// from run to run: a fixed allowance shifted pareto's steep lower end (a density of
+/// 3 / (1.15 x jitter)) past the critical value. No packet leaves before its chosen delay.
 #[test]
 fn jitter_has_its_distribution() {
     let (d, j) = (30.0, 10.0); // ms
@@ -308,27 +366,36 @@ fn jitter_has_its_distribution() {
             }),
         ),
     ];
+    let (n, seed) = (5_000u64, 11);
+    let critical = 1.628 / (n as f64).sqrt(); // alpha = 1 %
     for (dist, cdf) in cdfs {
+        let spec = format!("up:delay=30ms,jitter=10ms,dist={dist}");
+        // The namespace's own packets may take some of the first choices: a few more.
+        let chosen = chosen_delays(&spec, seed, n + 64);
+        let mut c: Vec<f64> = chosen[..n as usize].iter().map(|&x| x as f64 / 1e6).collect();
+        c.sort_unstable_by(f64::total_cmp);
+        let stat = ks(&c, &cdf);
+        eprintln!("{dist}: the emulator's choices: KS D = {stat:.4} (critical {critical:.4})");
+        assert!(stat <= critical, "{dist}: the emulator's choices: KS D = {stat:.4} above {critical:.4}");
         up_to_3(dist, || {
-            let n = 5_000u64;
-            let spec = format!("up:delay=30ms,jitter=10ms,dist={dist}");
-            let r = probe(&[&spec], 11, n, 2_500.0, 32, 1);
+            let r = probe(&[&spec], seed, n, 2_500.0, 32, 1);
             if r.got.len() as u64 != n {
                 return Err(format!("{} of {n} arrived", r.got.len()));
             }
-            let mut ms: Vec<f64> = r.got.iter().map(|&(_, d)| d as f64 / 1e6).collect();
+            let Some((mut path, moves)) = path_delays(&r.got, &chosen) else {
+                return Err("the packets' delays match none the emulator chose".into());
+            };
+            path.sort_unstable();
+            let (p_min, p50, p99) = (path[0], quantile(&path, 0.5), quantile(&path, 0.99));
+            assert!(p_min >= 0, "{dist}: a packet left {} ns before its chosen delay", -p_min);
+            let mut ms: Vec<f64> = r.got.iter().map(|&(_, d)| (d - p50) as f64 / 1e6).collect();
             ms.sort_unstable_by(f64::total_cmp);
-            // What the path adds to the emulator's delay: the emulator's own median lateness
-            // (it measures it) and the devices' and sockets' 15 us (the no-jitter test's
-            // minimum). Under load the lateness reaches 100 us, which would shift pareto's
-            // steep lower end past the test's critical value.
-            let path = (r.late_p50 as f64 + 15_000.0) / 1e6;
-            let shifted: Vec<f64> = ms.iter().map(|x| x - path).collect();
-            let stat = ks(&shifted, &cdf);
-            let critical = 1.628 / (n as f64).sqrt(); // alpha = 1 %
-            let q = |q: f64| shifted[((n - 1) as f64 * q) as usize];
+            let stat = ks(&ms, &cdf);
+            let q = |q: f64| ms[((n - 1) as f64 * q) as usize];
             eprintln!(
-                "{dist}: KS D = {stat:.4} (critical {critical:.4}); path {path:.3} ms; quantiles 1 % {:.3} 10 % {:.3} 50 % {:.3} 90 % {:.3} 99 % {:.3} ms",
+                "{dist}: end to end: KS D = {stat:.4} (critical {critical:.4}); the path: p50 {p50} ns, p99 {p99} ns, max {} ns, the match moved {moves} times (the emulator's lateness p50 {} ns); quantiles 1 % {:.3} 10 % {:.3} 50 % {:.3} 90 % {:.3} 99 % {:.3} ms",
+                path[path.len() - 1],
+                r.late_p50,
                 q(0.01),
                 q(0.1),
                 q(0.5),
