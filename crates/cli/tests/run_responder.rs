@@ -47,6 +47,41 @@ fn open_loop_at_a_rate() {
     }
 }
 
+/// The steal ticks of all CPUs (the `cpu` line's eighth value) and the number of CPUs.
+fn proc_steal() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let steal = stat.lines().next().unwrap().split_whitespace().nth(8).unwrap().parse().unwrap();
+    let cpus =
+        stat.lines().filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit)).count();
+    (steal, cpus as u64)
+}
+
+/// The machine's steal time over the run (a VM's hypervisor taking its CPUs): within what
+/// /proc/stat counted around the run, as a share of all CPUs' time over it, and a warning
+/// exactly when that share is above 1 %.
+#[test]
+fn the_hosts_steal_time_is_in_the_results() {
+    let s = Server::start();
+    let (before, cpus) = proc_steal();
+    let r = run_volley(&[&s.url("udp"), "--name", "www.example.test", "--rate", "1000", "-l", "2"]);
+    let (after, _) = proc_steal();
+    let v = r.ok();
+    let h = &v["host"];
+    assert_eq!(h["cpus"].as_u64(), Some(cpus), "{h:#}");
+    let steal = h["steal_s"].as_f64().unwrap();
+    assert!(
+        steal >= 0.0 && steal <= (after - before) as f64 / 100.0 + 1e-9,
+        "{steal} s, /proc around it {} ticks",
+        after - before
+    );
+    let elapsed = v["elapsed_s"].as_f64().unwrap();
+    let share = h["steal_share"].as_f64().unwrap();
+    // Its own wall time spans the run's, within the clock reads around it.
+    assert!((share * elapsed * cpus as f64 - steal).abs() <= 0.05 * steal + 1e-9, "{h:#}, elapsed {elapsed}");
+    let warned = v["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("steal"));
+    assert_eq!(warned, share > 0.01, "{h:#}\n{:#}", v["warnings"]);
+}
+
 /// Runs `-n COUNT -c 10` for NAME/QTYPE over `t` and checks the accounting.
 fn run_name(s: &Server, t: &str, name: &str, qtype: &str, count: u64) -> serde_json::Value {
     let url = s.url(t);

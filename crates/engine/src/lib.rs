@@ -672,6 +672,8 @@ pub fn run(
     let setup_s = (start_ns - setup_began) as f64 / 1e9;
 
     let mut target = TargetClock::start(&plan.target_pids, plan.target_clock.clone());
+    // The machine's steal time from the run's start (the lead before it is a few ms).
+    let steal = volley_metrics::StealClock::now();
     let mut collector = Collector::new(threads);
     while !collector.done() {
         match rx.recv_timeout(Duration::from_millis(250)) {
@@ -699,6 +701,7 @@ pub fn run(
         }
     }
     let elapsed_ns = clock::now_ns() - start_ns;
+    let host = steal.and_then(|s| s.since());
     target.read();
     let got = collector.finish();
     let interrupted = interrupt.load(Ordering::Relaxed);
@@ -761,6 +764,7 @@ pub fn run(
         }
     }
     let target_cpu = target.finish(totals.answered, &mut warnings);
+    warnings.extend(host.as_ref().and_then(volley_metrics::host::steal_warning));
     warnings.extend(start_warning);
     if !totals.balanced() {
         warnings.push("accounting does not balance: this is a bug in volley, please report it".into());
@@ -841,6 +845,7 @@ pub fn run(
             threads,
         },
         target_cpu,
+        host,
         link: None,
         connections: groups
             .iter()

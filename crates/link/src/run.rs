@@ -145,6 +145,9 @@ pub struct LinkReport {
     /// CPU time of the forwarder thread (user + system).
     pub cpu: Duration,
     pub elapsed: Duration,
+    /// The machine's steal time over the link's life (a VM's CPU time its hypervisor took:
+    /// the forwarder did not run then either), where the kernel counts it.
+    pub host: Option<volley_metrics::HostInfo>,
     /// The link as it stopped, as a [`Link::sample`] would have seen it then: its histograms
     /// since the last sample, so that the samples and this one add up to the report.
     pub last: LinkSample,
@@ -555,6 +558,7 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         sys::pin_to(cpu);
     }
     let now = |c: &Instant| c.elapsed().as_nanos() as u64;
+    let steal = volley_metrics::StealClock::now();
     let mut buf = vec![0u8; 65536];
     let mut pool: Vec<Vec<u8>> = Vec::new();
     let mut lateness = Histogram::new(3);
@@ -696,6 +700,7 @@ fn forward(mut f: Forwarder) -> io::Result<LinkReport> {
         realtime,
         cpu,
         elapsed: f.clock.elapsed(),
+        host: steal.and_then(|s| s.since()),
         last,
     })
 }

@@ -16,6 +16,7 @@ mod counters;
 mod collector;
 mod connections;
 mod histogram;
+pub mod host;
 mod recorder;
 mod result;
 mod trace;
@@ -27,6 +28,7 @@ pub use connections::{
 };
 pub use counters::{Counters, ErrorKind, Unexpected, Unsent, Wait, WireStats};
 pub use histogram::{Histogram, SparseHistogram, Tally};
+pub use host::{HostInfo, StealClock};
 pub use recorder::{
     Departure, GroupAcc, Recorder, SecondSample, SendTimes, TransportWaits, WorkerFinal, WorkerMessage,
 };

@@ -79,6 +79,10 @@ pub struct RunResult {
     /// The target's CPU time over the run, when it runs on this host (`--target-pid`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub target_cpu: Option<TargetCpu>,
+    /// The machine's steal time over the run (a VM's CPU time its hypervisor took), where the
+    /// kernel counts it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub host: Option<crate::HostInfo>,
     /// The emulated link the generator was behind (`--link`; docs/link.md).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub link: Option<LinkInfo>,

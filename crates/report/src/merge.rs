@@ -365,6 +365,8 @@ pub fn merge_runs(runs: &[NamedRun], command: Vec<String>) -> Result<Merged, Mer
         pids.dedup();
         TargetCpu::new(pids, cpu_s, totals.answered)
     });
+    // The parts may have run on different machines: the one that lost the most.
+    result.host = all().filter_map(|r| r.host).max_by(|a, b| a.steal_share.total_cmp(&b.steal_share));
     result.connections = conns.map(ConnAcc::summary);
     if let Some(d) = result.connections.as_mut().and_then(|c| c.draining.as_mut()) {
         // The merged series adds the parts' draining connections second by second.

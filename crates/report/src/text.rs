@@ -358,6 +358,18 @@ fn text_lines(r: &RunResult) -> Vec<String> {
         let pids: Vec<String> = c.pids.iter().map(u32::to_string).collect();
         push_labeled(&mut out, "target cpu", &format!("{:.3}s{per_answer} (pid {})", c.cpu_s, pids.join(", ")));
     }
+    if let Some(h) = r.host.filter(|h| h.steal_s > 0.0) {
+        push_labeled(
+            &mut out,
+            "host",
+            &format!(
+                "steal {:.2}s over {} CPUs ({:.1}% of their time: the hypervisor ran something else)",
+                h.steal_s,
+                h.cpus,
+                h.steal_share * 100.0
+            ),
+        );
+    }
     if let Some(l) = &r.link {
         out.extend(link_lines(l));
     }

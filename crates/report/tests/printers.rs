@@ -144,6 +144,7 @@ fn sample(plan: Plan) -> RunResult {
             threads: 2,
         },
         target_cpu: None,
+        host: None,
         link: None,
         qlog_dir: None,
         connections: None,
@@ -352,6 +353,27 @@ fn text_shows_the_resolved_address_only_when_the_url_lacks_it() {
     r.target.url = "tcp://dns.example.net".into();
     r.target.address = "192.0.2.53:53".into();
     assert_eq!(s_line(&text(&r), "target"), "target     tcp://dns.example.net (address 192.0.2.53:53)");
+}
+
+/// The machine's steal time: a line of its own where the hypervisor took any, in the JSON as
+/// `host`, and nothing of it where it took none.
+#[test]
+fn text_and_json_show_the_hosts_steal_time() {
+    let mut r = sample(Plan::default());
+    r.host = Some(volley_metrics::HostInfo { cpus: 2, steal_s: 0.2, steal_share: 0.025 });
+    let s = text(&r);
+    assert_eq!(
+        s_line(&s, "host"),
+        "host       steal 0.20s over 2 CPUs (2.5% of their time: the hypervisor ran something else)"
+    );
+    assert_narrow(&s);
+    let v: serde_json::Value = serde_json::from_str(&json(&r)).unwrap();
+    assert_eq!(v["host"]["cpus"], 2);
+    assert_eq!(v["host"]["steal_share"], 0.025);
+    r.host = Some(volley_metrics::HostInfo { cpus: 2, steal_s: 0.0, steal_share: 0.0 });
+    assert!(!text(&r).lines().any(|l| l.starts_with("host")));
+    r.host = None;
+    assert!(!json(&r).contains("\"host\""));
 }
 
 fn s_line(s: &str, label: &str) -> String {

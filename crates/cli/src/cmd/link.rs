@@ -77,6 +77,10 @@ pub fn run(a: LinkArgs) -> CliResult {
     let report = link.finish().map_err(CliError::failure)?;
     let status = status.map_err(CliError::usage)?;
     print_report(&report);
+    // A run behind the link says it in its own warnings; a command's run here.
+    if let Some(w) = report.host.as_ref().and_then(volley_metrics::host::steal_warning) {
+        eprintln!("volley link: warning: {w}");
+    }
     let code = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
         (Some(c), _) => c,
         (None, Some(s)) => 128 + s,
@@ -476,6 +480,9 @@ pub fn print_report(r: &LinkReport) {
     }
     if r.write_errors > 0 {
         line += &format!(", {} refused by the kernel", r.write_errors);
+    }
+    if let Some(h) = r.host.filter(|h| h.steal_s > 0.0) {
+        line += &format!(", host steal {:.1}% of {} CPUs", h.steal_share * 100.0, h.cpus);
     }
     if let Some(w) = lateness_warning(&r.lateness) {
         line += &format!(" (warning: {w})");
