@@ -46,7 +46,9 @@ fn unbound_dot() {
     let v = r.ok();
     check_encrypted_run(v, N, "NOERROR", &dot("1.3"));
     assert_eq!(v["target"]["transport"], "tls", "{v:#}");
-    assert_eq!(v["warnings"].as_array().map(|w| w.len()), Some(0), "no warnings: {}", v["warnings"]);
+    // The machine's own (a VM's steal time) is not the run's.
+    let own = v["warnings"].as_array().unwrap().iter().filter(|w| !w.as_str().unwrap().contains("(steal,")).count();
+    assert_eq!(own, 0, "no warnings: {}", v["warnings"]);
     kdig_says(&p, "+tls", "dot", "www.example.test", "192.0.2.1");
 }
 
