@@ -140,8 +140,11 @@ fn delayed_answers_are_not_early() {
     for t in TRANSPORTS {
         let v = run_name(&s, t, "delay-200ms.test", "A", 20);
         let min = v["latency"]["min_ns"].as_u64().unwrap();
-        // A lower bound set by the responder's own delay, not a speed requirement.
-        assert!(min >= 200_000_000, "{t}: an answer delayed by 200 ms arrived after {min} ns");
+        // A lower bound set by the responder's own delay, not a speed requirement. The
+        // latency histogram keeps 3 significant digits: at 200 ms a value is known to within
+        // 2^17 ns (131 µs), and `min_ns` is its bucket's lowest value (199,884,800 ns read
+        // for an answer that came in that bucket), so the bound allows one bucket below.
+        assert!(min >= 200_000_000 - 131_072, "{t}: an answer delayed by 200 ms arrived after {min} ns");
     }
 }
 
