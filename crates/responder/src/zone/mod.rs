@@ -42,6 +42,10 @@ pub(crate) mod rr {
 }
 
 /// The zones served, found by their apex.
+/// Up to this many zones, [`Zones::find`] compares each apex with the name's suffix rather than
+/// looking suffixes up in the map.
+const SCAN_ZONES: usize = 8;
+
 #[derive(Default, PartialEq, Eq)]
 pub struct Zones {
     zones: Vec<Zone>,
@@ -129,6 +133,17 @@ impl Zones {
 
     /// The deepest zone whose apex is `name` or one of its ancestors.
     pub(crate) fn find(&self, name: &QName) -> Option<&Zone> {
+        if self.zones.len() <= SCAN_ZONES {
+            // A few apexes: compared in place, cheaper than hashing a suffix at each depth (a
+            // query is looked up here twice, for its prefetch and for its answer).
+            let mut found: Option<&Zone> = None;
+            for z in &self.zones {
+                if found.is_none_or(|f| z.labels > f.labels) && name.suffix(z.labels as usize) == Some(&z.apex[..]) {
+                    found = Some(z);
+                }
+            }
+            return found;
+        }
         for &d in &self.depths {
             if let Some(suffix) = name.suffix(d as usize) {
                 if let Some(&i) = self.by_apex.get(suffix) {

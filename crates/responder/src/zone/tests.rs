@@ -153,6 +153,40 @@ fn the_deepest_zone_answers() {
 }
 
 #[test]
+fn the_deepest_zone_is_found_among_few_and_many() {
+    // Few zones are compared one by one, many looked up by suffix: both find the deepest,
+    // whatever the order the zones were given in.
+    let dir = tempfile::tempdir().unwrap();
+    let zone = |apex: &str| {
+        let file = format!("{apex}zone");
+        write(dir.path(), &file, &format!("{apex} 60 IN SOA ns. hm. 1 2 3 4 5\n"))
+    };
+    for many in [false, true] {
+        let mut files = vec![zone("sub.example.test."), zone("example.test."), zone("test.")];
+        if many {
+            files.extend((0..SCAN_ZONES).map(|i| zone(&format!("z{i}.other."))));
+        }
+        for reversed in [false, true] {
+            if reversed {
+                files.reverse();
+            }
+            let zones = load(&files).unwrap();
+            let apex = |name: &str| {
+                let name = name.parse::<Name>().unwrap();
+                zones.find(&QName::new(name.wire()).unwrap()).map(|z| z.apex_text())
+            };
+            let ctx = format!("{} zones, reversed {reversed}", zones.zones().len());
+            assert_eq!(apex("www.sub.example.test").as_deref(), Some("sub.example.test."), "{ctx}");
+            assert_eq!(apex("SUB.example.test").as_deref(), Some("sub.example.test."), "{ctx}");
+            assert_eq!(apex("www.example.test").as_deref(), Some("example.test."), "{ctx}");
+            assert_eq!(apex("x.test").as_deref(), Some("test."), "{ctx}");
+            assert_eq!(apex("x.other").as_deref(), None, "{ctx}");
+            assert_eq!(apex("a.z3.other").as_deref(), many.then_some("z3.other."), "{ctx}");
+        }
+    }
+}
+
+#[test]
 fn big_answers_drop_additional_then_truncate() {
     let dir = tempfile::tempdir().unwrap();
     let mut text = String::from("$ORIGIN t.\n@ 60 SOA ns hm 1 2 3 4 5\n");
