@@ -295,12 +295,11 @@ impl Answerer {
         };
         // A name inside a zone is answered from it: its labels are not special. (The name
         // stays where it was made: moving it into `in_zone` copied its 385 octets.)
-        let qname = match &self.config.zones {
-            Some(_) if view.qclass == Class::IN || view.qclass == Class::ANY => QName::new(view.qname_wire()),
-            _ => None,
-        };
-        let in_zone = match (&self.config.zones, &qname) {
-            (Some(zones), Some(q)) => zones.find(q).map(|z| (q, z)),
+        let mut qname = QName::empty();
+        let in_zone = match &self.config.zones {
+            Some(zones) if (view.qclass == Class::IN || view.qclass == Class::ANY) && qname.read(view.qname_wire()) => {
+                zones.find(&qname).map(|z| (&qname, z))
+            }
             _ => None,
         };
         let specials = if in_zone.is_some() || self.config.zones_only {

@@ -67,6 +67,13 @@ fn qname_lowercases_and_finds_suffixes() {
     assert_eq!(q.suffix(3).unwrap(), q.wire());
     assert!(q.suffix(4).is_none());
     assert!(QName::new(b"\x03www").is_none(), "no root label");
+    assert_eq!((q.labels(), q.suffix_at(9), q.suffix_at(0)), (3, 0, 17), "more labels than there are: the whole");
+    // A name read over one that failed to read, and over a longer one, holds only itself.
+    let mut q = QName::empty();
+    assert!(!q.read(b"\x03abc\x02de"));
+    assert_eq!((q.wire(), q.labels(), q.suffix_at(1)), (&b""[..], 0, 0));
+    assert!(q.read(b"\x05ABCDE\x04test\x00") && q.read(b"\x01X\x00"));
+    assert_eq!((q.wire(), q.labels(), q.suffix(1)), (&b"\x01x\x00"[..], 1, Some(&b"\x01x\x00"[..])));
     assert_eq!(is_below(b"\x03www\x07example\x04test\x00", b"\x04test\x00"), Some(12));
     assert_eq!(is_below(b"\x03www\x07example\x04test\x00", b"\x03est\x00"), None, "not at a label boundary");
     assert_eq!(name_text(b"\x03www\x04te.t\x00"), "www.te\\.t.");
