@@ -142,7 +142,9 @@ impl Zones {
             // query is looked up here twice, for its prefetch and for its answer).
             let mut found: Option<&Zone> = None;
             for z in &self.zones {
-                if found.is_none_or(|f| z.labels > f.labels) && name.suffix(z.labels as usize) == Some(&z.apex[..]) {
+                if found.is_none_or(|f| z.labels > f.labels)
+                    && name.suffix(z.labels as usize).is_some_and(|s| names::same(s, &z.apex))
+                {
                     found = Some(z);
                 }
             }
@@ -444,7 +446,7 @@ pub(crate) fn name_text(wire: &[u8]) -> String {
 /// Whether `name` is `ancestor` or below it (both lowercased wire names), and if so at which
 /// offset of `name` `ancestor` starts.
 pub(crate) fn is_below(name: &[u8], ancestor: &[u8]) -> Option<usize> {
-    if name.len() < ancestor.len() || !name.ends_with(ancestor) {
+    if name.len() < ancestor.len() || !names::same(&name[name.len() - ancestor.len()..], ancestor) {
         return None;
     }
     let want = name.len() - ancestor.len();

@@ -74,6 +74,30 @@ impl Eq for Names {}
 #[derive(Debug)]
 pub(crate) struct TooLarge;
 
+/// Whether two names (or any two short slices) are equal: compared here, eight octets at a
+/// time, rather than by a call to the C library's `memcmp`, which for names of twenty octets
+/// took a seventh of a zone answer's time (the engine alone, a zone in the caches).
+#[inline(always)]
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return a.iter().zip(b).all(|(x, y)| x == y);
+    }
+    let word = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().unwrap_or_default());
+    let mut at = 0;
+    while at + 8 < n {
+        if word(a, at) != word(b, at) {
+            return false;
+        }
+        at += 8;
+    }
+    // The last eight octets (overlapping those compared before, where n is not a multiple of 8).
+    word(a, n - 8) == word(b, n - 8)
+}
+
 fn le16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
@@ -241,7 +265,7 @@ impl Names {
             if s >> 32 == tag {
                 let at = ((s as u32) as usize - 1) * ALIGN;
                 let n = self.nodes[at] as usize;
-                if self.nodes.get(at + NODE_FIXED..at + NODE_FIXED + n) == Some(name) {
+                if self.nodes.get(at + NODE_FIXED..at + NODE_FIXED + n).is_some_and(|n| same(n, name)) {
                     return Some(at);
                 }
             }
@@ -343,7 +367,16 @@ impl<'z> NodeRef<'z> {
 
     /// The RRset of this type (not RRSIG: those are one set per type covered).
     pub(crate) fn get(self, rtype: u16) -> Option<SetRef<'z>> {
-        self.sets().find(|s| s.rtype == rtype && s.covered == 0)
+        // The sets' fixed parts only, until the one wanted (building each SetRef on the way
+        // cost more than the rest of the lookup of a name with one set).
+        let mut at = NODE_FIXED + self.b[0] as usize;
+        for _ in 0..le16(self.b, 2) {
+            if le16(self.b, at) == rtype && le16(self.b, at + 2) == 0 {
+                return Some(SetRef::at(self.b, at));
+            }
+            at += SET_FIXED + le32(self.b, at + 6) as usize + le32(self.b, at + 10) as usize;
+        }
+        None
     }
 }
 
@@ -372,8 +405,6 @@ impl<'z> Iterator for Sets<'z> {
 #[derive(Clone, Copy)]
 pub(crate) struct SetRef<'z> {
     pub(crate) rtype: u16,
-    /// For RRSIG: the type covered; 0 otherwise.
-    pub(crate) covered: u16,
     /// The records' tails, one after the other.
     pub(crate) wire: &'z [u8],
     n_targets: u16,
@@ -384,6 +415,7 @@ pub(crate) struct SetRef<'z> {
 
 impl<'z> SetRef<'z> {
     /// The set encoded at `at` in `b`.
+    #[inline]
     pub(crate) fn at(b: &'z [u8], at: usize) -> SetRef<'z> {
         let wire_len = le32(b, at + 6) as usize;
         let targets_len = le32(b, at + 10) as usize;
@@ -391,7 +423,6 @@ impl<'z> SetRef<'z> {
         let t = w + wire_len;
         SetRef {
             rtype: le16(b, at),
-            covered: le16(b, at + 2),
             n_targets: le16(b, at + 4),
             wire: &b[w..t],
             targets: &b[t..t + targets_len],
