@@ -132,3 +132,31 @@ fn help_examples_use_clients_that_speak_the_transport() {
     assert!(!kdig_quic, "{}", out.stdout);
     assert!(out.stdout.contains("@quic://localhost:8853"), "a DoQ example:\n{}", out.stdout);
 }
+
+/// The receive buffer the kernel gave the server's UDP socket (`ss -m`: `rb`, twice what was
+/// asked, as the kernel counts its bookkeeping too).
+fn udp_rcvbuf(s: &Server) -> u64 {
+    let port = s.udp_addr().port().to_string();
+    let ss = run_cmd(
+        Command::new(require("ss")).args(["-Huanm", "sport", "=", &format!(":{port}")]),
+        Duration::from_secs(10),
+    );
+    let rb = ss.stdout.split(|c: char| c == ',' || c == '(' || c.is_whitespace()).find_map(|f| f.strip_prefix("rb"));
+    rb.and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no rb in ss -m for :{port}:\n{}", ss.stdout))
+}
+
+#[test]
+fn udp_recv_buffer_flag() {
+    let small = Server::start_with(&["-T", "1", "--udp-recv-buffer", "65536"]);
+    assert_eq!(udp_rcvbuf(&small), 2 * 65536, "--udp-recv-buffer 65536");
+    assert!(ask(small.udp_addr(), false, "www.example.test", 1, None).qr());
+    // The default is deeper (4 MiB asked; the kernel caps it at net.core.rmem_max, 208 KiB
+    // at the least on Linux).
+    let default = Server::start_with(&["-T", "1"]);
+    assert!(udp_rcvbuf(&default) > 2 * 65536, "the default buffer: {}", udp_rcvbuf(&default));
+    for bad in ["100", "2000000000", "4m"] {
+        let out = run_cmd(Command::new(volley()).args(["serve", "--udp-recv-buffer", bad]), Duration::from_secs(10));
+        assert_eq!(out.status.code(), Some(2), "--udp-recv-buffer {bad}: {}", out.stderr);
+        assert!(out.stderr.contains("--udp-recv-buffer"), "--udp-recv-buffer {bad}: {}", out.stderr);
+    }
+}

@@ -41,7 +41,9 @@ pub mod zone;
 pub use answer::{AnswerConfig, Answerer, DelayRule, Ratio, Transport, Verdict, MAX_LABEL_DELAY, MAX_TXT_SIZE};
 pub use duration::parse_duration;
 pub use faults::{Fault, FAULT_NAMES};
-pub use server::{start, Responder, ResponderConfig, ResponderError};
+pub use server::{
+    start, Responder, ResponderConfig, ResponderError, MAX_UDP_RECV_BUFFER, MIN_UDP_RECV_BUFFER, UDP_RECV_BUFFER,
+};
 pub use stats::Stats;
 pub use tls::{CertSource, KeyType, TlsConfig, MAX_CHAIN_BYTES};
 pub use zone::{load as load_zones, Zone, ZoneError, Zones};

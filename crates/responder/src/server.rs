@@ -98,6 +98,12 @@ pub struct ResponderConfig {
     /// (default on). Off: one message per answer, so that a capture on the sending host shows
     /// each answer as its own packet (a packet capture sees a train before segmentation).
     pub udp_gso: bool,
+    /// The receive buffer (SO_RCVBUF) of each UDP, DoQ and DoH/3 socket, in bytes, as asked of
+    /// the kernel (which doubles it for its bookkeeping and caps it at `net.core.rmem_max`)
+    /// (default 4 MiB). Deep: a load generator's bursts are queued rather than lost. Under a
+    /// flood a deep queue is one a good query waits in; the kernel's default (212,992 on
+    /// Linux, what unbound and dnsdist keep) loses some queries instead.
+    pub udp_recv_buffer: usize,
     /// DoQ and DoH/3: a qlog trace of each connection in this directory (`--qlog`).
     pub qlog: Option<std::path::PathBuf>,
     /// Misbehaviour on purpose (see [`Fault`]).
@@ -132,6 +138,7 @@ impl Default for ResponderConfig {
             quic_tokens: 2,
             quic_tokens_ignored: false,
             udp_gso: true,
+            udp_recv_buffer: UDP_RECV_BUFFER,
             qlog: None,
             faults: Vec::new(),
             answer: AnswerConfig::default(),
@@ -324,15 +331,29 @@ fn probe(addr: SocketAddr, ty: Type, proto: Protocol) -> io::Result<SocketAddr> 
         .ok_or_else(|| io::Error::new(io::ErrorKind::AddrNotAvailable, "no local address after bind"))
 }
 
+/// [`ResponderConfig::udp_recv_buffer`] by default, and each UDP socket's send buffer.
+pub const UDP_RECV_BUFFER: usize = 4 << 20;
+const UDP_SEND_BUFFER: usize = 4 << 20;
+/// The smallest [`ResponderConfig::udp_recv_buffer`] accepted: a few datagrams of ordinary
+/// size (the kernel's own floor is 2,304).
+pub const MIN_UDP_RECV_BUFFER: usize = 4096;
+/// The largest [`ResponderConfig::udp_recv_buffer`] accepted.
+pub const MAX_UDP_RECV_BUFFER: usize = 1 << 30;
+
 /// Binds `count` sockets to the same address with SO_REUSEPORT, after a probe that the
 /// address is free (with port 0, the probe picks the port and every socket joins it). With
 /// port 0, another process may take the port the probe picked between the probe's close and
 /// the group's bind (seen in CI: a parallel test's client socket): then again, with a new one.
-fn bind_all(transport: Transport, addr: SocketAddr, count: usize) -> Result<(SocketAddr, Vec<Socket>), ResponderError> {
+fn bind_all(
+    transport: Transport,
+    addr: SocketAddr,
+    count: usize,
+    recv_buffer: usize,
+) -> Result<(SocketAddr, Vec<Socket>), ResponderError> {
     let mut tries = if addr.port() == 0 { 8 } else { 1 };
     loop {
         tries -= 1;
-        match bind_group(transport, addr, count) {
+        match bind_group(transport, addr, count, recv_buffer) {
             Err(ResponderError::Bind { source, .. }) if tries > 0 && source.kind() == io::ErrorKind::AddrInUse => {}
             r => return r,
         }
@@ -344,6 +365,7 @@ fn bind_group(
     transport: Transport,
     addr: SocketAddr,
     count: usize,
+    recv_buffer: usize,
 ) -> Result<(SocketAddr, Vec<Socket>), ResponderError> {
     let mut out = Vec::with_capacity(count);
     let err = |addr, source| ResponderError::Bind { transport, addr, source };
@@ -353,9 +375,10 @@ fn bind_group(
     for _ in 0..count {
         let s = socket_for(addr, ty, proto, true).map_err(|e| err(addr, e))?;
         if datagram {
-            // Best effort: deep buffers absorb bursts at high rates.
-            let _ = s.set_recv_buffer_size(4 << 20);
-            let _ = s.set_send_buffer_size(4 << 20);
+            // Best effort (the kernel caps both at its rmem_max and wmem_max): deep buffers
+            // absorb bursts at high rates.
+            let _ = s.set_recv_buffer_size(recv_buffer);
+            let _ = s.set_send_buffer_size(UDP_SEND_BUFFER);
         }
         s.bind(&addr.into()).map_err(|e| err(addr, e))?;
         if !datagram {
@@ -463,6 +486,12 @@ fn check(config: &ResponderConfig) -> Result<(), String> {
     if config.request_timeout.is_zero() {
         return Err("request timeout must be greater than zero".into());
     }
+    if !(MIN_UDP_RECV_BUFFER..=MAX_UDP_RECV_BUFFER).contains(&config.udp_recv_buffer) {
+        return Err(format!(
+            "UDP receive buffer must be {MIN_UDP_RECV_BUFFER} to {MAX_UDP_RECV_BUFFER} bytes, not {}",
+            config.udp_recv_buffer
+        ));
+    }
     if config.max_pending_bytes < 65_537 {
         return Err("max pending bytes must be at least 65537 (one largest DNS message and its length)".into());
     }
@@ -555,7 +584,7 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
     let mut io: Vec<IoSockets> = (0..threads).map(|_| IoSockets::default()).collect();
     let mut bind = |transport: Transport, port: Option<u16>| -> Result<Vec<Socket>, ResponderError> {
         let Some(port) = port else { return Ok(Vec::new()) };
-        let (a, s) = bind_all(transport, SocketAddr::new(config.listen, port), threads)?;
+        let (a, s) = bind_all(transport, SocketAddr::new(config.listen, port), threads, config.udp_recv_buffer)?;
         addresses.push((transport, a));
         Ok(s)
     };

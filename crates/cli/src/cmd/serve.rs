@@ -60,6 +60,9 @@ Limits against abuse (counted in the stats line):
                             TCP waits in the accept queue, QUIC is refused (refused_handshakes)
   --max-pending-bytes N     TCP, DoT: unsent answer bytes per connection before it stops
                             reading (default 262144)
+  --udp-recv-buffer BYTES   UDP, DoQ, DoH/3 socket receive buffer (default 4 MiB: queues a
+                            generator's bursts; 212992, the kernel's default, loses some
+                            queries under a flood instead)
   --max-qps-per-client N    queries per second per client address, every transport: over
                             it dropped (UDP, TCP, DoT), 429 (DoH), stream reset (DoQ)
                             (rate_limited)
@@ -209,6 +212,14 @@ pub struct ServeArgs {
     /// the client reads. At least 65537.
     #[arg(long, value_name = "BYTES", default_value_t = 262_144, value_parser = clap::value_parser!(u64).range(65_537..=1 << 30))]
     pub max_pending_bytes: u64,
+
+    /// Receive buffer of each UDP, DoQ and DoH/3 socket (SO_RCVBUF, capped by the kernel's
+    /// net.core.rmem_max). The default, 4 MiB, queues a load generator's bursts rather than
+    /// losing them; under a flood a good query waits behind that queue. 212992 (the kernel's
+    /// default, which unbound and dnsdist keep) loses some queries under a flood instead.
+    #[arg(long, value_name = "BYTES", default_value_t = volley_responder::UDP_RECV_BUFFER as u64,
+        value_parser = clap::value_parser!(u64).range(volley_responder::MIN_UDP_RECV_BUFFER as u64..=volley_responder::MAX_UDP_RECV_BUFFER as u64))]
+    pub udp_recv_buffer: u64,
 
     /// Answer at most N queries per second from each client IP address, on every transport
     /// (a token bucket N deep per address); the rest get no DNS answer (counted
@@ -383,6 +394,7 @@ fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
         request_timeout,
         max_handshakes: Some(args.max_handshakes),
         max_pending_bytes: args.max_pending_bytes as usize,
+        udp_recv_buffer: args.udp_recv_buffer as usize,
         max_qps_per_client: args.max_qps_per_client,
         doh_path: args.doh_path.clone(),
         tls: TlsConfig { cert, ca_out: args.ca_out.clone(), tickets: !args.no_tickets, zero_rtt: args.zero_rtt },

@@ -80,6 +80,26 @@ fn qname_lowercases_and_finds_suffixes() {
 }
 
 #[test]
+fn names_compare_as_slices_do() {
+    // Every length up to three words and a half, equal, and differing at each octet in turn
+    // (the overlapping last word included); slices of different lengths never equal.
+    let a: Vec<u8> = (0..28u8).map(|i| i.wrapping_mul(37).wrapping_add(5)).collect();
+    let copy = a.clone();
+    for n in 0..=a.len() {
+        let x = &a[..n];
+        assert!(names::same(x, &copy[..n]), "{n} octets, equal");
+        for at in 0..n {
+            let mut y = x.to_vec();
+            y[at] ^= 0x20;
+            assert!(!names::same(x, &y), "{n} octets, differing at {at}");
+        }
+        if n > 0 {
+            assert!(!names::same(x, &a[..n - 1]) && !names::same(&a[..n - 1], x), "{n} against {}", n - 1);
+        }
+    }
+}
+
+#[test]
 fn entries_are_found_on_their_lines() {
     let text = b"$ORIGIN x.\n; c\n\n@ SOA a b ( 1\n 2 3 4 5 )\n  NS a ; (\nwww A 1.2.3.4\n$TTL 5\nt TXT \"a;(\n\" x\n$INCLUDE f\nlast A 1.2.3.4";
     assert_eq!(entry_lines_of(text), vec![4, 6, 7, 9, 11, 12]);
