@@ -183,6 +183,20 @@ impl TlsArgs {
 }
 
 /// A switch flag's value: `on` or `off`.
+/// A rate a user may lift: `N` (1 or more) or `off` (no limit: None).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateOrOff(pub Option<u32>);
+
+pub fn parse_rate_or_off(s: &str) -> Result<RateOrOff, String> {
+    if s == "off" {
+        return Ok(RateOrOff(None));
+    }
+    match s.parse::<u32>() {
+        Ok(n) if n >= 1 => Ok(RateOrOff(Some(n))),
+        _ => Err("expected a number of 1 or more, or off".to_string()),
+    }
+}
+
 pub fn parse_on_off(s: &str) -> Result<bool, String> {
     match s {
         "on" => Ok(true),

@@ -241,6 +241,54 @@ fn queries_over_the_per_client_rate_are_not_answered_and_counted() {
     assert!(limited + answered >= issued, "{limited} limited + {answered} answered < {issued} issued");
 }
 
+/// Sends `n` NOTIMP-worthy messages (opcode 2, STATUS) from one socket to `addr`, then reads
+/// answers until none comes for 500 ms; how many came back.
+fn error_answers(addr: std::net::SocketAddr, n: u16) -> u64 {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.connect(addr).unwrap();
+    for id in 0..n {
+        let mut q = build_query(id, "www.example.test", 1, None);
+        q[2] |= 2 << 3;
+        sock.send(&q).unwrap();
+    }
+    sock.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut buf = [0u8; 512];
+    let mut got = 0;
+    while let Ok(len) = sock.recv(&mut buf) {
+        assert_eq!((len, buf[3] & 0x0F), (12, 4), "a header-only NOTIMP answer");
+        got += 1;
+    }
+    got
+}
+
+#[test]
+fn udp_error_answers_beyond_their_rate_are_withheld_and_counted() {
+    // One UDP thread, 5 error answers a second: of 200 junk messages at once at most two
+    // seconds' worth is answered, the rest counted as withheld; a well-formed query is
+    // answered meanwhile; with `off` all 200 are answered.
+    let mut s = Server::start_with(&["-T", "1", "--udp-error-rate", "5"]);
+    let got = error_answers(s.udp_addr(), 200);
+    assert!((1..=10).contains(&got), "{got} error answers at 5 a second");
+    let good = udp_exchange(s.udp_addr(), &build_query(7, "www.example.test", 1, None), Duration::from_secs(5))
+        .expect("a query is answered while errors are withheld");
+    assert_eq!(parse_msg(&good).unwrap().answers.len(), 1);
+    let stats = s.terminate();
+    assert_eq!(stat(&stats, "errors_withheld"), 200 - got, "{stats}");
+    assert_eq!(stat(&stats, "answered") + stat(&stats, "errors_withheld"), stat(&stats, "queries"), "{stats}");
+
+    let mut s = Server::start_with(&["-T", "1", "--udp-error-rate", "off"]);
+    assert_eq!(error_answers(s.udp_addr(), 200), 200, "--udp-error-rate off answers every error");
+    assert_eq!(stat(&s.terminate(), "errors_withheld"), 0);
+    for bad in ["0", "many", "4294967296"] {
+        let out = run_cmd(
+            std::process::Command::new(volley()).args(["serve", "--udp-error-rate", bad]),
+            Duration::from_secs(10),
+        );
+        assert_eq!(out.status.code(), Some(2), "--udp-error-rate {bad}: {}", out.stderr);
+        assert!(out.stderr.contains("--udp-error-rate"), "--udp-error-rate {bad}: {}", out.stderr);
+    }
+}
+
 #[test]
 fn queries_over_the_per_client_rate_over_doh_and_doq_are_turned_away_and_counted() {
     // --max-qps-per-client 50 applies to DoH (HTTP/1.1, HTTP/2, HTTP/3) and DoQ as to UDP

@@ -42,7 +42,8 @@ pub use answer::{AnswerConfig, Answerer, DelayRule, Ratio, Transport, Verdict, M
 pub use duration::parse_duration;
 pub use faults::{Fault, FAULT_NAMES};
 pub use server::{
-    start, Responder, ResponderConfig, ResponderError, MAX_UDP_RECV_BUFFER, MIN_UDP_RECV_BUFFER, UDP_RECV_BUFFER,
+    start, Responder, ResponderConfig, ResponderError, MAX_UDP_RECV_BUFFER, MIN_UDP_RECV_BUFFER, UDP_ERROR_RATE,
+    UDP_RECV_BUFFER,
 };
 pub use stats::Stats;
 pub use tls::{CertSource, KeyType, TlsConfig, MAX_CHAIN_BYTES};

@@ -80,6 +80,13 @@ pub struct ResponderConfig {
     /// `rate_limited` (dropped over UDP, TCP and DoT; DoH answers 429, DoQ resets the
     /// stream). None: no limit (default).
     pub max_qps_per_client: Option<u64>,
+    /// UDP: at most this many error answers (FORMERR, NOTIMP: to messages that are no query
+    /// the server can read) a second from each UDP thread; the rest are withheld and counted
+    /// as `errors_withheld`, as unbound's workers send at most 100 a second. A flood of junk
+    /// from forged sources then costs each datagram a read and a look at its header, not a
+    /// send, and reflects nothing. None: every error answered (default
+    /// `Some(`[`UDP_ERROR_RATE`]`)`).
+    pub udp_error_rate: Option<u32>,
     /// The DoH path (default `/dns-query`).
     pub doh_path: String,
     /// Certificates, tickets, 0-RTT.
@@ -132,6 +139,7 @@ impl Default for ResponderConfig {
             max_handshakes: Some(1024),
             max_pending_bytes: 256 * 1024,
             max_qps_per_client: None,
+            udp_error_rate: Some(UDP_ERROR_RATE),
             doh_path: "/dns-query".to_string(),
             tls: TlsConfig::default(),
             retry: false,
@@ -334,6 +342,10 @@ fn probe(addr: SocketAddr, ty: Type, proto: Protocol) -> io::Result<SocketAddr> 
 /// [`ResponderConfig::udp_recv_buffer`] by default, and each UDP socket's send buffer.
 pub const UDP_RECV_BUFFER: usize = 4 << 20;
 const UDP_SEND_BUFFER: usize = 4 << 20;
+/// [`ResponderConfig::udp_error_rate`] by default: error answers a second per UDP thread, as
+/// unbound's `ERROR_RATELIMIT`.
+pub const UDP_ERROR_RATE: u32 = 100;
+
 /// The smallest [`ResponderConfig::udp_recv_buffer`] accepted: a few datagrams of ordinary
 /// size (the kernel's own floor is 2,304).
 pub const MIN_UDP_RECV_BUFFER: usize = 4096;
@@ -611,10 +623,11 @@ pub fn start(config: ResponderConfig) -> Result<Responder, ResponderError> {
     for (i, s) in udp_sockets.into_iter().enumerate() {
         let counters = Arc::new(Counters::default());
         responder.counters.push(counters.clone());
-        let (answerer, stop, gso, rate) = (answerer.clone(), stop.clone(), config.udp_gso, client_rate.clone());
+        let (answerer, stop, rate) = (answerer.clone(), stop.clone(), client_rate.clone());
+        let limits = crate::udp::Limits { gso: config.udp_gso, client_rate: rate, error_rate: config.udp_error_rate };
         let t = std::thread::Builder::new()
             .name(format!("volley-udp-{i}"))
-            .spawn(move || crate::udp::serve(s.into(), answerer, counters, stop, gso, rate))?;
+            .spawn(move || crate::udp::serve(s.into(), answerer, counters, stop, limits))?;
         responder.threads.push(t);
     }
     if async_on {

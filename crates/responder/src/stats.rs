@@ -70,6 +70,9 @@ pub struct Stats {
     /// Queries not answered because their client (by IP address) was over
     /// `--max-qps-per-client` (UDP, TCP, DoT: dropped; DoH: 429; DoQ: stream reset).
     pub rate_limited: u64,
+    /// Error answers (FORMERR, NOTIMP) not sent over UDP because their thread had sent
+    /// `--udp-error-rate` of them in that second already.
+    pub errors_withheld: u64,
 }
 
 impl fmt::Display for Stats {
@@ -77,7 +80,7 @@ impl fmt::Display for Stats {
     /// dot_connections=.. doh_connections=.. doh3_connections=.. doq_connections=.. tls_resumed=..
     /// early_data=.. retry_sent=.. quic_token_validated=.. closed_max_queries=.. closed_idle=..
     /// refused_max_conns=.. evicted_idle=.. cancelled=..
-    /// stopped=.. closed_slow=.. refused_handshakes=.. rate_limited=..`
+    /// stopped=.. closed_slow=.. refused_handshakes=.. rate_limited=.. errors_withheld=..`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -85,7 +88,7 @@ impl fmt::Display for Stats {
              dot_connections={} doh_connections={} doh3_connections={} doq_connections={} tls_resumed={} \
              early_data={} retry_sent={} quic_token_validated={} closed_max_queries={} closed_idle={} \
              refused_max_conns={} evicted_idle={} cancelled={} stopped={} \
-             closed_slow={} refused_handshakes={} rate_limited={}",
+             closed_slow={} refused_handshakes={} rate_limited={} errors_withheld={}",
             self.queries,
             self.answered,
             self.dropped,
@@ -109,7 +112,8 @@ impl fmt::Display for Stats {
             self.stopped,
             self.closed_slow,
             self.refused_handshakes,
-            self.rate_limited
+            self.rate_limited,
+            self.errors_withheld
         )
     }
 }
@@ -143,6 +147,7 @@ pub(crate) struct Counters {
     pub closed_slow: AtomicU64,
     pub refused_handshakes: AtomicU64,
     pub rate_limited: AtomicU64,
+    pub errors_withheld: AtomicU64,
 }
 
 /// Adds `by` to a counter that only the calling thread writes.
@@ -180,6 +185,7 @@ impl Counters {
             closed_slow: self.closed_slow.load(Relaxed),
             refused_handshakes: self.refused_handshakes.load(Relaxed),
             rate_limited: self.rate_limited.load(Relaxed),
+            errors_withheld: self.errors_withheld.load(Relaxed),
         }
     }
 
@@ -231,5 +237,6 @@ impl std::ops::AddAssign for Stats {
         self.closed_slow += o.closed_slow;
         self.refused_handshakes += o.refused_handshakes;
         self.rate_limited += o.rate_limited;
+        self.errors_withheld += o.errors_withheld;
     }
 }

@@ -66,6 +66,8 @@ Limits against abuse (counted in the stats line):
   --max-qps-per-client N    queries per second per client address, every transport: over
                             it dropped (UDP, TCP, DoT), 429 (DoH), stream reset (DoQ)
                             (rate_limited)
+  --udp-error-rate N|off    UDP: FORMERR and NOTIMP answers per second per thread (default
+                            100, as unbound); the rest withheld (errors_withheld)
 
 Output:
   One line per listener on stdout, then nothing until SIGINT/SIGTERM, then one stats line
@@ -77,7 +79,7 @@ Output:
           dot_connections=.. doh_connections=.. doh3_connections=.. doq_connections=..
           tls_resumed=.. early_data=.. retry_sent=.. quic_token_validated=..
           closed_max_queries=.. closed_idle=.. refused_max_conns=.. evicted_idle=.. cancelled=.. stopped=.. closed_slow=.. refused_handshakes=..
-          rate_limited=..
+          rate_limited=.. errors_withheld=..
 
 Examples:
   Serve on 127.0.0.1:5353, UDP and TCP, one thread per core:
@@ -226,6 +228,13 @@ pub struct ServeArgs {
     /// rate_limited): dropped over UDP, TCP and DoT, 429 over DoH, a stream reset over DoQ.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_qps_per_client: Option<u64>,
+
+    /// UDP: send at most N error answers (FORMERR, NOTIMP: to messages that are no query the
+    /// server can read) a second from each UDP thread, as unbound's workers send 100; the rest
+    /// are withheld (counted errors_withheld), so that a flood of junk from forged sources
+    /// costs a read, not a send, and reflects nothing. off: answer every one.
+    #[arg(long, value_name = "N|off", default_value = "100", value_parser = crate::args::parse_rate_or_off)]
+    pub udp_error_rate: crate::args::RateOrOff,
 
     /// UDP payload size advertised in the OPT record of responses to EDNS queries.
     #[arg(long, value_name = "N", default_value_t = 1232, value_parser = clap::value_parser!(u16).range(512..))]
@@ -396,6 +405,7 @@ fn config(args: &ServeArgs) -> CliResult<ResponderConfig> {
         max_pending_bytes: args.max_pending_bytes as usize,
         udp_recv_buffer: args.udp_recv_buffer as usize,
         max_qps_per_client: args.max_qps_per_client,
+        udp_error_rate: args.udp_error_rate.0,
         doh_path: args.doh_path.clone(),
         tls: TlsConfig { cert, ca_out: args.ca_out.clone(), tickets: !args.no_tickets, zero_rtt: args.zero_rtt },
         retry: args.retry,

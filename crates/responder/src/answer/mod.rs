@@ -88,6 +88,11 @@ pub enum Verdict {
     /// Send nothing: a dropped query (a `drop` label, a `--drop` rule, over the `--max-qps`
     /// cap). Held unanswered where the transport has a request to hold (DoH, DoQ).
     Drop,
+    /// Send the bytes written to `out` now: an error answer (FORMERR or NOTIMP, header only)
+    /// to a message that is no query the engine can read. Over UDP, where a source address
+    /// may be forged, the transport sends at most `--udp-error-rate` of these a second and
+    /// withholds the rest, as unbound does; elsewhere it is sent as any reply.
+    Error,
     /// Send nothing: not a query (no header, or QR=1), so there is no ID to answer. Where the
     /// transport has a request of its own it refuses it (DoH: 400, DoQ: stream reset).
     Invalid,
@@ -283,14 +288,14 @@ impl Answerer {
         }
         if header.opcode() != Opcode::QUERY {
             header_only(out, &header, Rcode::NOTIMP);
-            return Verdict::Reply { delay: None };
+            return Verdict::Error;
         }
         let view = match QueryView::parse(query) {
             Ok(v) => v,
             Err(QueryError::NoHeader) => return Verdict::Invalid,
             Err(QueryError::Malformed(h, _)) => {
                 header_only(out, &h, Rcode::FORMERR);
-                return Verdict::Reply { delay: None };
+                return Verdict::Error;
             }
         };
         // A name inside a zone is answered from it: its labels are not special. (The name

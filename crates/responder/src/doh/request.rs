@@ -123,6 +123,7 @@ pub(crate) fn answer(
             return Outcome::Reply { head: status_head(StatusCode::BAD_REQUEST), delay: None };
         }
         Verdict::Reply { delay } => delay,
+        Verdict::Error => None,
     };
     if delay.is_some() {
         add(&ctx.counters.delayed, 1);

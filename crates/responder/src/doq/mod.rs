@@ -142,6 +142,7 @@ async fn stream(
             return;
         }
         Verdict::Reply { delay } => delay,
+        Verdict::Error => None,
     };
     if let Some(d) = delay {
         add(&ctx.counters.delayed, 1);

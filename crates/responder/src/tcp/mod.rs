@@ -226,14 +226,22 @@ impl Conn {
                     continue;
                 }
             }
-            match ctx.answerer.answer(query, transport, &mut self.out) {
-                Verdict::Drop | Verdict::Invalid => add(&ctx.counters.dropped, 1),
-                Verdict::Reply { delay: None } if !ctx.in_order || self.timers.is_empty() => {
+            let delay = match ctx.answerer.answer(query, transport, &mut self.out) {
+                Verdict::Drop | Verdict::Invalid => {
+                    add(&ctx.counters.dropped, 1);
+                    continue;
+                }
+                Verdict::Reply { delay } => delay,
+                // A connection's peer address is its own: error answers leave as others do.
+                Verdict::Error => None,
+            };
+            match delay {
+                None if !ctx.in_order || self.timers.is_empty() => {
                     ctx.counters.sent(&self.out);
                     self.wbuf.extend_from_slice(&(self.out.len() as u16).to_be_bytes());
                     self.wbuf.extend_from_slice(&self.out);
                 }
-                Verdict::Reply { delay } => {
+                _ => {
                     let mut due = now + delay.unwrap_or_default();
                     if delay.is_some() {
                         add(&ctx.counters.delayed, 1);

@@ -18,7 +18,7 @@ use std::mem;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::answer::{Answerer, Transport, Verdict};
 use crate::delayed::Delayed;
@@ -98,18 +98,57 @@ impl Buffers {
     }
 }
 
+/// What a UDP thread is told besides its socket.
+pub(crate) struct Limits {
+    /// Send same-size answers to one address as a segmented train.
+    pub gso: bool,
+    /// `--max-qps-per-client`.
+    pub client_rate: Option<Arc<crate::policy::ClientRate>>,
+    /// `--udp-error-rate`: error answers a second from this thread (None: all).
+    pub error_rate: Option<u32>,
+}
+
+/// At most `per_second` error answers (FORMERR, NOTIMP) in each second of this thread's
+/// clock, as unbound's worker counts them: a flood of junk is read and looked at, and from
+/// then on costs no send (and forged sources get no reflection).
+struct ErrorBudget {
+    per_second: u32,
+    since: Instant,
+    left: u32,
+}
+
+impl ErrorBudget {
+    fn new(per_second: u32, now: Instant) -> ErrorBudget {
+        ErrorBudget { per_second, since: now, left: per_second }
+    }
+
+    /// Whether one more error answer may leave at `now`.
+    fn take(&mut self, now: Instant) -> bool {
+        if now.saturating_duration_since(self.since) >= Duration::from_secs(1) {
+            self.since = now;
+            self.left = self.per_second;
+        }
+        if self.left == 0 {
+            return false;
+        }
+        self.left -= 1;
+        true
+    }
+}
+
 /// Serves one socket until `stop` is raised.
 pub(crate) fn serve(
     sock: UdpSocket,
     answerer: Arc<Answerer>,
     counters: Arc<Counters>,
     stop: Arc<StopSignal>,
-    gso: bool,
-    client_rate: Option<Arc<crate::policy::ClientRate>>,
+    limits: Limits,
 ) {
+    let Limits { gso, client_rate, error_rate } = limits;
     let fd = sock.as_raw_fd();
     let mut b = Buffers::new();
     b.gso = gso;
+    let mut errors = error_rate.map(|r| ErrorBudget::new(r, Instant::now()));
     let mut timers: BinaryHeap<Reverse<Delayed<Held>>> = BinaryHeap::new();
     let mut pool: Vec<Vec<u8>> = Vec::new();
     let mut seq = 0u64;
@@ -132,7 +171,7 @@ pub(crate) fn serve(
             got_any = true;
             let n = n as usize;
             let now = Instant::now();
-            let (mut dropped, mut delayed, mut nready, mut limited) = (0u64, 0u64, 0usize, 0u64);
+            let (mut dropped, mut delayed, mut nready, mut limited, mut withheld) = (0u64, 0u64, 0usize, 0u64, 0u64);
             answerer.prefetch((0..n).map(|i| {
                 let len = (b.hdrs[i].msg_len as usize).min(RECV_BUF);
                 &b.recv[i * RECV_BUF..i * RECV_BUF + len]
@@ -149,7 +188,8 @@ pub(crate) fn serve(
                 let out = &mut b.out[i];
                 match answerer.answer(query, Transport::Udp, out) {
                     Verdict::Drop | Verdict::Invalid => dropped += 1,
-                    Verdict::Reply { delay: None } => {
+                    Verdict::Error if errors.as_mut().is_some_and(|e| !e.take(now)) => withheld += 1,
+                    Verdict::Reply { delay: None } | Verdict::Error => {
                         ready[nready] = i;
                         nready += 1;
                     }
@@ -168,6 +208,7 @@ pub(crate) fn serve(
             add(&counters.dropped, dropped);
             add(&counters.delayed, delayed);
             add(&counters.rate_limited, limited);
+            add(&counters.errors_withheld, withheld);
             send_ready(fd, &mut b, &ready[..nready], &counters);
             if n < BATCH {
                 break;
