@@ -187,6 +187,15 @@ impl TlsArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateOrOff(pub Option<u32>);
 
+impl std::fmt::Display for RateOrOff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(n) => write!(f, "{n}"),
+            None => f.write_str("off"),
+        }
+    }
+}
+
 pub fn parse_rate_or_off(s: &str) -> Result<RateOrOff, String> {
     if s == "off" {
         return Ok(RateOrOff(None));

@@ -233,7 +233,8 @@ pub struct ServeArgs {
     /// server can read) a second from each UDP thread, as unbound's workers send 100; the rest
     /// are withheld (counted errors_withheld), so that a flood of junk from forged sources
     /// costs a read, not a send, and reflects nothing. off: answer every one.
-    #[arg(long, value_name = "N|off", default_value = "100", value_parser = crate::args::parse_rate_or_off)]
+    #[arg(long, value_name = "N|off", default_value_t = crate::args::RateOrOff(Some(volley_responder::UDP_ERROR_RATE)),
+        value_parser = crate::args::parse_rate_or_off)]
     pub udp_error_rate: crate::args::RateOrOff,
 
     /// UDP payload size advertised in the OPT record of responses to EDNS queries.
